@@ -1,0 +1,47 @@
+//! The error type of `cairn-common`.
+
+/// Everything that can go wrong in the shared vocabulary: bad schemas, values that do
+/// not fit their column, undecodable bytes. Messages say what was wrong and how to fix it.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum CommonError {
+    /// A schema definition or schema change is invalid.
+    #[error("invalid schema: {0}")]
+    InvalidSchema(String),
+    /// A column name was not found in the schema.
+    #[error("unknown column '{0}': check the spelling against the table's schema")]
+    UnknownColumn(String),
+    /// A value does not fit the column it is written to.
+    #[error("invalid value for column '{column}': {detail}")]
+    InvalidValue {
+        /// The column name.
+        column: String,
+        /// What is wrong with the value.
+        detail: String,
+    },
+    /// Bytes (an encoded key, a log record, a delta) could not be decoded.
+    #[error("cannot decode {what}: {detail} (the data is corrupt or from an incompatible version)")]
+    Decode {
+        /// What was being decoded.
+        what: &'static str,
+        /// What went wrong.
+        detail: String,
+    },
+    /// A partition schema is invalid.
+    #[error("invalid partition schema: {0}")]
+    InvalidPartitioning(String),
+    /// A predicate is invalid for its column.
+    #[error("invalid predicate: {0}")]
+    InvalidPredicate(String),
+    /// An Arrow error surfaced while converting data.
+    #[error("arrow error: {0}")]
+    Arrow(String),
+}
+
+impl From<arrow::error::ArrowError> for CommonError {
+    fn from(e: arrow::error::ArrowError) -> Self {
+        CommonError::Arrow(e.to_string())
+    }
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, CommonError>;

@@ -1,0 +1,93 @@
+//! The error type of `cairn-tablet`.
+
+use std::path::PathBuf;
+
+use cairn_common::{CommonError, HybridTime};
+
+/// Everything that can go wrong in a tablet. Messages say what was wrong and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum TabletError {
+    /// Bad input: schema, values, predicates.
+    #[error(transparent)]
+    Common(#[from] CommonError),
+    /// The write-ahead log failed.
+    #[error("write-ahead log: {0}")]
+    Wal(#[from] cairn_wal::WalError),
+    /// A file could not be read or written.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file's contents do not match their checksum or cannot be parsed.
+    #[error(
+        "corruption detected in {path}: {detail}. The tablet cannot be opened safely; restore \
+         it from a replica or backup"
+    )]
+    Corruption {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Parquet reading or writing failed.
+    #[error("parquet error in {path}: {detail}")]
+    Parquet {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        detail: String,
+    },
+    /// Arrow computation failed.
+    #[error("arrow error: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// A snapshot older than the history retention window was requested.
+    #[error(
+        "snapshot {requested} is older than the history retention window (oldest readable: \
+         {oldest}); read at a later timestamp or raise --history-retention"
+    )]
+    SnapshotTooOld {
+        /// The requested snapshot.
+        requested: HybridTime,
+        /// The oldest readable timestamp.
+        oldest: HybridTime,
+    },
+    /// The tablet directory already holds a tablet, or holds none.
+    #[error("{0}")]
+    BadTabletDir(String),
+    /// The tablet was closed.
+    #[error("the tablet is shut down")]
+    ShutDown,
+    /// An invalid request that is not about a particular value.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+}
+
+impl TabletError {
+    /// Wraps an I/O error with the file it happened on.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        TabletError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+    /// A corruption error for `path`.
+    pub fn corruption(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
+        TabletError::Corruption {
+            path: path.into(),
+            detail: detail.into(),
+        }
+    }
+    /// A parquet error for `path`.
+    pub fn parquet(path: impl Into<PathBuf>, e: impl std::fmt::Display) -> Self {
+        TabletError::Parquet {
+            path: path.into(),
+            detail: e.to_string(),
+        }
+    }
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, TabletError>;

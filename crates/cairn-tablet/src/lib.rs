@@ -1,0 +1,53 @@
+//! # cairn-tablet — one tablet's storage engine
+//!
+//! A tablet is one shard of a table: a contiguous slice of its partition-key space,
+//! stored as described in §4 of the Kudu paper and DESIGN.md "Tablet storage". This crate
+//! is that engine, with no knowledge of replication or RPC: later, each Raft replica
+//! (`cairn-consensus`) owns one [`Tablet`] and feeds it the committed log.
+//!
+//! How the pieces fit, from write to disk:
+//!
+//! - [`ops`]: row operations (INSERT, UPSERT, UPDATE, DELETE and their IGNORE forms),
+//!   row changes, and the log records that carry them.
+//! - [`tablet`]: the [`Tablet`]: schema, write path (validation → row [`locks`] →
+//!   [`mvcc`] timestamp → write-ahead log → apply), reads, log replay, and the
+//!   maintenance ops (flush, delta flush, compactions, GC, ALTER).
+//! - [`memrowset`]: the in-memory store of new rows with MVCC mutation chains.
+//! - [`diskrowset`]: immutable columnar rowsets: Parquet base data, [`keyindex`] (sorted
+//!   keys + bloom filter), [`delta`] stores (REDO / UNDO), the predicate skip cache, and
+//!   per-row-group scans with lazy materialisation.
+//! - [`rowsets`]: the current set of rowsets and the interval tree over their key ranges.
+//! - [`history`]: row versions → base + UNDO + REDO (shared by flush and compaction).
+//! - [`writer`]: writing new DiskRowSets, rolling at the target size.
+//! - [`compaction`] and [`policy`]: rowset compaction (budgeted knapsack choice) and
+//!   major delta compaction.
+//! - [`maintenance`]: the background thread that picks and runs maintenance ops.
+//! - [`scan`]: scan specs and resumable scanners returning Arrow record batches.
+//! - [`metadata`]: the atomically replaced, checksummed tablet metadata file.
+//! - [`cache`]: the decoded-block cache for point lookups.
+
+pub mod cache;
+pub mod compaction;
+pub mod delta;
+pub mod diskrowset;
+pub mod error;
+pub mod history;
+pub mod keyindex;
+pub mod locks;
+pub mod maintenance;
+pub mod memrowset;
+pub mod metadata;
+pub mod mvcc;
+pub mod ops;
+pub mod policy;
+pub mod rowsets;
+pub mod scan;
+pub mod tablet;
+pub mod writer;
+
+pub use error::{Result, TabletError};
+pub use maintenance::MaintenanceManager;
+pub use ops::{OpKind, RowError, RowOp};
+pub use scan::{ScanSpec, Scanner};
+pub use tablet::{AlterOp, ReadMode, Tablet, TabletOptions, WriteResult};
+pub use writer::Codec;

@@ -1,0 +1,191 @@
+//! The MemRowSet: the in-memory store of newly inserted rows (Kudu paper §4.2).
+//!
+//! A concurrent ordered map (a lock-free skip list) from encoded primary key to the row
+//! as inserted plus its *mutation chain*: every later update, delete and re-insert with
+//! its timestamp. Readers evaluate a row at their snapshot by replaying the chain up to
+//! it, so they never block writers; writers of one row are serialised by row locks above
+//! this layer. When the MemRowSet is flushed it is frozen (no new inserts), but rows in
+//! it still take mutations until the flushed DiskRowSet replaces it.
+
+use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use cairn_common::{HybridTime, Schema};
+use crossbeam_skiplist::SkipMap;
+use parking_lot::Mutex;
+
+use crate::history::{Row, RowHistory, apply_change};
+use crate::ops::RowChange;
+
+/// One row of a MemRowSet.
+#[derive(Debug)]
+pub struct MrsRow {
+    /// When the row was inserted.
+    pub insert_ts: HybridTime,
+    /// The row as inserted.
+    pub row: Row,
+    /// Later changes, in timestamp order.
+    pub mutations: Mutex<Vec<(HybridTime, RowChange)>>,
+}
+
+impl MrsRow {
+    /// The row as of snapshot `snap` (`None`: not visible or deleted).
+    pub fn state_at(&self, schema: &Schema, snap: HybridTime) -> Option<Row> {
+        if self.insert_ts > snap {
+            return None;
+        }
+        let muts = self.mutations.lock();
+        if muts.is_empty() {
+            return Some(self.row.clone());
+        }
+        let mut state = Some(self.row.clone());
+        for (ts, m) in muts.iter() {
+            if *ts > snap {
+                break;
+            }
+            apply_change(schema, &mut state, m);
+        }
+        state
+    }
+
+    /// Whether the row is live after every change applied so far.
+    pub fn is_live(&self) -> bool {
+        let muts = self.mutations.lock();
+        match muts
+            .iter()
+            .rev()
+            .find(|(_, m)| !matches!(m, RowChange::Update(_)))
+        {
+            Some((_, RowChange::Delete)) => false,
+            _ => true,
+        }
+    }
+
+    /// The row's versions up to and including `upto`.
+    pub fn history(&self, schema: &Schema, key: Vec<u8>, upto: HybridTime) -> RowHistory {
+        let mut versions = vec![(self.insert_ts, Some(self.row.clone()))];
+        let mut state = Some(self.row.clone());
+        for (ts, m) in self.mutations.lock().iter() {
+            if *ts > upto {
+                break;
+            }
+            apply_change(schema, &mut state, m);
+            versions.push((*ts, state.clone()));
+        }
+        RowHistory { key, versions }
+    }
+
+    /// Changes made after `after`, in order.
+    pub fn mutations_after(&self, after: HybridTime) -> Vec<(HybridTime, RowChange)> {
+        self.mutations
+            .lock()
+            .iter()
+            .filter(|(ts, _)| *ts > after)
+            .cloned()
+            .collect()
+    }
+}
+
+/// The in-memory rowset.
+#[derive(Debug)]
+pub struct MemRowSet {
+    /// Rowset id (unique within the tablet).
+    pub id: u64,
+    rows: SkipMap<Vec<u8>, Arc<MrsRow>>,
+    bytes: AtomicUsize,
+    created: Instant,
+    /// Lowest log index of an op that wrote into this MemRowSet (u64::MAX: none).
+    first_log_index: AtomicU64,
+}
+
+impl MemRowSet {
+    /// An empty MemRowSet.
+    pub fn new(id: u64) -> Self {
+        MemRowSet {
+            id,
+            rows: SkipMap::new(),
+            bytes: AtomicUsize::new(0),
+            created: Instant::now(),
+            first_log_index: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    fn note_index(&self, log_index: u64) {
+        self.first_log_index.fetch_min(log_index, Ordering::Relaxed);
+    }
+
+    /// Inserts a new row (the caller holds the row lock and checked absence).
+    pub fn insert(&self, key: Vec<u8>, row: Row, ts: HybridTime, log_index: u64) {
+        let size = key.len() + 64 + row.iter().map(|v| 24 + v.size_bytes()).sum::<usize>();
+        self.bytes.fetch_add(size, Ordering::Relaxed);
+        self.note_index(log_index);
+        self.rows.insert(
+            key,
+            Arc::new(MrsRow {
+                insert_ts: ts,
+                row,
+                mutations: Mutex::new(Vec::new()),
+            }),
+        );
+    }
+
+    /// Appends a change to an existing row's chain.
+    pub fn mutate(&self, row: &MrsRow, ts: HybridTime, change: RowChange, log_index: u64) {
+        self.bytes
+            .fetch_add(change.size_bytes() + 16, Ordering::Relaxed);
+        self.note_index(log_index);
+        row.mutations.lock().push((ts, change));
+    }
+
+    /// The row with this key, if any (live or deleted).
+    pub fn get(&self, key: &[u8]) -> Option<Arc<MrsRow>> {
+        self.rows.get(key).map(|e| e.value().clone())
+    }
+
+    /// Up to `max` rows with keys in `(after or lower, upper)`, in key order.
+    pub fn range_chunk(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        max: usize,
+    ) -> Vec<(Vec<u8>, Arc<MrsRow>)> {
+        let lower = lower.map(|b| b.to_vec());
+        let upper = upper.map(|b| b.to_vec());
+        self.rows
+            .range((lower, upper))
+            .take(max)
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect()
+    }
+
+    /// Every row in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (Vec<u8>, Arc<MrsRow>)> + '_ {
+        self.rows
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+    }
+
+    /// Number of rows (including deleted ones still in the chain).
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+    /// Whether the MemRowSet holds no rows.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+    /// Approximate memory used.
+    pub fn mem_bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+    /// How long ago the MemRowSet was created.
+    pub fn age(&self) -> std::time::Duration {
+        self.created.elapsed()
+    }
+    /// Lowest log index written into it, if any.
+    pub fn first_log_index(&self) -> Option<u64> {
+        let i = self.first_log_index.load(Ordering::Relaxed);
+        (i != u64::MAX).then_some(i)
+    }
+}

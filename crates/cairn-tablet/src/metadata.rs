@@ -1,0 +1,181 @@
+//! The tablet metadata file: the durable record of what a tablet consists of.
+//!
+//! It lists the schema, every DiskRowSet with its files and their checksums, and the log
+//! indexes up to which data is durable in those files (`mrs_flushed_index` for the
+//! MemRowSet, `durable_index` per rowset). Opening a tablet = read this file, open the
+//! files it names (verifying checksums), then replay the log from the lowest durable
+//! index. The file is a CRC32C followed by JSON, replaced atomically (write a temporary
+//! file, fsync, rename, fsync the directory) so a crash leaves either the old or the new
+//! version, never a mix.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+use cairn_common::{ColumnId, ColumnSchema, Schema};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TabletError};
+
+/// Name of the metadata file in the tablet directory.
+pub const METADATA_FILE: &str = "tablet-meta";
+const FORMAT_VERSION: u32 = 1;
+
+/// A file and its checksum.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FileMeta {
+    /// File name within the rowset directory.
+    pub name: String,
+    /// CRC32C of the whole file.
+    pub crc: u32,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// A Parquet base file and the columns it holds.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct BaseFileMeta {
+    /// File name within the rowset directory.
+    pub name: String,
+    /// CRC32C of the whole file.
+    pub crc: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Column ids stored, in file column order.
+    pub column_ids: Vec<ColumnId>,
+}
+
+/// One DiskRowSet.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RowSetMeta {
+    /// Rowset id.
+    pub id: u64,
+    /// Rows in the base data.
+    pub num_rows: u64,
+    /// Every op with a log index at or below this is reflected in the rowset's files.
+    pub durable_index: u64,
+    /// Base data files, oldest first.
+    pub base_files: Vec<BaseFileMeta>,
+    /// Key index.
+    pub keys: FileMeta,
+    /// REDO delta files, oldest first.
+    pub redo_files: Vec<FileMeta>,
+    /// UNDO delta files.
+    pub undo_files: Vec<FileMeta>,
+    /// Persisted predicate skip cache.
+    pub skip_cache: Option<FileMeta>,
+    /// Next number for a new file in this rowset's directory.
+    pub next_file_seq: u64,
+}
+
+/// The stored form of a schema.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SchemaMeta {
+    /// Columns.
+    pub columns: Vec<ColumnSchema>,
+    /// Primary-key column positions.
+    pub key_indexes: Vec<usize>,
+    /// Next column id.
+    pub next_column_id: ColumnId,
+    /// Schema version.
+    pub version: u32,
+}
+
+impl SchemaMeta {
+    /// Captures a schema.
+    pub fn from_schema(s: &Schema) -> Self {
+        SchemaMeta {
+            columns: s.columns().to_vec(),
+            key_indexes: s.key_indexes().to_vec(),
+            next_column_id: s.next_column_id(),
+            version: s.version(),
+        }
+    }
+    /// Rebuilds the schema.
+    pub fn to_schema(&self) -> cairn_common::Result<Schema> {
+        Schema::from_parts(
+            self.columns.clone(),
+            self.key_indexes.clone(),
+            self.next_column_id,
+            self.version,
+        )
+    }
+}
+
+/// Everything the metadata file records.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TabletMeta {
+    /// Format version of this file.
+    pub format_version: u32,
+    /// Current schema.
+    pub schema: SchemaMeta,
+    /// Every op at or below this log index that targeted a MemRowSet is flushed.
+    pub mrs_flushed_index: u64,
+    /// Next rowset id.
+    pub next_rowset_id: u64,
+    /// Disk rowsets.
+    pub rowsets: Vec<RowSetMeta>,
+}
+
+impl TabletMeta {
+    /// Metadata of a new, empty tablet.
+    pub fn new(schema: &Schema) -> Self {
+        TabletMeta {
+            format_version: FORMAT_VERSION,
+            schema: SchemaMeta::from_schema(schema),
+            mrs_flushed_index: 0,
+            next_rowset_id: 1,
+            rowsets: vec![],
+        }
+    }
+
+    /// Reads and verifies the metadata of the tablet in `dir`.
+    pub fn load(dir: &Path) -> Result<TabletMeta> {
+        let p = dir.join(METADATA_FILE);
+        let bytes = std::fs::read(&p).map_err(|e| TabletError::io(&p, e))?;
+        if bytes.len() < 4 {
+            return Err(TabletError::corruption(&p, "metadata file is truncated"));
+        }
+        let crc = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        if crc32c::crc32c(&bytes[4..]) != crc {
+            return Err(TabletError::corruption(&p, "metadata checksum mismatch"));
+        }
+        let m: TabletMeta = serde_json::from_slice(&bytes[4..])
+            .map_err(|e| TabletError::corruption(&p, format!("unreadable metadata: {e}")))?;
+        if m.format_version != FORMAT_VERSION {
+            return Err(TabletError::corruption(
+                &p,
+                format!("unsupported metadata version {}", m.format_version),
+            ));
+        }
+        Ok(m)
+    }
+
+    /// Atomically replaces the metadata file in `dir`.
+    pub fn store(&self, dir: &Path) -> Result<()> {
+        let body =
+            serde_json::to_vec(self).map_err(|e| TabletError::InvalidRequest(e.to_string()))?;
+        let mut buf = Vec::with_capacity(body.len() + 4);
+        buf.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        buf.extend_from_slice(&body);
+        write_atomic(dir, METADATA_FILE, &buf)
+    }
+}
+
+/// Writes `name` in `dir` atomically and durably.
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let dst = dir.join(name);
+    let mut f = File::create(&tmp).map_err(|e| TabletError::io(&tmp, e))?;
+    f.write_all(bytes).map_err(|e| TabletError::io(&tmp, e))?;
+    f.sync_all().map_err(|e| TabletError::io(&tmp, e))?;
+    std::fs::rename(&tmp, &dst).map_err(|e| TabletError::io(&dst, e))?;
+    sync_dir(dir)
+}
+
+/// Fsyncs a directory so renames and new files in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| TabletError::io(dir, e))
+}
