@@ -286,11 +286,13 @@ impl PartitionSchema {
                 Ok(prefix_successor(e))
             }
         };
-        let (lo, hi): (Option<&Value>, Option<&Value>) = match &p.op {
-            PredicateOp::Equality(v) => (Some(v), Some(v)),
-            PredicateOp::Range { lower, upper } => {
-                (lower.as_ref().map(|x| &x.0), upper.as_ref().map(|x| &x.0))
-            }
+        // (value, inclusive) bounds on the first range column.
+        let (lo, hi): (Option<&Value>, Option<(&Value, bool)>) = match &p.op {
+            PredicateOp::Equality(v) => (Some(v), Some((v, true))),
+            PredicateOp::Range { lower, upper } => (
+                lower.as_ref().map(|x| &x.0),
+                upper.as_ref().map(|x| (&x.0, x.1)),
+            ),
             PredicateOp::InList(vs) => {
                 let min = vs
                     .iter()
@@ -298,7 +300,7 @@ impl PartitionSchema {
                 let max = vs
                     .iter()
                     .max_by(|a, b| a.partial_cmp_same(b).unwrap_or(std::cmp::Ordering::Equal));
-                (min, max)
+                (min, max.map(|m| (m, true)))
             }
             _ => (None, None),
         };
@@ -307,7 +309,9 @@ impl PartitionSchema {
             None => vec![],
         };
         let upper = match hi {
-            Some(v) => above(v)?,
+            // With a single range column, `col < v` is exactly `key < enc(v)`.
+            Some((v, false)) if single => Some(enc(v)?),
+            Some((v, _)) => above(v)?,
             None => None,
         };
         Ok((lower, upper))

@@ -45,6 +45,8 @@ pub mod scan;
 pub mod tablet;
 pub mod writer;
 
+/// The log fsync policy (re-exported from `cairn-wal`).
+pub use cairn_wal::FsyncPolicy;
 pub use error::{Result, TabletError};
 pub use maintenance::MaintenanceManager;
 pub use ops::{OpKind, RowError, RowOp};

@@ -493,7 +493,7 @@ impl Scanner {
     }
 
     /// Counts the remaining rows.
-    pub fn count(&mut self) -> Result<usize> {
+    pub fn count_rows(&mut self) -> Result<usize> {
         let mut n = 0;
         while let Some(b) = self.next_batch()? {
             n += b.num_rows();

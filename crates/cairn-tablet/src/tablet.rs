@@ -27,7 +27,7 @@ use std::time::Duration;
 use cairn_common::key::encode_row_key;
 use cairn_common::{ColumnSpec, HybridClock, HybridTime, Schema, Value};
 use cairn_wal::{FsyncPolicy, Log, LogOptions};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
 use crate::cache::BlockCache;
 use crate::delta::{DeltaEntry, DeltaMemStore, write_delta_file};
@@ -383,44 +383,48 @@ impl Tablet {
         if self.shut_down.load(Ordering::Acquire) {
             return Err(TabletError::ShutDown);
         }
-        let schema_guard = self.schema.read();
-        let schema = schema_guard.clone();
-        let mut row_errors = Vec::new();
-        let mut prepared = Vec::with_capacity(ops.len());
-        for (i, op) in ops.into_iter().enumerate() {
-            match self.prepare(&schema, op) {
-                Ok((op, key)) => prepared.push((i, op, key)),
-                Err(e) => row_errors.push((i, e)),
-            }
-        }
-        let _locks = self
-            .locks
-            .lock_all(prepared.iter().map(|(_, _, k)| k.as_slice()));
-        let _gate = self.gate.read();
-        let ts = self.mvcc.start(&self.clock);
-        let index = if prepared.is_empty() {
-            0
-        } else {
-            let refs: Vec<&RowOp> = prepared.iter().map(|(_, op, _)| op).collect();
-            let rec = LogRecord::write(ts, &schema, &refs).encode();
-            match self.append_log(&rec) {
-                Ok(i) => i,
-                Err(e) => {
-                    self.mvcc.finish(ts);
-                    return Err(e);
+        loop {
+            let schema = self.schema();
+            let mut row_errors = Vec::new();
+            let mut prepared = Vec::with_capacity(ops.len());
+            for (i, op) in ops.iter().enumerate() {
+                match self.prepare(&schema, op.clone()) {
+                    Ok((op, key)) => prepared.push((i, op, key)),
+                    Err(e) => row_errors.push((i, e)),
                 }
             }
-        };
-        let comps = self.comps.read().clone();
-        for (i, op, key) in prepared {
-            if let Err(e) = self.apply_op(&schema, &comps, &op, key, ts, index, false) {
-                row_errors.push((i, e));
+            let _locks = self
+                .locks
+                .lock_all(prepared.iter().map(|(_, _, k)| k.as_slice()));
+            let _gate = self.gate.read();
+            if self.schema.read().version() != schema.version() {
+                // An ALTER slipped in between validation and the gate: validate again.
+                continue;
             }
+            let ts = self.mvcc.start(&self.clock);
+            let index = if prepared.is_empty() {
+                0
+            } else {
+                let refs: Vec<&RowOp> = prepared.iter().map(|(_, op, _)| op).collect();
+                let rec = LogRecord::write(ts, &schema, &refs).encode();
+                match self.append_log(&rec) {
+                    Ok(i) => i,
+                    Err(e) => {
+                        self.mvcc.finish(ts);
+                        return Err(e);
+                    }
+                }
+            };
+            let comps = self.comps.read().clone();
+            for (i, op, key) in prepared {
+                if let Err(e) = self.apply_op(&schema, &comps, &op, key, ts, index, false) {
+                    row_errors.push((i, e));
+                }
+            }
+            self.mvcc.finish(ts);
+            row_errors.sort_by_key(|(i, _)| *i);
+            return Ok(WriteResult { ts, row_errors });
         }
-        self.mvcc.finish(ts);
-        drop(schema_guard);
-        row_errors.sort_by_key(|(i, _)| *i);
-        Ok(WriteResult { ts, row_errors })
     }
 
     fn append_log(&self, rec: &[u8]) -> Result<u64> {
@@ -703,14 +707,19 @@ impl Tablet {
     /// Flushes the MemRowSet into new DiskRowSets. Returns false if it was empty.
     pub fn flush_mrs(&self) -> Result<bool> {
         let _m = self.maint.lock();
-        self.flush_mrs_locked(false)
+        self.flush_mrs_locked(false).map(|(flushed, _)| flushed)
     }
 
-    fn flush_mrs_locked(&self, hold_gate: bool) -> Result<bool> {
+    /// Flushes the MemRowSet. With `hold_gate`, writers stay blocked from the cut until
+    /// the caller drops the returned guard (used by ALTER).
+    fn flush_mrs_locked(
+        &self,
+        hold_gate: bool,
+    ) -> Result<(bool, Option<RwLockWriteGuard<'_, ()>>)> {
         let gate = self.gate.write();
         let comps = self.components();
         if comps.mrs.is_empty() {
-            return Ok(false);
+            return Ok((false, hold_gate.then_some(gate)));
         }
         let cut = self.last_log_index();
         let snap = self.mvcc.snapshot_now(&self.clock);
@@ -743,7 +752,7 @@ impl Tablet {
         }
         let outputs = self.open_rowsets(w.finish()?)?;
 
-        let _gate = match gate {
+        let gate = match gate {
             Some(g) => g,
             None => self.gate.write(),
         };
@@ -775,7 +784,7 @@ impl Tablet {
             cut,
             "flushed the MemRowSet"
         );
-        Ok(true)
+        Ok((true, hold_gate.then_some(gate)))
     }
 
     /// Flushes every non-empty DeltaMemStore into a REDO delta file.
@@ -1067,19 +1076,17 @@ impl Tablet {
             AlterOp::DropColumn(name) => current.drop_column(name)?,
             AlterOp::RenameColumn { from, to } => current.rename_column(from, to)?,
         };
-        // Block writers for the whole change so no row is written under the old layout
-        // after the flush.
-        let mut schema_w = self.schema.write();
-        self.flush_mrs_locked(true)?;
-        let _g = self.gate.write();
+        // Writers stay blocked from the flush's cut until the new schema is in place, so
+        // no row reaches the MemRowSet under the old column layout.
+        let (_, gate) = self.flush_mrs_locked(true)?;
         let rec = LogRecord::AlterSchema {
             schema: SchemaMeta::from_schema(&new),
         };
         self.append_log(&rec.encode())?;
         self.wal.lock().sync()?;
-        *schema_w = Arc::new(new);
-        drop(schema_w);
+        *self.schema.write() = Arc::new(new);
         self.persist()?;
+        drop(gate);
         Ok(())
     }
 

@@ -239,7 +239,7 @@ impl<'a> RowSetWriter<'a> {
                 change,
             }));
         o.pending.push(row.base);
-        if o.pending.len() >= BLOCK_ROWS {
+        if o.pending.len() >= BLOCK_ROWS.min(self.config.rows_per_row_group.max(1)) {
             self.write_pending()?;
             if let Some(o) = &self.open {
                 let size = o.writer.bytes_written() + o.writer.in_progress_size();

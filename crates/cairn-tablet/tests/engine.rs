@@ -1,0 +1,420 @@
+//! Feature tests of the tablet: concurrency with the maintenance manager, corruption of
+//! every kind of file, ALTER without rewrites, lazy materialisation and the predicate
+//! skip cache, snapshot limits, bad input.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cairn_common::{ColumnPredicate, ColumnSpec, DataType, HybridTime, Schema, Value};
+use cairn_tablet::{
+    AlterOp, MaintenanceManager, ReadMode, RowError, RowOp, ScanSpec, Tablet, TabletError,
+    TabletOptions,
+};
+use common::{rows_of, small_options};
+
+fn kv_schema() -> Schema {
+    Schema::new(
+        vec![
+            ColumnSpec::new("k", DataType::Int64),
+            ColumnSpec::new("w", DataType::Int32),
+            ColumnSpec::new("v", DataType::Int64),
+        ],
+        &["k"],
+    )
+    .unwrap()
+}
+
+fn row(k: i64, w: i32, v: i64) -> Vec<Value> {
+    vec![Value::Int64(k), Value::Int32(w), Value::Int64(v)]
+}
+
+#[test]
+fn writers_scanners_and_maintenance_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = TabletOptions {
+        mrs_flush_bytes: 16 << 10,
+        dms_flush_bytes: 4 << 10,
+        ..small_options()
+    };
+    let t = Tablet::create(dir.path(), kv_schema(), opts).unwrap();
+    let mm = MaintenanceManager::start(t.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    const WRITERS: i64 = 3;
+    const PER_WRITER: i64 = 1500;
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                for i in 0..PER_WRITER {
+                    let k = w * 1_000_000 + i;
+                    let mut ops = vec![RowOp::insert(row(k, w as i32, i))];
+                    if i % 5 == 4 {
+                        // Re-write an earlier row: its value becomes -index.
+                        let old = w * 1_000_000 + i / 2;
+                        ops.push(RowOp::upsert(row(old, w as i32, -(i / 2))));
+                    }
+                    let r = t.write(ops).unwrap();
+                    assert!(r.row_errors.is_empty(), "{:?}", r.row_errors);
+                }
+            })
+        })
+        .collect();
+    let scanners: Vec<_> = (0..2)
+        .map(|_| {
+            let t = t.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let schema = t.schema();
+                let mut scans = 0;
+                while !stop.load(Ordering::Acquire) {
+                    let mut s = t
+                        .scan(ScanSpec {
+                            ordered: scans % 2 == 0,
+                            ..Default::default()
+                        })
+                        .unwrap();
+                    let rows = rows_of(&schema, &s.collect_all().unwrap());
+                    // Each writer inserts sequentially, so a consistent snapshot holds a
+                    // prefix of each writer's keys.
+                    for w in 0..WRITERS {
+                        let mine: BTreeSet<i64> = rows
+                            .iter()
+                            .filter(|r| r[1] == Value::Int32(w as i32))
+                            .map(|r| match r[0] {
+                                Value::Int64(k) => k - w * 1_000_000,
+                                _ => unreachable!(),
+                            })
+                            .collect();
+                        let n = mine.len() as i64;
+                        assert!(mine.iter().copied().eq(0..n), "writer {w}: not a prefix");
+                    }
+                    scans += 1;
+                }
+                scans
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Release);
+    for s in scanners {
+        assert!(s.join().unwrap() > 0);
+    }
+    mm.stop();
+    let check = |t: &Arc<Tablet>| {
+        let schema = t.schema();
+        let rows = rows_of(
+            &schema,
+            &t.scan(ScanSpec {
+                ordered: true,
+                ..Default::default()
+            })
+            .unwrap()
+            .collect_all()
+            .unwrap(),
+        );
+        assert_eq!(rows.len() as i64, WRITERS * PER_WRITER);
+        for r in rows {
+            let (Value::Int64(k), Value::Int64(v)) = (&r[0], &r[2]) else {
+                unreachable!()
+            };
+            let i = k % 1_000_000;
+            let rewritten = (0..PER_WRITER).any(|j| j % 5 == 4 && j / 2 == i);
+            assert_eq!(*v, if rewritten { -i } else { i }, "key {k}");
+        }
+    };
+    check(&t);
+    assert!(
+        t.stats().disk_rowsets > 0,
+        "the maintenance manager flushed"
+    );
+    drop(t);
+    check(&Tablet::open(dir.path(), small_options()).unwrap());
+}
+
+/// Builds a tablet with every kind of file, then closes it.
+fn tablet_with_every_file(dir: &Path) {
+    let t = Tablet::create(dir, kv_schema(), small_options()).unwrap();
+    let ops: Vec<_> = (0..200).map(|k| RowOp::insert(row(k, 0, k))).collect();
+    t.write(ops).unwrap();
+    t.flush_mrs().unwrap();
+    let schema = t.schema();
+    let ups: Vec<_> = (0..50)
+        .map(|k| RowOp::update(&schema, &[Value::Int64(k)], &[("v", Value::Int64(-k))]).unwrap())
+        .collect();
+    t.write(ups).unwrap();
+    t.flush_deltas().unwrap();
+    let rs = t.components().disk[0].clone();
+    t.major_delta_compaction(&rs).unwrap();
+    t.write(vec![RowOp::delete(&schema, &[Value::Int64(3)]).unwrap()])
+        .unwrap();
+    t.flush_deltas().unwrap();
+    let mut s = t
+        .scan(ScanSpec {
+            predicates: vec![ColumnPredicate::eq("w", Value::Int32(99))],
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(s.count_rows().unwrap(), 0);
+    t.persist_skip_caches().unwrap();
+    t.write(vec![RowOp::insert(row(1000, 0, 0))]).unwrap();
+    t.shutdown().unwrap();
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let dst = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+#[test]
+fn flipped_bytes_in_every_kind_of_file_are_reported() {
+    let root = tempfile::tempdir().unwrap();
+    let pristine = root.path().join("pristine");
+    tablet_with_every_file(&pristine);
+    let files = files_under(&pristine);
+    let kinds = [
+        "tablet-meta",
+        "base-0.parquet",
+        "base-",
+        "keys",
+        "redo-",
+        "undo-",
+        "skipcache-",
+        "wal-",
+    ];
+    for kind in kinds {
+        assert!(
+            files
+                .iter()
+                .any(|f| f.file_name().unwrap().to_string_lossy().starts_with(kind)),
+            "no {kind} file was produced: {files:?}"
+        );
+    }
+    for (n, f) in files.iter().enumerate() {
+        let rel = f.strip_prefix(&pristine).unwrap();
+        let copy = root.path().join(format!("c{n}"));
+        copy_dir(&pristine, &copy);
+        let target = copy.join(rel);
+        let mut bytes = std::fs::read(&target).unwrap();
+        let pos = bytes.len() / 2;
+        bytes[pos] ^= 0x5A;
+        std::fs::write(&target, &bytes).unwrap();
+        match Tablet::open(&copy, small_options()) {
+            Err(TabletError::Corruption { .. }) | Err(TabletError::Wal(_)) => {}
+            Err(e) => panic!("{}: unexpected error kind {e}", rel.display()),
+            Ok(_) => panic!("{}: corruption went unnoticed", rel.display()),
+        }
+    }
+    // And the untouched copy opens fine with all data.
+    let t = Tablet::open(&pristine, small_options()).unwrap();
+    assert_eq!(
+        t.scan(ScanSpec::default()).unwrap().count_rows().unwrap(),
+        200
+    );
+}
+
+#[test]
+fn alter_adds_drops_and_renames_without_rewriting() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tablet::create(dir.path(), kv_schema(), small_options()).unwrap();
+    t.write((0..100).map(|k| RowOp::insert(row(k, 1, k))).collect())
+        .unwrap();
+    t.flush_mrs().unwrap();
+    let files_before = files_under(dir.path())
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".parquet"))
+        .count();
+    t.alter_schema(AlterOp::AddColumn(
+        ColumnSpec::new("n", DataType::String).with_default(Value::String("x".into())),
+    ))
+    .unwrap();
+    t.alter_schema(AlterOp::RenameColumn {
+        from: "v".into(),
+        to: "value".into(),
+    })
+    .unwrap();
+    t.alter_schema(AlterOp::DropColumn("w".into())).unwrap();
+    assert!(t.alter_schema(AlterOp::DropColumn("k".into())).is_err());
+    let files_after = files_under(dir.path())
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".parquet"))
+        .count();
+    assert_eq!(files_before, files_after, "no base data was rewritten");
+    let schema = t.schema();
+    t.write(vec![RowOp::insert(vec![
+        Value::Int64(500),
+        Value::Int64(5),
+        Value::String("new".into()),
+    ])])
+    .unwrap();
+    let check = |t: &Arc<Tablet>| {
+        let rows = rows_of(
+            &schema,
+            &t.scan(ScanSpec {
+                ordered: true,
+                ..Default::default()
+            })
+            .unwrap()
+            .collect_all()
+            .unwrap(),
+        );
+        assert_eq!(rows.len(), 101);
+        assert_eq!(
+            rows[7],
+            vec![Value::Int64(7), Value::Int64(7), Value::String("x".into())]
+        );
+        assert_eq!(
+            rows[100],
+            vec![
+                Value::Int64(500),
+                Value::Int64(5),
+                Value::String("new".into())
+            ]
+        );
+    };
+    check(&t);
+    drop(t);
+    let t = Tablet::open(dir.path(), small_options()).unwrap();
+    assert_eq!(t.schema().index_of("value").unwrap(), 1);
+    check(&t);
+}
+
+#[test]
+fn lazy_materialisation_and_skip_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tablet::create(dir.path(), kv_schema(), small_options()).unwrap();
+    // w cycles 0..10 so min/max statistics cannot rule row groups out for w = 3.
+    t.write(
+        (0..640)
+            .map(|k| RowOp::insert(row(k, (k % 10) as i32, k * 2)))
+            .collect(),
+    )
+    .unwrap();
+    t.flush_mrs().unwrap();
+    let scan = |p: ColumnPredicate| {
+        let mut s = t
+            .scan(ScanSpec {
+                predicates: vec![p],
+                projection: Some(vec!["k".into()]),
+                ..Default::default()
+            })
+            .unwrap();
+        s.count_rows().unwrap()
+    };
+    assert_eq!(scan(ColumnPredicate::eq("w", Value::Int32(3))), 64);
+    // v is even: v = 7 matches nothing, but min/max cannot show it.
+    let read0 = t.counters.groups_read.load(Ordering::Relaxed);
+    assert_eq!(scan(ColumnPredicate::eq("v", Value::Int64(7))), 0);
+    let read1 = t.counters.groups_read.load(Ordering::Relaxed);
+    assert!(read1 > read0);
+    // Same predicate again: every group is skipped by the cache…
+    assert_eq!(scan(ColumnPredicate::eq("v", Value::Int64(7))), 0);
+    assert_eq!(t.counters.groups_read.load(Ordering::Relaxed), read1);
+    let by_cache = t.counters.groups_skipped_by_cache.load(Ordering::Relaxed);
+    assert!(by_cache > 0);
+    // …and so is a conjunction that implies it.
+    let mut s = t
+        .scan(ScanSpec {
+            predicates: vec![
+                ColumnPredicate::eq("v", Value::Int64(7)),
+                ColumnPredicate::ge("k", Value::Int64(0)),
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(s.count_rows().unwrap(), 0);
+    assert!(t.counters.groups_skipped_by_cache.load(Ordering::Relaxed) > by_cache);
+    // An update that makes a row match is found despite the cache.
+    let schema = t.schema();
+    t.write(vec![
+        RowOp::update(&schema, &[Value::Int64(5)], &[("v", Value::Int64(7))]).unwrap(),
+    ])
+    .unwrap();
+    assert_eq!(scan(ColumnPredicate::eq("v", Value::Int64(7))), 1);
+    // Min/max statistics skip groups for key-ordered columns.
+    let before = t.counters.groups_skipped_by_stats.load(Ordering::Relaxed);
+    assert_eq!(scan(ColumnPredicate::ge("v", Value::Int64(1270))), 5);
+    assert!(t.counters.groups_skipped_by_stats.load(Ordering::Relaxed) > before);
+    // The cache survives a reopen once persisted.
+    t.persist_skip_caches().unwrap();
+    drop(t);
+    let t = Tablet::open(dir.path(), small_options()).unwrap();
+    assert!(t.components().disk.iter().any(|r| !r.skip_cache.is_empty()));
+}
+
+#[test]
+fn bad_input_gets_clear_errors_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tablet::create(dir.path(), kv_schema(), small_options()).unwrap();
+    let schema = t.schema();
+    let r = t
+        .write(vec![
+            RowOp::insert(vec![Value::Int64(1), Value::Int32(1), Value::Int64(1)]),
+            RowOp::insert(vec![Value::Int32(2), Value::Int32(1), Value::Int64(1)]),
+            RowOp::insert(vec![Value::Null, Value::Int32(1), Value::Int64(1)]),
+            RowOp {
+                kind: cairn_tablet::OpKind::Insert,
+                values: vec![Some(Value::Int64(3)), None, None],
+            },
+            RowOp::insert(vec![Value::Int64(1), Value::Int32(1), Value::Int64(1)]),
+        ])
+        .unwrap();
+    let errs: Vec<usize> = r.row_errors.iter().map(|(i, _)| *i).collect();
+    assert_eq!(errs, vec![1, 2, 3, 4]);
+    assert_eq!(r.row_errors[3].1, RowError::AlreadyPresent);
+    assert!(
+        r.row_errors[0].1.to_string().contains("expected a INT64"),
+        "{}",
+        r.row_errors[0].1
+    );
+    assert!(matches!(
+        t.scan(ScanSpec {
+            predicates: vec![ColumnPredicate::eq("nope", Value::Int32(1))],
+            ..Default::default()
+        }),
+        Err(TabletError::Common(_))
+    ));
+    assert!(
+        t.get(&[Value::String("x".into())], ReadMode::Latest)
+            .is_err()
+    );
+    let too_old = HybridTime::from_micros(1);
+    assert!(matches!(
+        t.scan(ScanSpec {
+            read_mode: ReadMode::Snapshot(too_old),
+            ..Default::default()
+        }),
+        Err(TabletError::SnapshotTooOld { .. })
+    ));
+    assert!(Tablet::create(dir.path(), schema.as_ref().clone(), small_options()).is_err());
+    assert_eq!(
+        t.scan(ScanSpec::default()).unwrap().count_rows().unwrap(),
+        1
+    );
+}
