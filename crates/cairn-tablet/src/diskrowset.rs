@@ -344,6 +344,17 @@ pub struct Deltas {
 impl Deltas {
     /// REDOs and UNDOs for ordinals `[lo, hi)`, each ordered by (ordinal, timestamp).
     pub fn collect(&self, lo: u32, hi: u32) -> (Vec<DeltaEntry>, Vec<DeltaEntry>) {
+        self.collect_for(lo, hi, HybridTime::MIN)
+    }
+
+    /// Like [`Deltas::collect`], but skips UNDO files that cannot matter to a read at
+    /// `snap` (all their changes are at or before it).
+    pub fn collect_for(
+        &self,
+        lo: u32,
+        hi: u32,
+        snap: HybridTime,
+    ) -> (Vec<DeltaEntry>, Vec<DeltaEntry>) {
         let mut redo: Vec<DeltaEntry> = Vec::new();
         for f in &self.redo_files {
             redo.extend_from_slice(f.range(lo, hi));
@@ -354,8 +365,8 @@ impl Deltas {
         redo.extend(self.dms.range(lo, hi));
         redo.sort_by_key(|e| (e.ordinal, e.ts));
         let mut undo: Vec<DeltaEntry> = Vec::new();
-        for f in &self.undo_files {
-            undo.extend_from_slice(f.range(lo, hi));
+        for f in self.undo_files.iter().filter(|f| f.max_ts > snap) {
+            undo.extend(f.range(lo, hi).iter().filter(|e| e.ts > snap).cloned());
         }
         undo.sort_by_key(|e| (e.ordinal, e.ts));
         (redo, undo)
@@ -706,7 +717,7 @@ impl DiskRowSet {
 
     /// The full row at `ordinal` as of `snap` (`None`: not visible).
     pub fn row_at(&self, schema: &Schema, ordinal: u32, snap: HybridTime) -> Result<Option<Row>> {
-        let (redo, undo) = self.deltas.read().collect(ordinal, ordinal + 1);
+        let (redo, undo) = self.deltas.read().collect_for(ordinal, ordinal + 1, snap);
         let mut state = Some(self.base_row(schema, ordinal)?);
         for e in undo.iter().rev() {
             if e.ts > snap {
@@ -743,6 +754,7 @@ impl DiskRowSet {
 
     /// Scans rows `[a, b)` of row group `rg` at the scan's snapshot. Returns `None` when
     /// nothing matches.
+    #[allow(clippy::too_many_arguments)]
     pub fn scan_group(
         &self,
         s: &RowSetScan<'_>,
@@ -760,7 +772,7 @@ impl DiskRowSet {
         if lo >= hi {
             return Ok(None);
         }
-        let (redo, undo) = deltas.collect(lo, hi);
+        let (redo, undo) = deltas.collect_for(lo, hi, s.snapshot);
         let relevant: BTreeMap<u32, (Vec<&DeltaEntry>, Vec<&DeltaEntry>)> = {
             let mut m: BTreeMap<u32, (Vec<&DeltaEntry>, Vec<&DeltaEntry>)> = BTreeMap::new();
             for e in redo.iter().filter(|e| e.ts <= s.snapshot) {

@@ -53,14 +53,12 @@ impl MrsRow {
     /// Whether the row is live after every change applied so far.
     pub fn is_live(&self) -> bool {
         let muts = self.mutations.lock();
-        match muts
-            .iter()
-            .rev()
-            .find(|(_, m)| !matches!(m, RowChange::Update(_)))
-        {
-            Some((_, RowChange::Delete)) => false,
-            _ => true,
-        }
+        !matches!(
+            muts.iter()
+                .rev()
+                .find(|(_, m)| !matches!(m, RowChange::Update(_))),
+            Some((_, RowChange::Delete))
+        )
     }
 
     /// The row's versions up to and including `upto`.

@@ -923,8 +923,6 @@ impl Tablet {
             for rs in &inputs {
                 let mut d = rs.deltas();
                 if !d.dms.is_empty() {
-                    let mut frozen = DeltaMemStore::new();
-                    std::mem::swap(&mut frozen, &mut DeltaMemStore::new());
                     // Merge an already frozen DMS with the active one: both are inputs.
                     let merged = Arc::new(DeltaMemStore::new());
                     for src in d.frozen_dms.iter().chain(std::iter::once(&d.dms)) {

@@ -96,7 +96,7 @@ fn crash_test_kill_9() {
         let target = 40 + (cycle * 37) % 60;
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut n = 0;
-        let mut record = |line: &str, acked: &mut Vec<(i64, i64)>| {
+        let record = |line: &str, acked: &mut Vec<(i64, i64)>| {
             // libtest may print "test crash_child ... " on the same line first.
             if let Some(rest) = line.find("ack ").map(|i| &line[i + 4..]) {
                 let mut it = rest.split(' ').map(|x| x.parse::<i64>().unwrap());

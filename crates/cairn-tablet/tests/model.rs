@@ -20,10 +20,11 @@ use rand::{Rng, SeedableRng};
 const FIXED_SEEDS: &[u64] = &[1, 2, 3, 7, 42, 1234];
 
 type Key = (String, i32);
+type Versions = Vec<(HybridTime, Option<Vec<Value>>)>;
 
 /// The oracle: every version of every row, plus the current column layout.
 struct Oracle {
-    versions: BTreeMap<Key, Vec<(HybridTime, Option<Vec<Value>>)>>,
+    versions: BTreeMap<Key, Versions>,
     ncols: usize,
 }
 
@@ -141,9 +142,9 @@ fn run(seed: u64, steps: usize) {
                             }
                             (OpKind::Upsert | OpKind::Update | OpKind::UpdateIgnore, Some(row)) => {
                                 let mut r = row.clone();
-                                for c in 2..oracle.ncols {
-                                    if let Some(v) = &op.values[c] {
-                                        r[c] = v.clone();
+                                for (slot, v) in r.iter_mut().zip(&op.values).skip(2) {
+                                    if let Some(v) = v {
+                                        *slot = v.clone();
                                     }
                                 }
                                 Ok(Some(Some(r)))
