@@ -72,7 +72,9 @@ impl DataType {
             DataType::String | DataType::Varchar(_) => ArrowType::Utf8,
             DataType::Binary => ArrowType::Binary,
             DataType::Date => ArrowType::Date32,
-            DataType::Timestamp => ArrowType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            DataType::Timestamp => {
+                ArrowType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
+            }
         }
     }
 
@@ -398,7 +400,7 @@ pub fn array_from_values<'a>(
                     other => Err(mismatch(t, other)),
                 })
                 .collect::<Result<_>>()?;
-            Arc::new(a.with_timezone("UTC"))
+            Arc::new(a.with_timezone("+00:00"))
         }
         DataType::Decimal { precision, scale } => {
             let a: Decimal128Array = values
