@@ -51,5 +51,5 @@ pub use error::{Result, TabletError};
 pub use maintenance::MaintenanceManager;
 pub use ops::{OpKind, RowError, RowOp};
 pub use scan::{ScanSpec, Scanner};
-pub use tablet::{AlterOp, ReadMode, Tablet, TabletOptions, WriteResult};
+pub use tablet::{AlterOp, PreparedWrite, ReadMode, Tablet, TabletOptions, WriteResult};
 pub use writer::Codec;

@@ -12,6 +12,14 @@
 //! the lowest of those, re-running each op through the same write path and skipping the
 //! row ops whose owning store already has them.
 //!
+//! **Replicated mode** ([`TabletOptions::external_log`]): under Raft the consensus log
+//! is the write-ahead log, so the tablet keeps none of its own. The leader validates and
+//! locks a batch ([`Tablet::prepare_write`]), takes a timestamp, and hands the encoded
+//! record to consensus; every replica (leader included) applies committed records in log
+//! order through [`Tablet::apply_replicated`], which skips what a store already holds,
+//! exactly like local log replay. [`Tablet::durable_index`] says from where the
+//! consensus log must be re-applied after a restart.
+//!
 //! **Maintenance** ops (flush, delta flush, delta compactions, rowset compaction, history
 //! and log GC) run one at a time. Each takes a brief exclusive *cut* of the write gate to
 //! freeze its inputs at a known log index, does its I/O while writers and readers go on,
@@ -69,6 +77,9 @@ pub struct TabletOptions {
     pub block_cache_bytes: usize,
     /// How often the maintenance manager looks for work.
     pub maintenance_interval: Duration,
+    /// The tablet keeps no log of its own: a consensus log feeds it through
+    /// [`Tablet::apply_replicated`] (replicated tablets).
+    pub external_log: bool,
 }
 
 impl Default for TabletOptions {
@@ -86,6 +97,7 @@ impl Default for TabletOptions {
             compaction_budget_bytes: 128 << 20,
             block_cache_bytes: 256 << 20,
             maintenance_interval: Duration::from_millis(250),
+            external_log: false,
         }
     }
 }
@@ -156,6 +168,33 @@ pub struct TabletStats {
     pub wal_segments: usize,
 }
 
+/// A leader's validated write batch, not yet replicated
+/// ([`Tablet::prepare_write`]).
+#[derive(Debug)]
+pub struct PreparedWrite {
+    schema: Arc<Schema>,
+    /// (position in the caller's batch, validated op, encoded key).
+    rows: Vec<(usize, RowOp, Vec<u8>)>,
+    /// Rows that failed validation, by position in the caller's batch.
+    pub row_errors: Vec<(usize, RowError)>,
+}
+
+impl PreparedWrite {
+    /// Whether no row passed validation (nothing to replicate).
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+    /// Number of rows to replicate.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+    /// Maps the position of a row in the replicated record back to its position in
+    /// the caller's batch.
+    pub fn batch_position(&self, record_pos: usize) -> usize {
+        self.rows.get(record_pos).map_or(usize::MAX, |r| r.0)
+    }
+}
+
 /// One tablet.
 pub struct Tablet {
     dir: PathBuf,
@@ -167,7 +206,10 @@ pub struct Tablet {
     comps: RwLock<Arc<Components>>,
     /// Writers hold it shared; maintenance cuts and installs hold it exclusively.
     gate: RwLock<()>,
-    wal: Mutex<Log>,
+    /// The tablet's own log; `None` in replicated mode.
+    wal: Mutex<Option<Log>>,
+    /// Replicated mode: the last consensus index applied.
+    applied_index: AtomicU64,
     mrs_flushed_index: AtomicU64,
     next_rowset_id: AtomicU64,
     maint: Mutex<()>,
@@ -230,13 +272,17 @@ impl Tablet {
             disk.push(Arc::new(DiskRowSet::open(&d, rs.clone(), cache.clone())?));
         }
         remove_orphans(&rdir, &meta)?;
-        let wal = Log::open(
-            &dir.join("wal"),
-            LogOptions {
-                segment_size: opts.wal_segment_bytes,
-                fsync: opts.fsync,
-            },
-        )?;
+        let wal = if opts.external_log {
+            None
+        } else {
+            Some(Log::open(
+                &dir.join("wal"),
+                LogOptions {
+                    segment_size: opts.wal_segment_bytes,
+                    fsync: opts.fsync,
+                },
+            )?)
+        };
         let first_mrs = meta.next_rowset_id;
         let t = Arc::new(Tablet {
             dir: dir.to_path_buf(),
@@ -251,6 +297,7 @@ impl Tablet {
             ))),
             gate: RwLock::new(()),
             wal: Mutex::new(wal),
+            applied_index: AtomicU64::new(0),
             mrs_flushed_index: AtomicU64::new(meta.mrs_flushed_index),
             next_rowset_id: AtomicU64::new(meta.next_rowset_id + 1),
             maint: Mutex::new(()),
@@ -259,7 +306,11 @@ impl Tablet {
             shut_down: AtomicBool::new(false),
             opts,
         });
-        t.replay()?;
+        if t.opts.external_log {
+            t.applied_index.store(t.durable_index(), Ordering::Release);
+        } else {
+            t.replay()?;
+        }
         Ok(t)
     }
 
@@ -429,6 +480,11 @@ impl Tablet {
 
     fn append_log(&self, rec: &[u8]) -> Result<u64> {
         let mut wal = self.wal.lock();
+        let wal = wal.as_mut().ok_or_else(|| {
+            TabletError::InvalidRequest(
+                "this tablet is replicated: write through its consensus group".into(),
+            )
+        })?;
         let index = wal.next_index().unwrap_or(1);
         wal.append(index, rec)?;
         Ok(index)
@@ -529,7 +585,7 @@ impl Tablet {
             .min()
             .unwrap_or(0)
             + 1;
-        let last = match self.wal.lock().last_index() {
+        let last = match self.wal.lock().as_ref().and_then(|w| w.last_index()) {
             Some(l) => l,
             None => return Ok(()),
         };
@@ -537,7 +593,10 @@ impl Tablet {
         let mut from = start;
         while from <= last {
             let to = (from + 4096).min(last + 1);
-            let entries = self.wal.lock().read_range(from, to)?;
+            let entries = match self.wal.lock().as_ref() {
+                Some(w) => w.read_range(from, to)?,
+                None => break,
+            };
             for (index, payload) in entries {
                 let rec = LogRecord::decode(&payload).map_err(|e| {
                     TabletError::corruption(self.dir.join("wal"), format!("log entry {index}: {e}"))
@@ -545,25 +604,9 @@ impl Tablet {
                 match rec {
                     LogRecord::Write { ts, ops } => {
                         self.mvcc.start_at(&self.clock, ts);
-                        let schema = self.schema();
-                        let comps = self.components();
-                        for (kind, cells) in ops {
-                            let mut values = vec![None; schema.num_columns()];
-                            for (id, v) in cells {
-                                if let Some(i) = schema.index_of_id(id) {
-                                    values[i] = Some(v);
-                                }
-                            }
-                            let op = RowOp { kind, values };
-                            let key_row: Vec<Value> = op
-                                .values
-                                .iter()
-                                .map(|v| v.clone().unwrap_or(Value::Null))
-                                .collect();
-                            let key = encode_row_key(&schema, &key_row)?;
-                            let _ = self.apply_op(&schema, &comps, &op, key, ts, index, true);
-                        }
+                        let res = self.apply_logged_ops(ops, ts, index);
                         self.mvcc.finish(ts);
+                        res?;
                     }
                     LogRecord::AlterSchema { schema } => {
                         if schema.version > self.schema().version() {
@@ -579,6 +622,226 @@ impl Tablet {
         }
         tracing::info!(dir = %self.dir.display(), replayed, from = start, "replayed the write-ahead log");
         Ok(())
+    }
+
+    /// Applies the ops of a logged write record (replay or replicated apply), skipping
+    /// those whose store already holds index `index`. Returns per-op errors by position
+    /// in the record.
+    fn apply_logged_ops(
+        &self,
+        ops: Vec<(OpKind, Vec<(cairn_common::ColumnId, Value)>)>,
+        ts: HybridTime,
+        index: u64,
+    ) -> Result<Vec<(usize, RowError)>> {
+        let schema = self.schema();
+        let comps = self.components();
+        let mut errors = Vec::new();
+        for (pos, (kind, cells)) in ops.into_iter().enumerate() {
+            let mut values = vec![None; schema.num_columns()];
+            for (id, v) in cells {
+                if let Some(i) = schema.index_of_id(id) {
+                    values[i] = Some(v);
+                }
+            }
+            let op = RowOp { kind, values };
+            let key_row: Vec<Value> = op
+                .values
+                .iter()
+                .map(|v| v.clone().unwrap_or(Value::Null))
+                .collect();
+            let key = encode_row_key(&schema, &key_row)?;
+            if let Err(e) = self.apply_op(&schema, &comps, &op, key, ts, index, true) {
+                errors.push((pos, e));
+            }
+        }
+        Ok(errors)
+    }
+
+    // ----- replicated mode ----------------------------------------------------------
+
+    /// Validates a write batch on a leader: rows that do not fit the schema get their
+    /// error now and are left out of the record to replicate.
+    pub fn prepare_write(&self, ops: Vec<RowOp>) -> Result<PreparedWrite> {
+        if self.shut_down.load(Ordering::Acquire) {
+            return Err(TabletError::ShutDown);
+        }
+        let schema = self.schema();
+        let mut rows = Vec::with_capacity(ops.len());
+        let mut row_errors = Vec::new();
+        for (i, op) in ops.into_iter().enumerate() {
+            match self.prepare(&schema, op) {
+                Ok((op, key)) => rows.push((i, op, key)),
+                Err(e) => row_errors.push((i, e)),
+            }
+        }
+        Ok(PreparedWrite {
+            schema,
+            rows,
+            row_errors,
+        })
+    }
+
+    /// Locks the rows of a prepared batch until the returned guard is dropped (after
+    /// the batch is applied).
+    pub fn lock_rows<'a>(&'a self, p: &PreparedWrite) -> crate::locks::RowLocks<'a> {
+        self.locks.lock_all(p.rows.iter().map(|(_, _, k)| k.as_slice()))
+    }
+
+    /// Takes the batch's timestamp (registered in flight until
+    /// [`Tablet::finish_write`]) and encodes the record to replicate.
+    pub fn start_write(&self, p: &PreparedWrite) -> (HybridTime, Vec<u8>) {
+        let ts = self.mvcc.start(&self.clock);
+        let refs: Vec<&RowOp> = p.rows.iter().map(|(_, op, _)| op).collect();
+        (ts, LogRecord::write(ts, &p.schema, &refs).encode())
+    }
+
+    /// Marks a leader's write at `ts` finished (applied, or abandoned).
+    pub fn finish_write(&self, ts: HybridTime) {
+        self.mvcc.finish(ts);
+    }
+
+    /// Applies one committed consensus record at log index `index`. Returns the errors
+    /// of the write's rows by position in the record; every replica computes the same.
+    pub fn apply_replicated(&self, index: u64, record: &[u8]) -> Result<Vec<(usize, RowError)>> {
+        if !self.opts.external_log {
+            return Err(TabletError::InvalidRequest(
+                "apply_replicated needs a tablet opened with external_log".into(),
+            ));
+        }
+        let rec = LogRecord::decode(record).map_err(|e| {
+            TabletError::corruption(&self.dir, format!("consensus entry {index}: {e}"))
+        })?;
+        match rec {
+            LogRecord::Write { ts, ops } => {
+                self.mvcc.start_at(&self.clock, ts);
+                let gate = self.gate.read();
+                let res = self.apply_logged_ops(ops, ts, index);
+                self.applied_index.fetch_max(index, Ordering::AcqRel);
+                drop(gate);
+                self.mvcc.finish(ts);
+                res
+            }
+            LogRecord::AlterSchema { schema } => {
+                let _m = self.maint.lock();
+                if schema.version > self.schema().version() {
+                    let new = schema.to_schema()?;
+                    let (_, gate) = self.flush_mrs_locked(true)?;
+                    *self.schema.write() = Arc::new(new);
+                    self.applied_index.fetch_max(index, Ordering::AcqRel);
+                    self.persist()?;
+                    drop(gate);
+                } else {
+                    self.applied_index.fetch_max(index, Ordering::AcqRel);
+                }
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// Encodes the record of a schema change, to replicate (replicated mode).
+    pub fn prepare_alter(&self, op: &AlterOp) -> Result<Vec<u8>> {
+        let current = self.schema();
+        let new = match op {
+            AlterOp::AddColumn(spec) => current.add_column(spec.clone())?,
+            AlterOp::DropColumn(name) => current.drop_column(name)?,
+            AlterOp::RenameColumn { from, to } => current.rename_column(from, to)?,
+        };
+        Ok(LogRecord::AlterSchema {
+            schema: SchemaMeta::from_schema(&new),
+        }
+        .encode())
+    }
+
+    /// The log index up to which every store's files hold every write: after a
+    /// restart, records after it must be applied again.
+    pub fn durable_index(&self) -> u64 {
+        let comps = self.components();
+        comps
+            .disk
+            .iter()
+            .map(|r| r.durable_index())
+            .chain(std::iter::once(
+                self.mrs_flushed_index.load(Ordering::Acquire),
+            ))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Replicated mode: the last consensus index applied.
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index.load(Ordering::Acquire)
+    }
+
+    /// Flushes every in-memory store, so that [`Tablet::durable_index`] reaches the
+    /// applied index (before a tablet copy or a log purge).
+    pub fn flush_all(&self) -> Result<()> {
+        self.flush_mrs()?;
+        self.flush_deltas()?;
+        // Stores with nothing in memory hold everything up to the current cut: advance
+        // their marks too, or an idle store would pin the log forever.
+        let _m = self.maint.lock();
+        let _g = self.gate.write();
+        let cut = self.last_log_index();
+        let comps = self.components();
+        let mut changed = false;
+        if comps.mrs.is_empty()
+            && comps.frozen.is_empty()
+            && self.mrs_flushed_index.load(Ordering::Acquire) < cut
+        {
+            self.mrs_flushed_index.store(cut, Ordering::Release);
+            changed = true;
+        }
+        for rs in &comps.disk {
+            let d = rs.deltas();
+            if d.dms.is_empty() && d.frozen_dms.is_none() && rs.durable_index() < cut {
+                let mut meta = rs.meta();
+                meta.durable_index = cut;
+                rs.set_meta(meta);
+                rs.set_durable_index(cut);
+                changed = true;
+            }
+        }
+        if changed {
+            self.persist()?;
+        }
+        Ok(())
+    }
+
+    /// Lists the files that make up the tablet (metadata last), relative to its
+    /// directory, with hard links under `into` so that maintenance cannot delete them
+    /// while they are copied. The caller removes `into` afterwards.
+    pub fn checkpoint_files(&self, into: &Path) -> Result<Vec<PathBuf>> {
+        let _m = self.maint.lock();
+        let _g = self.gate.write();
+        self.persist()?;
+        let mut out = Vec::new();
+        let mut stack = vec![self.dir.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).map_err(|e| TabletError::io(&d, e))? {
+                let e = e.map_err(|e| TabletError::io(&d, e))?;
+                let p = e.path();
+                let rel = p.strip_prefix(&self.dir).unwrap_or(&p).to_path_buf();
+                if rel.starts_with("wal") || rel.to_string_lossy().ends_with(".tmp") {
+                    continue;
+                }
+                let ft = e.file_type().map_err(|e| TabletError::io(&p, e))?;
+                if ft.is_dir() {
+                    stack.push(p);
+                } else {
+                    let dst = into.join(&rel);
+                    if let Some(parent) = dst.parent() {
+                        std::fs::create_dir_all(parent).map_err(|e| TabletError::io(parent, e))?;
+                    }
+                    std::fs::hard_link(&p, &dst).map_err(|e| TabletError::io(&dst, e))?;
+                    out.push(rel);
+                }
+            }
+        }
+        let meta = PathBuf::from(crate::metadata::METADATA_FILE);
+        out.retain(|p| p != &meta);
+        out.sort();
+        out.push(meta);
+        Ok(out)
     }
 
     // ----- reads ------------------------------------------------------------------
@@ -645,7 +908,10 @@ impl Tablet {
     }
 
     fn last_log_index(&self) -> u64 {
-        self.wal.lock().last_index().unwrap_or(0)
+        match self.wal.lock().as_ref() {
+            Some(w) => w.last_index().unwrap_or(0),
+            None => self.applied_index.load(Ordering::Acquire),
+        }
     }
 
     fn open_rowsets(
@@ -1030,7 +1296,10 @@ impl Tablet {
         for rs in &comps.disk {
             keep_from = keep_from.min(rs.durable_index());
         }
-        Ok(self.wal.lock().gc(keep_from + 1)?)
+        match self.wal.lock().as_mut() {
+            Some(w) => Ok(w.gc(keep_from + 1)?),
+            None => Ok(0),
+        }
     }
 
     /// Persists dirty predicate skip caches.
@@ -1081,7 +1350,7 @@ impl Tablet {
             schema: SchemaMeta::from_schema(&new),
         };
         self.append_log(&rec.encode())?;
-        self.wal.lock().sync()?;
+        self.sync_log()?;
         *self.schema.write() = Arc::new(new);
         self.persist()?;
         drop(gate);
@@ -1098,8 +1367,8 @@ impl Tablet {
             mrs_rows: comps.mrs.len(),
             mrs_bytes: comps.mrs.mem_bytes(),
             disk_rowsets: comps.disk.len(),
-            wal_bytes: wal.size_bytes(),
-            wal_segments: wal.segment_count(),
+            wal_bytes: wal.as_ref().map_or(0, |w| w.size_bytes()),
+            wal_segments: wal.as_ref().map_or(0, |w| w.segment_count()),
             ..Default::default()
         };
         for rs in &comps.disk {
@@ -1117,7 +1386,13 @@ impl Tablet {
     pub fn shutdown(&self) -> Result<()> {
         self.shut_down.store(true, Ordering::Release);
         let _g = self.gate.write();
-        self.wal.lock().sync()?;
+        self.sync_log()
+    }
+
+    fn sync_log(&self) -> Result<()> {
+        if let Some(w) = self.wal.lock().as_mut() {
+            w.sync()?;
+        }
         Ok(())
     }
 

@@ -1,0 +1,255 @@
+//! Raft RPCs over gRPC: the client side openraft drives ([`NetworkFactory`]) and the
+//! server side ([`ConsensusService`]) that routes each message to its group through a
+//! [`GroupRegistry`]. Requests are postcard-encoded openraft messages (entries carry
+//! their payload as raw bytes); replies are JSON (small).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_proto::consensus_client::ConsensusClient;
+use cairn_proto::{RaftReply, RaftRequest};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::RPCOption;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest,
+    InstallSnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::{RaftNetwork, RaftNetworkFactory};
+use parking_lot::RwLock;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::{Node, NodeId, Raft, TypeConfig};
+
+/// Shared gRPC channels by address (one HTTP/2 connection per peer server).
+#[derive(Clone, Default, Debug)]
+pub struct ChannelPool {
+    channels: Arc<RwLock<HashMap<String, Channel>>>,
+}
+
+impl ChannelPool {
+    /// A channel to `addr` (`host:port`), connected lazily.
+    pub fn get(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+        if let Some(c) = self.channels.read().get(addr) {
+            return Ok(c.clone());
+        }
+        let ep = Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10));
+        let ch = ep.connect_lazy();
+        self.channels.write().insert(addr.to_string(), ch.clone());
+        Ok(ch)
+    }
+}
+
+/// Creates one network client per (group, target).
+#[derive(Clone, Debug)]
+pub struct NetworkFactory {
+    group_id: String,
+    pool: ChannelPool,
+}
+
+impl NetworkFactory {
+    /// A factory for group `group_id`.
+    pub fn new(group_id: String, pool: ChannelPool) -> Self {
+        NetworkFactory { group_id, pool }
+    }
+}
+
+/// A connection from one group member to another.
+pub struct Network {
+    group_id: String,
+    target: NodeId,
+    addr: String,
+    pool: ChannelPool,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = Network;
+    async fn new_client(&mut self, target: NodeId, node: &Node) -> Network {
+        Network {
+            group_id: self.group_id.clone(),
+            target,
+            addr: node.addr.clone(),
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Msg(String);
+
+enum Kind {
+    Append,
+    Vote,
+    Snapshot,
+}
+
+impl Network {
+    async fn call<Req, Resp, E>(
+        &self,
+        kind: Kind,
+        req: &Req,
+        ttl: Duration,
+    ) -> Result<Resp, RPCError<NodeId, Node, RaftError<NodeId, E>>>
+    where
+        Req: serde::Serialize,
+        Resp: serde::de::DeserializeOwned,
+        E: std::error::Error + serde::de::DeserializeOwned,
+    {
+        let payload = postcard::to_stdvec(req)
+            .map_err(|e| RPCError::Network(NetworkError::new(&Msg(e.to_string()))))?;
+        let ch = self
+            .pool
+            .get(&self.addr)
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        let mut client = ConsensusClient::new(ch)
+            .max_decoding_message_size(256 << 20)
+            .max_encoding_message_size(256 << 20);
+        let mut request = tonic::Request::new(RaftRequest {
+            group_id: self.group_id.clone(),
+            payload: payload.into(),
+        });
+        request.set_timeout(ttl);
+        let fut = async {
+            match kind {
+                Kind::Append => client.append_entries(request).await,
+                Kind::Vote => client.vote(request).await,
+                Kind::Snapshot => client.install_snapshot(request).await,
+            }
+        };
+        let reply = match tokio::time::timeout(ttl, fut).await {
+            Err(_) => {
+                return Err(RPCError::Unreachable(Unreachable::new(&Msg(format!(
+                    "no answer from {} within {ttl:?}",
+                    self.addr
+                )))));
+            }
+            Ok(Err(status)) => {
+                return Err(RPCError::Unreachable(Unreachable::new(&status)));
+            }
+            Ok(Ok(r)) => r.into_inner(),
+        };
+        let res: Result<Resp, RaftError<NodeId, E>> = serde_json::from_slice(&reply.payload)
+            .map_err(|e| RPCError::Network(NetworkError::new(&Msg(e.to_string()))))?;
+        res.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Network {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        self.call(Kind::Append, &rpc, option.hard_ttl()).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        self.call(Kind::Snapshot, &rpc, option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        self.call(Kind::Vote, &rpc, option.hard_ttl()).await
+    }
+}
+
+/// The Raft groups a server hosts, by group id.
+#[derive(Clone, Default)]
+pub struct GroupRegistry {
+    groups: Arc<RwLock<HashMap<String, Raft>>>,
+}
+
+impl GroupRegistry {
+    /// Registers a group.
+    pub fn insert(&self, id: &str, raft: Raft) {
+        self.groups.write().insert(id.to_string(), raft);
+    }
+    /// Unregisters a group.
+    pub fn remove(&self, id: &str) {
+        self.groups.write().remove(id);
+    }
+    /// Looks a group up.
+    pub fn get(&self, id: &str) -> Option<Raft> {
+        self.groups.read().get(id).cloned()
+    }
+}
+
+/// The gRPC `Consensus` service of a server.
+#[derive(Clone)]
+pub struct ConsensusService {
+    registry: GroupRegistry,
+}
+
+impl ConsensusService {
+    /// Serves the groups in `registry`.
+    pub fn new(registry: GroupRegistry) -> Self {
+        ConsensusService { registry }
+    }
+
+    fn group(&self, id: &str) -> Result<Raft, tonic::Status> {
+        self.registry.get(id).ok_or_else(|| {
+            tonic::Status::not_found(format!("this server hosts no consensus group {id}"))
+        })
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, tonic::Status> {
+    postcard::from_bytes(b)
+        .map_err(|e| tonic::Status::invalid_argument(format!("malformed raft message: {e}")))
+}
+
+fn reply<T: serde::Serialize>(v: &T) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+    let payload = serde_json::to_vec(v).map_err(|e| tonic::Status::internal(e.to_string()))?;
+    Ok(tonic::Response::new(RaftReply {
+        payload: payload.into(),
+    }))
+}
+
+#[tonic::async_trait]
+impl cairn_proto::consensus_server::Consensus for ConsensusService {
+    async fn append_entries(
+        &self,
+        request: tonic::Request<RaftRequest>,
+    ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+        let r = request.into_inner();
+        let raft = self.group(&r.group_id)?;
+        let req: AppendEntriesRequest<TypeConfig> = decode(&r.payload)?;
+        reply(&raft.append_entries(req).await)
+    }
+
+    async fn vote(
+        &self,
+        request: tonic::Request<RaftRequest>,
+    ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+        let r = request.into_inner();
+        let raft = self.group(&r.group_id)?;
+        let req: VoteRequest<NodeId> = decode(&r.payload)?;
+        reply(&raft.vote(req).await)
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: tonic::Request<RaftRequest>,
+    ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+        let r = request.into_inner();
+        let raft = self.group(&r.group_id)?;
+        let req: InstallSnapshotRequest<TypeConfig> = decode(&r.payload)?;
+        reply(&raft.install_snapshot(req).await)
+    }
+}
