@@ -36,5 +36,5 @@ pub use clock::{HybridClock, HybridTime};
 pub use error::{CommonError, Result};
 pub use partition::{HashLevel, Partition, PartitionSchema};
 pub use predicate::{ColumnPredicate, PredicateOp};
-pub use schema::{ColumnId, ColumnSchema, ColumnSpec, Schema};
+pub use schema::{AlterOp, ColumnId, ColumnSchema, ColumnSpec, Schema, SchemaMeta};
 pub use types::{DataType, Value};

@@ -442,3 +442,65 @@ mod tests {
         assert!(s.validate_row(&[Value::Int64(1), big]).is_err());
     }
 }
+
+/// The stored form of a schema.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct SchemaMeta {
+    /// Columns.
+    pub columns: Vec<ColumnSchema>,
+    /// Primary-key column positions.
+    pub key_indexes: Vec<usize>,
+    /// Next column id.
+    pub next_column_id: ColumnId,
+    /// Schema version.
+    pub version: u32,
+}
+
+impl SchemaMeta {
+    /// Captures a schema.
+    pub fn from_schema(s: &Schema) -> Self {
+        SchemaMeta {
+            columns: s.columns().to_vec(),
+            key_indexes: s.key_indexes().to_vec(),
+            next_column_id: s.next_column_id(),
+            version: s.version(),
+        }
+    }
+    /// Rebuilds the schema.
+    pub fn to_schema(&self) -> Result<Schema> {
+        Schema::from_parts(
+            self.columns.clone(),
+            self.key_indexes.clone(),
+            self.next_column_id,
+            self.version,
+        )
+    }
+}
+
+
+/// A schema change.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum AlterOp {
+    /// Add a column (NOT NULL needs a default).
+    AddColumn(ColumnSpec),
+    /// Drop a non-key column.
+    DropColumn(String),
+    /// Rename a column.
+    RenameColumn {
+        /// Current name.
+        from: String,
+        /// New name.
+        to: String,
+    },
+}
+
+impl Schema {
+    /// The schema after `op`.
+    pub fn altered(&self, op: &AlterOp) -> Result<Schema> {
+        match op {
+            AlterOp::AddColumn(spec) => self.add_column(spec.clone()),
+            AlterOp::DropColumn(name) => self.drop_column(name),
+            AlterOp::RenameColumn { from, to } => self.rename_column(from, to),
+        }
+    }
+}

@@ -12,3 +12,22 @@ pub mod pb {
 }
 
 pub use pb::*;
+
+/// The conventions every service follows (documented once, here).
+///
+/// - `schema_json`: JSON of `cairn_common::SchemaMeta`; `partition_schema_json`: of
+///   `cairn_common::PartitionSchema`; `partition_json`: of `cairn_common::Partition`;
+///   `range_bounds_json`: of `Vec<(Vec<u8>, Vec<u8>)>` (encoded range keys, `[lower,
+///   upper)`, empty = unbounded); `predicates_json`: of `Vec<cairn_common::ColumnPredicate>`;
+///   `steps_json`: of `Vec<cairn_common::AlterOp>`.
+/// - `arrow_ipc`: an Arrow IPC *stream* (schema message, then batches). Write batches
+///   hold exactly the columns given, by name; a null cell sets NULL.
+/// - Errors are gRPC statuses: `NOT_FOUND` (unknown table or tablet),
+///   `INVALID_ARGUMENT` (bad input, do not retry), `ALREADY_EXISTS`,
+///   `FAILED_PRECONDITION` whose message starts with "not the leader" (retry at the
+///   leader; metadata [`LEADER_ADDR_HEADER`] names it when known), `UNAVAILABLE` (retry
+///   after a backoff).
+pub mod conventions {}
+
+/// Metadata key carrying the leader's address on a "not the leader" error.
+pub const LEADER_ADDR_HEADER: &str = "cairn-leader-addr";

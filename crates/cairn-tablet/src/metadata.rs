@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
-use cairn_common::{ColumnId, ColumnSchema, Schema};
+use cairn_common::{ColumnId, Schema};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TabletError};
@@ -68,39 +68,8 @@ pub struct RowSetMeta {
     pub next_file_seq: u64,
 }
 
-/// The stored form of a schema.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct SchemaMeta {
-    /// Columns.
-    pub columns: Vec<ColumnSchema>,
-    /// Primary-key column positions.
-    pub key_indexes: Vec<usize>,
-    /// Next column id.
-    pub next_column_id: ColumnId,
-    /// Schema version.
-    pub version: u32,
-}
-
-impl SchemaMeta {
-    /// Captures a schema.
-    pub fn from_schema(s: &Schema) -> Self {
-        SchemaMeta {
-            columns: s.columns().to_vec(),
-            key_indexes: s.key_indexes().to_vec(),
-            next_column_id: s.next_column_id(),
-            version: s.version(),
-        }
-    }
-    /// Rebuilds the schema.
-    pub fn to_schema(&self) -> cairn_common::Result<Schema> {
-        Schema::from_parts(
-            self.columns.clone(),
-            self.key_indexes.clone(),
-            self.next_column_id,
-            self.version,
-        )
-    }
-}
+/// The stored form of a schema (defined in `cairn-common`, where the wire uses it too).
+pub use cairn_common::schema::SchemaMeta;
 
 /// Everything the metadata file records.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use cairn_common::key::encode_row_key;
-use cairn_common::{ColumnSpec, HybridClock, HybridTime, Schema, Value};
+use cairn_common::{HybridClock, HybridTime, Schema, Value};
 use cairn_wal::{FsyncPolicy, Log, LogOptions};
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
@@ -120,21 +120,7 @@ pub struct WriteResult {
     pub row_errors: Vec<(usize, RowError)>,
 }
 
-/// A schema change.
-#[derive(Clone, Debug, PartialEq)]
-pub enum AlterOp {
-    /// Add a column (NOT NULL needs a default).
-    AddColumn(ColumnSpec),
-    /// Drop a non-key column.
-    DropColumn(String),
-    /// Rename a column.
-    RenameColumn {
-        /// Current name.
-        from: String,
-        /// New name.
-        to: String,
-    },
-}
+pub use cairn_common::schema::AlterOp;
 
 /// Where a key lives.
 enum Location {
@@ -740,12 +726,7 @@ impl Tablet {
 
     /// Encodes the record of a schema change, to replicate (replicated mode).
     pub fn prepare_alter(&self, op: &AlterOp) -> Result<Vec<u8>> {
-        let current = self.schema();
-        let new = match op {
-            AlterOp::AddColumn(spec) => current.add_column(spec.clone())?,
-            AlterOp::DropColumn(name) => current.drop_column(name)?,
-            AlterOp::RenameColumn { from, to } => current.rename_column(from, to)?,
-        };
+        let new = self.schema().altered(op)?;
         Ok(LogRecord::AlterSchema {
             schema: SchemaMeta::from_schema(&new),
         }
@@ -810,10 +791,12 @@ impl Tablet {
     /// Lists the files that make up the tablet (metadata last), relative to its
     /// directory, with hard links under `into` so that maintenance cannot delete them
     /// while they are copied. The caller removes `into` afterwards.
-    pub fn checkpoint_files(&self, into: &Path) -> Result<Vec<PathBuf>> {
+    /// Also returns the log index the files cover ([`Tablet::durable_index`]).
+    pub fn checkpoint_files(&self, into: &Path) -> Result<(Vec<PathBuf>, u64)> {
         let _m = self.maint.lock();
         let _g = self.gate.write();
         self.persist()?;
+        let durable = self.durable_index();
         let mut out = Vec::new();
         let mut stack = vec![self.dir.clone()];
         while let Some(d) = stack.pop() {
@@ -841,7 +824,7 @@ impl Tablet {
         out.retain(|p| p != &meta);
         out.sort();
         out.push(meta);
-        Ok(out)
+        Ok((out, durable))
     }
 
     // ----- reads ------------------------------------------------------------------
