@@ -1,1 +1,23 @@
-//! placeholder
+//! The tablet server (`cairn tserver`): hosts tablet replicas, each a Raft group whose
+//! state machine is a [`cairn_tablet::Tablet`] (Kudu paper §3.3–3.4).
+//!
+//! - [`replica`]: one replica — the tablet as a [`cairn_consensus::StateMachine`], the
+//!   leader's write path (validate, lock rows, take a HybridTime, submit to Raft in
+//!   timestamp order, apply on commit) and snapshot reads on followers.
+//! - [`manager`]: the tablet manager — creates, opens (after a restart) and deletes
+//!   replicas on disk.
+//! - [`service`]: the gRPC `TabletServer` service: writes, stateful scanners with
+//!   expiry, checksums, membership changes, schema changes.
+//! - [`server`]: wiring — the RPC listener (tablet server + consensus services) and the
+//!   heartbeat to the master with incremental tablet reports.
+//! - [`convert`]: Arrow IPC and error conversions at the RPC boundary.
+
+pub mod convert;
+pub mod error;
+pub mod manager;
+pub mod replica;
+pub mod server;
+pub mod service;
+
+pub use error::{Result, TserverError};
+pub use server::{TabletServer, TserverOptions};

@@ -1,0 +1,278 @@
+//! Wiring of a tablet server: its RPC listener and its heartbeat to the master.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_common::HybridClock;
+use cairn_consensus::network::ChannelPool;
+use cairn_consensus::{ConsensusService, GroupOptions, GroupRegistry};
+use cairn_proto as pb;
+use cairn_proto::master_client::MasterClient;
+use cairn_tablet::TabletOptions;
+use tokio::sync::watch;
+
+use crate::error::{Result, TserverError};
+use crate::manager::TabletManager;
+use crate::service::{TabletService, report};
+
+/// Flags of a tablet server.
+#[derive(Clone, Debug)]
+pub struct TserverOptions {
+    /// Where replicas live.
+    pub data_dir: PathBuf,
+    /// Address to listen on (`host:port`; port 0 picks one).
+    pub rpc_addr: String,
+    /// Address peers and clients use (defaults to the bound address).
+    pub advertise_addr: Option<String>,
+    /// The masters.
+    pub masters: Vec<String>,
+    /// How often to heartbeat to the master (1 s).
+    pub heartbeat_interval: Duration,
+    /// Idle scanners are dropped after this (60 s).
+    pub scanner_ttl: Duration,
+    /// Raft timing.
+    pub group: GroupOptions,
+    /// Storage tunables.
+    pub tablet: TabletOptions,
+}
+
+impl TserverOptions {
+    /// Defaults for a server with data in `data_dir`.
+    pub fn new(data_dir: &Path, rpc_addr: &str, masters: Vec<String>) -> Self {
+        TserverOptions {
+            data_dir: data_dir.to_path_buf(),
+            rpc_addr: rpc_addr.to_string(),
+            advertise_addr: None,
+            masters,
+            heartbeat_interval: Duration::from_secs(1),
+            scanner_ttl: Duration::from_secs(60),
+            group: GroupOptions::default(),
+            tablet: TabletOptions::default(),
+        }
+    }
+}
+
+/// A running tablet server.
+pub struct TabletServer {
+    node_id: u64,
+    addr: String,
+    manager: Arc<TabletManager>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Reads (or creates) the server's permanent node id in `data_dir/node-id`.
+pub fn load_node_id(data_dir: &Path) -> Result<u64> {
+    std::fs::create_dir_all(data_dir).map_err(|e| TserverError::io(data_dir, e))?;
+    let p = data_dir.join("node-id");
+    match std::fs::read_to_string(&p) {
+        Ok(s) => s.trim().parse().map_err(|_| {
+            TserverError::Internal(format!("{} does not hold a node id", p.display()))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = loop {
+                let id = rand::random::<u64>() >> 1;
+                if id != 0 {
+                    break id;
+                }
+            };
+            cairn_tablet::metadata::write_atomic(data_dir, "node-id", id.to_string().as_bytes())?;
+            Ok(id)
+        }
+        Err(e) => Err(TserverError::io(&p, e)),
+    }
+}
+
+impl TabletServer {
+    /// Starts a tablet server: opens its replicas, listens, heartbeats.
+    pub async fn start(opts: TserverOptions) -> Result<TabletServer> {
+        let node_id = load_node_id(&opts.data_dir)?;
+        let listener = tokio::net::TcpListener::bind(&opts.rpc_addr)
+            .await
+            .map_err(|e| TserverError::Internal(format!("cannot listen on {}: {e}", opts.rpc_addr)))?;
+        let bound: SocketAddr = listener
+            .local_addr()
+            .map_err(|e| TserverError::Internal(e.to_string()))?;
+        let addr = opts.advertise_addr.clone().unwrap_or_else(|| bound.to_string());
+        let registry = GroupRegistry::default();
+        let pool = ChannelPool::default();
+        let manager = TabletManager::new(
+            &opts.data_dir,
+            node_id,
+            Arc::new(HybridClock::new()),
+            opts.tablet.clone(),
+            opts.group.clone(),
+            pool.clone(),
+            registry.clone(),
+        )?;
+        let n = manager.open_all().await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let service = TabletService::new(manager.clone());
+        let mut tasks = Vec::new();
+
+        let mut rx = stop_rx.clone();
+        let svc = service.clone();
+        let server = tonic::transport::Server::builder()
+            .add_service(
+                pb::tablet_server_server::TabletServerServer::new(svc)
+                    .max_decoding_message_size(256 << 20)
+                    .max_encoding_message_size(256 << 20),
+            )
+            .add_service(
+                pb::consensus_server::ConsensusServer::new(ConsensusService::new(registry))
+                    .max_decoding_message_size(256 << 20)
+                    .max_encoding_message_size(256 << 20),
+            );
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        tasks.push(tokio::spawn(async move {
+            let r = server
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "tablet server RPC listener failed");
+            }
+        }));
+
+        let mut rx = stop_rx.clone();
+        let svc = service.clone();
+        let ttl = opts.scanner_ttl;
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = rx.wait_for(|s| *s) => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1).min(ttl)) => {
+                        let n = svc.expire_scanners(ttl);
+                        if n > 0 { tracing::debug!(n, "expired idle scanners"); }
+                    }
+                }
+            }
+        }));
+
+        tasks.push(tokio::spawn(heartbeat_loop(
+            manager.clone(),
+            node_id,
+            addr.clone(),
+            opts.masters.clone(),
+            opts.heartbeat_interval,
+            pool,
+            stop_rx,
+        )));
+        tracing::info!(node_id, %addr, replicas = n, "tablet server started");
+        Ok(TabletServer {
+            node_id,
+            addr,
+            manager,
+            stop,
+            tasks,
+        })
+    }
+
+    /// The server's node id.
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+    /// Where it listens.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+    /// Its tablet manager.
+    pub fn manager(&self) -> &Arc<TabletManager> {
+        &self.manager
+    }
+
+    /// Stops serving and closes every replica.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        self.manager.shutdown().await;
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+async fn heartbeat_loop(
+    manager: Arc<TabletManager>,
+    node_id: u64,
+    addr: String,
+    masters: Vec<String>,
+    interval: Duration,
+    pool: ChannelPool,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut leader = 0usize;
+    let mut full = true;
+    let mut sent: HashMap<String, pb::TabletReport> = HashMap::new();
+    loop {
+        if masters.is_empty() {
+            return;
+        }
+        let reports: Vec<pb::TabletReport> = manager.list().iter().map(|r| report(r)).collect();
+        let changed: Vec<pb::TabletReport> = if full {
+            reports.clone()
+        } else {
+            reports
+                .iter()
+                .filter(|r| sent.get(&r.tablet_id).is_none_or(|s| differs(s, r)))
+                .cloned()
+                .collect()
+        };
+        let req = pb::HeartbeatRequest {
+            node_id,
+            addr: addr.clone(),
+            tablets: changed.clone(),
+            full_report: full,
+        };
+        let m = &masters[leader % masters.len()];
+        let res = match pool.get(m) {
+            Ok(ch) => {
+                let mut c = MasterClient::new(ch);
+                tokio::time::timeout(interval.max(Duration::from_secs(2)), c.heartbeat(req)).await
+            }
+            Err(e) => {
+                tracing::warn!(master = %m, error = %e, "bad master address");
+                Ok(Err(tonic::Status::unavailable(e.to_string())))
+            }
+        };
+        match res {
+            Ok(Ok(r)) => {
+                let r = r.into_inner();
+                if !r.leader {
+                    leader += 1;
+                    full = true;
+                } else {
+                    if full {
+                        sent.clear();
+                    }
+                    for c in changed {
+                        sent.insert(c.tablet_id.clone(), c);
+                    }
+                    sent.retain(|id, _| reports.iter().any(|r| &r.tablet_id == id));
+                    full = r.need_full_report;
+                }
+            }
+            _ => {
+                leader += 1;
+                full = true;
+            }
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+/// Whether a report changed in a way the master cares about.
+fn differs(a: &pb::TabletReport, b: &pb::TabletReport) -> bool {
+    a.role != b.role
+        || a.term != b.term
+        || a.leader_id != b.leader_id
+        || a.voters != b.voters
+        || a.learners != b.learners
+        || a.state != b.state
+}

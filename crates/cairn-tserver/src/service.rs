@@ -1,0 +1,423 @@
+//! The gRPC `TabletServer` service.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_common::{ColumnPredicate, HybridTime, Value};
+use cairn_consensus::ReplicaRole;
+use cairn_proto as pb;
+use cairn_proto::tablet_server_client::TabletServerClient;
+use cairn_tablet::{ReadMode, ScanSpec, Scanner};
+use parking_lot::Mutex;
+use tonic::{Request, Response, Status};
+
+use crate::convert::{encode_ipc, row_error, row_ops};
+use crate::error::{Result, TserverError};
+use crate::manager::TabletManager;
+use crate::replica::TabletReplica;
+
+struct OpenScanner {
+    scanner: Scanner,
+    last_used: Instant,
+}
+
+/// Default rows per scan response.
+const DEFAULT_SCAN_ROWS: usize = 65_536;
+
+/// The service state.
+#[derive(Clone)]
+pub struct TabletService {
+    manager: Arc<TabletManager>,
+    scanners: Arc<Mutex<HashMap<String, OpenScanner>>>,
+}
+
+impl TabletService {
+    /// A service over `manager`'s replicas.
+    pub fn new(manager: Arc<TabletManager>) -> Self {
+        TabletService {
+            manager,
+            scanners: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Drops scanners idle for longer than `ttl`; returns how many.
+    pub fn expire_scanners(&self, ttl: Duration) -> usize {
+        let mut m = self.scanners.lock();
+        let before = m.len();
+        m.retain(|_, s| s.last_used.elapsed() < ttl);
+        before - m.len()
+    }
+
+    /// Open scanners.
+    pub fn open_scanners(&self) -> usize {
+        self.scanners.lock().len()
+    }
+
+    fn observe(&self, ts: u64) {
+        if ts > 0 {
+            self.manager.clock().update(HybridTime(ts));
+        }
+    }
+
+    async fn resolve_mode(
+        &self,
+        replica: &Arc<TabletReplica>,
+        mode: i32,
+        ts: u64,
+    ) -> Result<ReadMode> {
+        let snapshot = if mode == pb::ReadMode::ReadAtSnapshot as i32 {
+            Some(ts)
+        } else {
+            None
+        };
+        let pool = self.manager.pool().clone();
+        let tablet_id = replica.meta.tablet_id.clone();
+        replica
+            .read_mode(snapshot, move |addr, ts| async move {
+                let ch = pool
+                    .get(&addr)
+                    .map_err(|e| TserverError::Internal(e.to_string()))?;
+                let mut c = TabletServerClient::new(ch);
+                let r = c
+                    .safe_index(pb::SafeIndexRequest {
+                        tablet_id,
+                        timestamp: ts,
+                    })
+                    .await
+                    .map_err(|s| {
+                        TserverError::Consensus(cairn_consensus::ConsensusError::Raft(format!(
+                            "asking the leader at {addr} for a safe index: {}",
+                            s.message()
+                        )))
+                    })?;
+                Ok(r.into_inner().index)
+            })
+            .await
+    }
+
+    async fn scan_inner(&self, req: pb::ScanRequest) -> Result<pb::ScanResponse> {
+        self.observe(req.propagated_timestamp);
+        let target_rows = if req.batch_rows == 0 {
+            DEFAULT_SCAN_ROWS
+        } else {
+            req.batch_rows as usize
+        };
+        let mut scanner = if req.scanner_id.is_empty() {
+            let replica = self.manager.get(&req.tablet_id)?;
+            let mode = self
+                .resolve_mode(&replica, req.read_mode, req.snapshot_timestamp)
+                .await?;
+            let predicates: Vec<ColumnPredicate> = if req.predicates_json.is_empty() {
+                vec![]
+            } else {
+                serde_json::from_slice(&req.predicates_json).map_err(|e| {
+                    TserverError::InvalidArgument(format!("malformed predicates: {e}"))
+                })?
+            };
+            let spec = ScanSpec {
+                projection: if req.all_columns || req.projection.is_empty() {
+                    None
+                } else {
+                    Some(req.projection.clone())
+                },
+                predicates,
+                read_mode: mode,
+                limit: (req.limit > 0).then_some(req.limit as usize),
+                ordered: req.ordered,
+                batch_size: target_rows.clamp(1, 8192),
+                lower_key: (!req.lower_key.is_empty()).then(|| req.lower_key.to_vec()),
+                upper_key: (!req.upper_key.is_empty()).then(|| req.upper_key.to_vec()),
+            };
+            let tablet = replica.tablet();
+            tokio::task::spawn_blocking(move || tablet.scan(spec))
+                .await
+                .map_err(|e| TserverError::Internal(e.to_string()))??
+        } else {
+            self.scanners
+                .lock()
+                .remove(&req.scanner_id)
+                .ok_or_else(|| TserverError::ScannerNotFound(req.scanner_id.clone()))?
+                .scanner
+        };
+        let (scanner, batches, has_more) = tokio::task::spawn_blocking(move || {
+            let mut batches = Vec::new();
+            let mut rows = 0;
+            let mut has_more = true;
+            while rows < target_rows {
+                match scanner.next_batch()? {
+                    Some(b) => {
+                        rows += b.num_rows();
+                        batches.push(b);
+                    }
+                    None => {
+                        has_more = false;
+                        break;
+                    }
+                }
+            }
+            Ok::<_, TserverError>((scanner, batches, has_more))
+        })
+        .await
+        .map_err(|e| TserverError::Internal(e.to_string()))??;
+        let ipc = encode_ipc(&scanner.schema(), &batches)?;
+        let snapshot = scanner.snapshot().0;
+        let last_key = scanner.last_key().map(|k| k.to_vec()).unwrap_or_default();
+        let mut id = String::new();
+        if has_more && !req.close {
+            id = if req.scanner_id.is_empty() {
+                format!("{:016x}", rand::random::<u64>())
+            } else {
+                req.scanner_id.clone()
+            };
+            self.scanners.lock().insert(
+                id.clone(),
+                OpenScanner {
+                    scanner,
+                    last_used: Instant::now(),
+                },
+            );
+        }
+        Ok(pb::ScanResponse {
+            scanner_id: id,
+            arrow_ipc: ipc.into(),
+            has_more: has_more && !req.close,
+            snapshot_timestamp: snapshot,
+            last_key: last_key.into(),
+        })
+    }
+}
+
+
+/// A replica's report for the master.
+pub fn report(r: &TabletReplica) -> pb::TabletReport {
+    let st = r.group.status();
+    let role = match st.role {
+        ReplicaRole::Leader => pb::RaftRole::Leader,
+        ReplicaRole::Follower => pb::RaftRole::Follower,
+        ReplicaRole::Learner => pb::RaftRole::Learner,
+        ReplicaRole::Candidate => pb::RaftRole::Candidate,
+        ReplicaRole::Shutdown => pb::RaftRole::Shutdown,
+    };
+    let stats = r.tablet().stats();
+    let peers = |m: &std::collections::BTreeMap<u64, String>| {
+        m.iter()
+            .map(|(id, a)| pb::Peer {
+                node_id: *id,
+                addr: a.clone(),
+            })
+            .collect()
+    };
+    pb::TabletReport {
+        tablet_id: r.meta.tablet_id.clone(),
+        table_id: r.meta.table_id.clone(),
+        role: role as i32,
+        term: st.term,
+        leader_id: st.leader.unwrap_or(0),
+        voters: peers(&st.voters),
+        learners: peers(&st.learners),
+        last_applied: st.last_applied,
+        last_log_index: st.last_log_index,
+        num_rows_estimate: (stats.disk_rows + stats.mrs_rows) as u64,
+        disk_bytes: stats.disk_bytes,
+        state: "RUNNING".into(),
+        millis_since_contact: Default::default(),
+    }
+}
+
+/// An order-independent checksum of rows: the wrapping sum of each row's hash.
+fn checksum_batch(b: &arrow::array::RecordBatch, types: &[cairn_common::DataType]) -> Result<u64> {
+    let mut sum = 0u64;
+    let mut buf = Vec::new();
+    for r in 0..b.num_rows() {
+        buf.clear();
+        for (c, t) in b.columns().iter().zip(types) {
+            let v = Value::from_array(c.as_ref(), r, t)?;
+            cairn_common::codec::put_value(&mut buf, &v);
+        }
+        sum = sum.wrapping_add(xxhash_rust::xxh64::xxh64(&buf, 0));
+    }
+    Ok(sum)
+}
+
+#[tonic::async_trait]
+impl pb::tablet_server_server::TabletServer for TabletService {
+    async fn create_tablet(
+        &self,
+        request: Request<pb::CreateTabletRequest>,
+    ) -> Result<Response<pb::CreateTabletResponse>, Status> {
+        self.manager.create(request.into_inner()).await?;
+        Ok(Response::new(pb::CreateTabletResponse {}))
+    }
+
+    async fn delete_tablet(
+        &self,
+        request: Request<pb::DeleteTabletRequest>,
+    ) -> Result<Response<pb::DeleteTabletResponse>, Status> {
+        self.manager.delete(&request.into_inner().tablet_id).await?;
+        Ok(Response::new(pb::DeleteTabletResponse {}))
+    }
+
+    async fn write(
+        &self,
+        request: Request<pb::WriteRequest>,
+    ) -> Result<Response<pb::WriteResponse>, Status> {
+        let req = request.into_inner();
+        self.observe(req.propagated_timestamp);
+        let replica = self.manager.get(&req.tablet_id)?;
+        replica.group.check_leader_ready().map_err(TserverError::from)?;
+        let schema = replica.tablet().schema();
+        let ops = row_ops(&schema, &req.batches)?;
+        let (ts, errs) = replica.write(ops).await?;
+        Ok(Response::new(pb::WriteResponse {
+            row_errors: errs.iter().map(|(i, e)| row_error(*i, e)).collect(),
+            timestamp: ts.0,
+        }))
+    }
+
+    async fn scan(&self, request: Request<pb::ScanRequest>) -> Result<Response<pb::ScanResponse>, Status> {
+        Ok(Response::new(self.scan_inner(request.into_inner()).await?))
+    }
+
+    async fn scanner_keep_alive(
+        &self,
+        request: Request<pb::ScannerKeepAliveRequest>,
+    ) -> Result<Response<pb::ScannerKeepAliveResponse>, Status> {
+        let id = request.into_inner().scanner_id;
+        match self.scanners.lock().get_mut(&id) {
+            Some(s) => s.last_used = Instant::now(),
+            None => return Err(TserverError::ScannerNotFound(id).into()),
+        }
+        Ok(Response::new(pb::ScannerKeepAliveResponse {}))
+    }
+
+    async fn list_tablets(
+        &self,
+        _request: Request<pb::ListTabletsRequest>,
+    ) -> Result<Response<pb::ListTabletsResponse>, Status> {
+        Ok(Response::new(pb::ListTabletsResponse {
+            node_id: self.manager.node_id(),
+            tablets: self.manager.list().iter().map(|r| report(r)).collect(),
+        }))
+    }
+
+    async fn checksum(
+        &self,
+        request: Request<pb::ChecksumRequest>,
+    ) -> Result<Response<pb::ChecksumResponse>, Status> {
+        let req = request.into_inner();
+        let replica = self.manager.get(&req.tablet_id)?;
+        let mode = self
+            .resolve_mode(&replica, pb::ReadMode::ReadAtSnapshot as i32, req.snapshot_timestamp)
+            .await?;
+        let tablet = replica.tablet();
+        let (sum, rows, ts) = tokio::task::spawn_blocking(move || -> Result<(u64, u64, u64)> {
+            let schema = tablet.schema();
+            let types: Vec<_> = schema.columns().iter().map(|c| c.data_type.clone()).collect();
+            let mut s = tablet.scan(ScanSpec {
+                read_mode: mode,
+                ..Default::default()
+            })?;
+            let (mut sum, mut rows) = (0u64, 0u64);
+            while let Some(b) = s.next_batch()? {
+                sum = sum.wrapping_add(checksum_batch(&b, &types)?);
+                rows += b.num_rows() as u64;
+            }
+            Ok((sum, rows, s.snapshot().0))
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))??;
+        Ok(Response::new(pb::ChecksumResponse {
+            checksum: sum,
+            rows,
+            snapshot_timestamp: ts,
+        }))
+    }
+
+    async fn change_config(
+        &self,
+        request: Request<pb::ChangeConfigRequest>,
+    ) -> Result<Response<pb::ChangeConfigResponse>, Status> {
+        let req = request.into_inner();
+        let replica = self.manager.get(&req.tablet_id)?;
+        if let Some(p) = req.add_voter {
+            replica
+                .group
+                .add_voter(p.node_id, &p.addr)
+                .await
+                .map_err(TserverError::from)?;
+        }
+        if req.remove_node != 0 {
+            replica
+                .group
+                .remove_member(req.remove_node)
+                .await
+                .map_err(TserverError::from)?;
+        }
+        Ok(Response::new(pb::ChangeConfigResponse {}))
+    }
+
+    async fn step_down(
+        &self,
+        request: Request<pb::StepDownRequest>,
+    ) -> Result<Response<pb::StepDownResponse>, Status> {
+        let replica = self.manager.get(&request.into_inner().tablet_id)?;
+        replica
+            .group
+            .trigger_election()
+            .await
+            .map_err(TserverError::from)?;
+        Ok(Response::new(pb::StepDownResponse {}))
+    }
+
+    async fn safe_index(
+        &self,
+        request: Request<pb::SafeIndexRequest>,
+    ) -> Result<Response<pb::SafeIndexResponse>, Status> {
+        let req = request.into_inner();
+        let replica = self.manager.get(&req.tablet_id)?;
+        replica.group.check_leader_ready().map_err(TserverError::from)?;
+        let tablet = replica.tablet();
+        let ts = HybridTime(req.timestamp);
+        tokio::task::spawn_blocking(move || tablet.snapshot_for(ReadMode::Snapshot(ts)))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(TserverError::from)?;
+        Ok(Response::new(pb::SafeIndexResponse {
+            index: replica.group.status().last_applied,
+        }))
+    }
+
+    async fn alter_schema(
+        &self,
+        request: Request<pb::AlterSchemaRequest>,
+    ) -> Result<Response<pb::AlterSchemaResponse>, Status> {
+        let req = request.into_inner();
+        let replica = self.manager.get(&req.tablet_id)?;
+        replica.group.check_leader_ready().map_err(TserverError::from)?;
+        let steps: Vec<cairn_common::AlterOp> = serde_json::from_slice(&req.steps_json)
+            .map_err(|e| TserverError::InvalidArgument(format!("malformed alter steps: {e}")))?;
+        let version = replica.tablet().schema().version();
+        if version < req.target_version {
+            let missing = (req.target_version - version) as usize;
+            if missing > steps.len() {
+                return Err(TserverError::InvalidArgument(format!(
+                    "tablet schema version {version} is too old for target {} with {} steps",
+                    req.target_version,
+                    steps.len()
+                ))
+                .into());
+            }
+            for step in &steps[steps.len() - missing..] {
+                let rec = replica
+                    .tablet()
+                    .prepare_alter(step)
+                    .map_err(TserverError::from)?;
+                replica.group.propose(rec).await.map_err(TserverError::from)?;
+            }
+        }
+        Ok(Response::new(pb::AlterSchemaResponse {
+            version: replica.tablet().schema().version(),
+        }))
+    }
+}
