@@ -1,0 +1,173 @@
+//! Wiring of a master: the catalog group, the RPC listener and the reconciler.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_consensus::network::ChannelPool;
+use cairn_consensus::{ConsensusService, GroupOptions, GroupRegistry, RaftGroup};
+use cairn_proto as pb;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+
+use crate::catalog::CatalogSm;
+use crate::error::{MasterError, Result};
+use crate::service::{MasterService, MasterState};
+
+/// Flags of a master.
+#[derive(Clone, Debug)]
+pub struct MasterOptions {
+    /// Catalog data.
+    pub data_dir: PathBuf,
+    /// Address to listen on (`host:port`; port 0 picks one, single master only).
+    pub rpc_addr: String,
+    /// Every master's address, this one included (empty: just this one).
+    pub masters: Vec<String>,
+    /// A tablet server silent for longer than this has its replicas re-replicated
+    /// (300 s, Kudu's `follower_unavailable_considered_failed_sec`).
+    pub tserver_dead_after: Duration,
+    /// A tablet server silent for longer than this is reported not live (5 s).
+    pub tserver_live_timeout: Duration,
+    /// Replication factor when a create request names none.
+    pub default_replicas: u32,
+    /// How long DDL calls wait for their effect before answering (30 s).
+    pub ddl_wait: Duration,
+    /// Raft timing.
+    pub group: GroupOptions,
+}
+
+impl MasterOptions {
+    /// Defaults for a master with data in `data_dir`.
+    pub fn new(data_dir: &Path, rpc_addr: &str) -> Self {
+        MasterOptions {
+            data_dir: data_dir.to_path_buf(),
+            rpc_addr: rpc_addr.to_string(),
+            masters: vec![],
+            tserver_dead_after: Duration::from_secs(300),
+            tserver_live_timeout: Duration::from_secs(5),
+            default_replicas: 1,
+            ddl_wait: Duration::from_secs(30),
+            group: GroupOptions::default(),
+        }
+    }
+}
+
+/// A running master.
+pub struct MasterServer {
+    addr: String,
+    state: Arc<MasterState>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl MasterServer {
+    /// Starts a master.
+    pub async fn start(opts: MasterOptions) -> Result<MasterServer> {
+        let listener = tokio::net::TcpListener::bind(&opts.rpc_addr)
+            .await
+            .map_err(|e| MasterError::Internal(format!("cannot listen on {}: {e}", opts.rpc_addr)))?;
+        let bound: SocketAddr = listener
+            .local_addr()
+            .map_err(|e| MasterError::Internal(e.to_string()))?;
+        let addr = if opts.masters.is_empty() {
+            bound.to_string()
+        } else {
+            let a = opts.rpc_addr.clone();
+            if !opts.masters.contains(&a) {
+                return Err(MasterError::InvalidArgument(format!(
+                    "--masters ({}) must include this master's --rpc-addr {a}",
+                    opts.masters.join(",")
+                )));
+            }
+            a
+        };
+        let masters = if opts.masters.is_empty() {
+            vec![addr.clone()]
+        } else {
+            opts.masters.clone()
+        };
+        let node_id = crate::master_node_id(&addr);
+        let registry = GroupRegistry::default();
+        let pool = ChannelPool::default();
+        let catalog_dir = opts.data_dir.join("catalog");
+        let catalog = Arc::new(CatalogSm::open(&catalog_dir)?);
+        let group = RaftGroup::open(
+            crate::CATALOG_GROUP,
+            node_id,
+            &catalog_dir,
+            catalog.clone(),
+            &opts.group,
+            pool.clone(),
+            registry.clone(),
+        )
+        .await?;
+        let voters: BTreeMap<u64, cairn_consensus::Node> = masters
+            .iter()
+            .map(|a| (crate::master_node_id(a), cairn_consensus::Node::new(a.clone())))
+            .collect();
+        if voters.keys().next() == Some(&node_id) {
+            group.bootstrap(voters).await?;
+        }
+        let state = Arc::new(MasterState {
+            group,
+            catalog,
+            tservers: RwLock::new(HashMap::new()),
+            opts: opts.clone(),
+            pool,
+            masters,
+            leader_since: Mutex::new(None),
+            in_progress: Mutex::new(HashSet::new()),
+            ddl: tokio::sync::Mutex::new(()),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let server = tonic::transport::Server::builder()
+            .add_service(pb::master_server::MasterServer::new(MasterService::new(state.clone())))
+            .add_service(
+                pb::consensus_server::ConsensusServer::new(ConsensusService::new(registry))
+                    .max_decoding_message_size(256 << 20)
+                    .max_encoding_message_size(256 << 20),
+            );
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let mut rx = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = server
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "master RPC listener failed");
+            }
+        }));
+        tasks.push(tokio::spawn(crate::reconcile::run(state.clone(), stop_rx)));
+        tracing::info!(%addr, node_id, "master started");
+        Ok(MasterServer {
+            addr,
+            state,
+            stop,
+            tasks,
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Shared state (tests and tools).
+    pub fn state(&self) -> &Arc<MasterState> {
+        &self.state
+    }
+
+    /// Stops the master.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        self.state.group.shutdown().await;
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}

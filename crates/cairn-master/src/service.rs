@@ -1,0 +1,533 @@
+//! The gRPC `Master` service and the leader's in-memory view of the tablet servers.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_common::{PartitionSchema, SchemaMeta};
+use cairn_consensus::network::ChannelPool;
+use cairn_consensus::RaftGroup;
+use cairn_proto as pb;
+use parking_lot::{Mutex, RwLock};
+use tonic::{Request, Response, Status};
+
+use crate::catalog::{CatalogOp, CatalogSm, Placement, TableEntry, TableState, TabletEntry};
+use crate::error::{MasterError, Result};
+use crate::server::MasterOptions;
+
+/// What the leader knows of one tablet server.
+#[derive(Clone, Debug)]
+pub struct TsInfo {
+    /// Its address.
+    pub addr: String,
+    /// When it last heartbeated.
+    pub last_heartbeat: Instant,
+    /// Its replicas' latest reports.
+    pub reports: HashMap<String, pb::TabletReport>,
+}
+
+/// State shared by the service and the reconciler.
+pub struct MasterState {
+    /// The catalog's Raft group member.
+    pub group: Arc<RaftGroup>,
+    /// The catalog.
+    pub catalog: Arc<CatalogSm>,
+    /// Tablet servers by node id (leader only; rebuilt from heartbeats).
+    pub tservers: RwLock<HashMap<u64, TsInfo>>,
+    /// Flags.
+    pub opts: MasterOptions,
+    /// gRPC channels.
+    pub pool: ChannelPool,
+    /// All masters' addresses.
+    pub masters: Vec<String>,
+    /// Since when this master has been the ready leader.
+    pub leader_since: Mutex<Option<Instant>>,
+    /// Tablets being re-replicated.
+    pub in_progress: Mutex<HashSet<String>>,
+    /// Serialises DDL on the leader.
+    pub ddl: tokio::sync::Mutex<()>,
+}
+
+impl MasterState {
+    /// Ok when this master is the ready leader.
+    pub fn check_leader(&self) -> Result<()> {
+        match self.group.check_leader_ready() {
+            Ok(()) => Ok(()),
+            Err(cairn_consensus::ConsensusError::NotLeader { leader_addr, .. }) => {
+                Err(MasterError::NotLeader(leader_addr))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Replicates a catalog op; the inner result is the op's own outcome.
+    pub async fn propose(&self, op: &CatalogOp) -> Result<std::result::Result<(), String>> {
+        let b = serde_json::to_vec(op).map_err(|e| MasterError::Internal(e.to_string()))?;
+        let r = self.group.propose(b).await?;
+        serde_json::from_slice(&r).map_err(|e| MasterError::Internal(e.to_string()))
+    }
+
+    /// Whether server `id` heartbeated recently.
+    pub fn is_live(&self, id: u64) -> bool {
+        self.tservers
+            .read()
+            .get(&id)
+            .is_some_and(|t| t.last_heartbeat.elapsed() < self.opts.tserver_live_timeout)
+    }
+
+    /// Live servers with their replica counts (from the catalog's placements).
+    pub fn live_servers(&self) -> Vec<(u64, String, usize)> {
+        let mut load: HashMap<u64, usize> = HashMap::new();
+        self.catalog.read(|c| {
+            for t in c.tablets.values() {
+                for p in &t.replicas {
+                    *load.entry(p.node_id).or_default() += 1;
+                }
+            }
+        });
+        let ts = self.tservers.read();
+        let mut v: Vec<_> = ts
+            .iter()
+            .filter(|(_, t)| t.last_heartbeat.elapsed() < self.opts.tserver_live_timeout)
+            .map(|(id, t)| (*id, t.addr.clone(), load.get(id).copied().unwrap_or(0)))
+            .collect();
+        v.sort_by_key(|(id, _, l)| (*l, *id));
+        v
+    }
+
+    /// The tablet's leader as reported: (node id, address, report), highest term wins.
+    pub fn tablet_leader(&self, tablet_id: &str) -> Option<(u64, String, pb::TabletReport)> {
+        let ts = self.tservers.read();
+        let mut best: Option<(u64, String, pb::TabletReport)> = None;
+        for (id, t) in ts.iter() {
+            if t.last_heartbeat.elapsed() >= self.opts.tserver_live_timeout {
+                continue;
+            }
+            if let Some(r) = t.reports.get(tablet_id)
+                && r.role == pb::RaftRole::Leader as i32
+                && best.as_ref().is_none_or(|b| b.2.term < r.term)
+            {
+                best = Some((*id, t.addr.clone(), r.clone()));
+            }
+        }
+        best
+    }
+
+    /// Waits (up to `timeout`) until `pred` holds for the catalog.
+    async fn wait_catalog(&self, timeout: Duration, pred: impl Fn(&crate::catalog::Catalog) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.catalog.read(&pred) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+}
+
+fn new_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+fn bad_json(what: &str, e: serde_json::Error) -> MasterError {
+    MasterError::InvalidArgument(format!("malformed {what}: {e}"))
+}
+
+/// The gRPC service.
+#[derive(Clone)]
+pub struct MasterService {
+    state: Arc<MasterState>,
+}
+
+impl MasterService {
+    /// A service over `state`.
+    pub fn new(state: Arc<MasterState>) -> Self {
+        MasterService { state }
+    }
+
+    async fn create_table_inner(&self, req: pb::CreateTableRequest) -> Result<String> {
+        let st = &self.state;
+        st.check_leader()?;
+        let _ddl = st.ddl.lock().await;
+        let name = req.name.trim().to_string();
+        if name.is_empty() || name.len() > 256 {
+            return Err(MasterError::InvalidArgument(
+                "a table name must have 1 to 256 characters".into(),
+            ));
+        }
+        if let Some(t) = st.catalog.read(|c| c.table_by_name(&name).cloned()) {
+            if req.if_not_exists && t.state != TableState::Deleting {
+                return Ok(t.id);
+            }
+            return Err(MasterError::TableExists(name));
+        }
+        let schema_meta: SchemaMeta =
+            serde_json::from_slice(&req.schema_json).map_err(|e| bad_json("schema", e))?;
+        let schema = schema_meta.to_schema()?;
+        let ps: PartitionSchema = if req.partition_schema_json.is_empty() {
+            PartitionSchema::default()
+        } else {
+            serde_json::from_slice(&req.partition_schema_json)
+                .map_err(|e| bad_json("partition schema", e))?
+        };
+        ps.validate(&schema)?;
+        let bounds: Vec<(Vec<u8>, Vec<u8>)> = if req.range_bounds_json.is_empty() {
+            vec![]
+        } else {
+            serde_json::from_slice(&req.range_bounds_json).map_err(|e| bad_json("range bounds", e))?
+        };
+        let partitions = ps.create_partitions(&bounds)?;
+        let replicas = if req.replicas == 0 {
+            st.opts.default_replicas
+        } else {
+            req.replicas
+        };
+        if replicas == 0 || replicas > 7 {
+            return Err(MasterError::InvalidArgument(format!(
+                "replicas must be between 1 and 7, not {replicas}"
+            )));
+        }
+        let live = st.live_servers();
+        if live.len() < replicas as usize {
+            return Err(MasterError::Unavailable(format!(
+                "the table needs {replicas} replicas but only {} tablet servers are live; start more tablet servers or lower the replication factor",
+                live.len()
+            )));
+        }
+        let mut load: HashMap<u64, usize> = live.iter().map(|(id, _, l)| (*id, *l)).collect();
+        let table_id = new_id();
+        let mut tablets = Vec::new();
+        for p in partitions {
+            let mut cands: Vec<_> = live.iter().collect();
+            cands.sort_by_key(|(id, _, _)| (load[id], rand::random::<u32>()));
+            let chosen: Vec<Placement> = cands
+                .iter()
+                .take(replicas as usize)
+                .map(|(id, addr, _)| Placement {
+                    node_id: *id,
+                    addr: addr.clone(),
+                })
+                .collect();
+            for c in &chosen {
+                *load.entry(c.node_id).or_default() += 1;
+            }
+            tablets.push(TabletEntry {
+                id: new_id(),
+                table_id: table_id.clone(),
+                partition: p,
+                replicas: chosen,
+            });
+        }
+        let table = TableEntry {
+            id: table_id.clone(),
+            name: name.clone(),
+            schema: schema_meta,
+            partition_schema: ps,
+            replicas,
+            state: TableState::Creating,
+            tablets: tablets.iter().map(|t| t.id.clone()).collect(),
+            version: 0,
+            pending_steps: vec![],
+        };
+        st.propose(&CatalogOp::CreateTable { table, tablets })
+            .await?
+            .map_err(MasterError::InvalidArgument)?;
+        tracing::info!(table = %name, id = %table_id, "creating table");
+        let id2 = table_id.clone();
+        let done = st
+            .wait_catalog(st.opts.ddl_wait, |c| {
+                c.tables.get(&id2).is_some_and(|t| t.state == TableState::Running)
+            })
+            .await;
+        if !done {
+            return Err(MasterError::Unavailable(format!(
+                "table '{name}' is created in the catalog but its tablets are not all running yet; it will become usable shortly"
+            )));
+        }
+        Ok(table_id)
+    }
+
+    async fn alter_table_inner(&self, req: pb::AlterTableRequest) -> Result<()> {
+        let st = &self.state;
+        st.check_leader()?;
+        let _ddl = st.ddl.lock().await;
+        let steps: Vec<cairn_common::AlterOp> =
+            serde_json::from_slice(&req.steps_json).map_err(|e| bad_json("alter steps", e))?;
+        if steps.is_empty() {
+            return Ok(());
+        }
+        let t = st
+            .catalog
+            .read(|c| c.table_by_name(&req.name).cloned())
+            .filter(|t| t.state != TableState::Deleting)
+            .ok_or_else(|| MasterError::TableNotFound(req.name.clone()))?;
+        if t.state != TableState::Running {
+            return Err(MasterError::Unavailable(format!(
+                "table '{}' is {}; retry when it is RUNNING",
+                t.name,
+                t.state.name()
+            )));
+        }
+        let mut schema = t.schema.to_schema()?;
+        for s in &steps {
+            schema = schema.altered(s)?;
+        }
+        st.propose(&CatalogOp::AlterTable {
+            id: t.id.clone(),
+            schema: SchemaMeta::from_schema(&schema),
+            steps,
+        })
+        .await?
+        .map_err(MasterError::InvalidArgument)?;
+        let id = t.id.clone();
+        let done = st
+            .wait_catalog(st.opts.ddl_wait, |c| {
+                c.tables.get(&id).is_some_and(|t| t.state == TableState::Running)
+            })
+            .await;
+        if !done {
+            return Err(MasterError::Unavailable(format!(
+                "the schema change of '{}' is recorded but not yet applied on every tablet; it will finish shortly",
+                t.name
+            )));
+        }
+        Ok(())
+    }
+
+    async fn drop_table_inner(&self, req: pb::DropTableRequest) -> Result<()> {
+        let st = &self.state;
+        st.check_leader()?;
+        let _ddl = st.ddl.lock().await;
+        let Some(t) = st.catalog.read(|c| c.table_by_name(&req.name).cloned()) else {
+            if req.if_exists {
+                return Ok(());
+            }
+            return Err(MasterError::TableNotFound(req.name));
+        };
+        if t.state != TableState::Deleting {
+            st.propose(&CatalogOp::SetTableState {
+                id: t.id.clone(),
+                state: TableState::Deleting,
+            })
+            .await?
+            .map_err(MasterError::InvalidArgument)?;
+        }
+        let id = t.id.clone();
+        st.wait_catalog(st.opts.ddl_wait, |c| !c.tables.contains_key(&id))
+            .await;
+        Ok(())
+    }
+
+    fn visible_table(&self, name: &str) -> Result<TableEntry> {
+        self.state
+            .catalog
+            .read(|c| c.table_by_name(name).cloned())
+            .filter(|t| t.state != TableState::Deleting)
+            .ok_or_else(|| MasterError::TableNotFound(name.to_string()))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::master_server::Master for MasterService {
+    async fn create_table(
+        &self,
+        request: Request<pb::CreateTableRequest>,
+    ) -> std::result::Result<Response<pb::CreateTableResponse>, Status> {
+        let table_id = self.create_table_inner(request.into_inner()).await?;
+        Ok(Response::new(pb::CreateTableResponse { table_id }))
+    }
+
+    async fn alter_table(
+        &self,
+        request: Request<pb::AlterTableRequest>,
+    ) -> std::result::Result<Response<pb::AlterTableResponse>, Status> {
+        self.alter_table_inner(request.into_inner()).await?;
+        Ok(Response::new(pb::AlterTableResponse {}))
+    }
+
+    async fn drop_table(
+        &self,
+        request: Request<pb::DropTableRequest>,
+    ) -> std::result::Result<Response<pb::DropTableResponse>, Status> {
+        self.drop_table_inner(request.into_inner()).await?;
+        Ok(Response::new(pb::DropTableResponse {}))
+    }
+
+    async fn list_tables(
+        &self,
+        _request: Request<pb::ListTablesRequest>,
+    ) -> std::result::Result<Response<pb::ListTablesResponse>, Status> {
+        self.state.check_leader()?;
+        let tables = self.state.catalog.read(|c| {
+            let mut v: Vec<_> = c
+                .tables
+                .values()
+                .filter(|t| t.state != TableState::Deleting)
+                .map(|t| pb::TableSummary {
+                    table_id: t.id.clone(),
+                    name: t.name.clone(),
+                    state: t.state.name().into(),
+                    num_tablets: t.tablets.len() as u32,
+                    replicas: t.replicas,
+                })
+                .collect();
+            v.sort_by(|a, b| a.name.cmp(&b.name));
+            v
+        });
+        Ok(Response::new(pb::ListTablesResponse { tables }))
+    }
+
+    async fn get_table(
+        &self,
+        request: Request<pb::GetTableRequest>,
+    ) -> std::result::Result<Response<pb::GetTableResponse>, Status> {
+        self.state.check_leader()?;
+        let t = self.visible_table(&request.into_inner().name)?;
+        Ok(Response::new(pb::GetTableResponse {
+            table_id: t.id,
+            name: t.name,
+            schema_json: serde_json::to_vec(&t.schema).unwrap_or_default().into(),
+            partition_schema_json: serde_json::to_vec(&t.partition_schema)
+                .unwrap_or_default()
+                .into(),
+            replicas: t.replicas,
+            state: t.state.name().into(),
+            version: t.version,
+        }))
+    }
+
+    async fn get_table_locations(
+        &self,
+        request: Request<pb::GetTableLocationsRequest>,
+    ) -> std::result::Result<Response<pb::GetTableLocationsResponse>, Status> {
+        let st = &self.state;
+        st.check_leader()?;
+        let t = self.visible_table(&request.into_inner().name)?;
+        let entries: Vec<TabletEntry> = st
+            .catalog
+            .read(|c| t.tablets.iter().filter_map(|id| c.tablets.get(id).cloned()).collect());
+        let mut tablets = Vec::new();
+        for e in entries {
+            let leader = st.tablet_leader(&e.id);
+            let mut replicas = Vec::new();
+            let mut seen = BTreeSet::new();
+            let (voters, learners): (Vec<(u64, String)>, Vec<(u64, String)>) = match &leader {
+                Some((_, _, r)) => (
+                    r.voters.iter().map(|p| (p.node_id, p.addr.clone())).collect(),
+                    r.learners.iter().map(|p| (p.node_id, p.addr.clone())).collect(),
+                ),
+                None => (
+                    e.replicas.iter().map(|p| (p.node_id, p.addr.clone())).collect(),
+                    vec![],
+                ),
+            };
+            for (voter, list) in [(true, voters), (false, learners)] {
+                for (id, addr) in list {
+                    if seen.insert(id) {
+                        replicas.push(pb::ReplicaLocation {
+                            node_id: id,
+                            addr,
+                            leader: leader.as_ref().is_some_and(|l| l.0 == id),
+                            voter,
+                            live: st.is_live(id),
+                        });
+                    }
+                }
+            }
+            tablets.push(pb::TabletLocation {
+                tablet_id: e.id.clone(),
+                partition_json: serde_json::to_vec(&e.partition).unwrap_or_default().into(),
+                replicas,
+            });
+        }
+        Ok(Response::new(pb::GetTableLocationsResponse {
+            table_id: t.id,
+            tablets,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> std::result::Result<Response<pb::HeartbeatResponse>, Status> {
+        let st = &self.state;
+        if st.check_leader().is_err() {
+            return Ok(Response::new(pb::HeartbeatResponse {
+                leader: false,
+                need_full_report: false,
+            }));
+        }
+        let req = request.into_inner();
+        let mut ts = st.tservers.write();
+        let known = ts.contains_key(&req.node_id);
+        let e = ts.entry(req.node_id).or_insert_with(|| TsInfo {
+            addr: req.addr.clone(),
+            last_heartbeat: Instant::now(),
+            reports: HashMap::new(),
+        });
+        e.addr = req.addr.clone();
+        e.last_heartbeat = Instant::now();
+        if req.full_report {
+            e.reports.clear();
+        }
+        for r in req.tablets {
+            e.reports.insert(r.tablet_id.clone(), r);
+        }
+        if !known {
+            tracing::info!(node = req.node_id, addr = %req.addr, "tablet server registered");
+        }
+        Ok(Response::new(pb::HeartbeatResponse {
+            leader: true,
+            need_full_report: !known && !req.full_report,
+        }))
+    }
+
+    async fn list_tablet_servers(
+        &self,
+        _request: Request<pb::ListTabletServersRequest>,
+    ) -> std::result::Result<Response<pb::ListTabletServersResponse>, Status> {
+        self.state.check_leader()?;
+        let ts = self.state.tservers.read();
+        let mut servers: Vec<_> = ts
+            .iter()
+            .map(|(id, t)| pb::TabletServerInfo {
+                node_id: *id,
+                addr: t.addr.clone(),
+                live: t.last_heartbeat.elapsed() < self.state.opts.tserver_live_timeout,
+                millis_since_heartbeat: t.last_heartbeat.elapsed().as_millis() as u64,
+                num_replicas: t.reports.len() as u32,
+            })
+            .collect();
+        servers.sort_by(|a, b| a.addr.cmp(&b.addr));
+        Ok(Response::new(pb::ListTabletServersResponse { servers }))
+    }
+
+    async fn list_masters(
+        &self,
+        _request: Request<pb::ListMastersRequest>,
+    ) -> std::result::Result<Response<pb::ListMastersResponse>, Status> {
+        let s = self.state.group.status();
+        let masters = self
+            .state
+            .masters
+            .iter()
+            .map(|a| {
+                let id = crate::master_node_id(a);
+                let role = if s.leader == Some(id) {
+                    "LEADER"
+                } else if s.voters.contains_key(&id) {
+                    "FOLLOWER"
+                } else {
+                    "UNKNOWN"
+                };
+                pb::MasterInfo {
+                    node_id: id,
+                    addr: a.clone(),
+                    role: role.into(),
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::ListMastersResponse { masters }))
+    }
+}
