@@ -1,10 +1,10 @@
 //! # cairn — the Cairn binary
 //!
-//! One binary for every Cairn process and tool (DESIGN.md, "Processes"). Today it holds
-//! the storage demo, `cairn tablet-demo`, which runs one tablet's storage engine on real
-//! data end to end: create, load with progress, query, update, read the past, flush,
-//! compact, reopen from disk. `cairn master`, `cairn tserver`, `cairn local` and the
-//! client tools arrive with the cluster layer.
+//! One binary for every Cairn process and tool (DESIGN.md, "Processes"):
+//!
+//! - servers ([`servers`]): `cairn master`, `cairn tserver`, and `cairn local` (a master
+//!   and N tablet servers in one process);
+//! - `cairn tablet-demo`: one tablet's storage engine on generated data, end to end.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -16,6 +16,8 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
 
+mod servers;
+
 /// Cairn: mutable columnar tables with fast scans and fast random access.
 #[derive(Parser)]
 #[command(name = "cairn", version, about, long_about = None)]
@@ -26,6 +28,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a master: the catalog, tablet directory and cluster coordinator. Give all
+    /// three addresses in --masters to run replicated masters.
+    Master(servers::MasterArgs),
+    /// Run a tablet server: hosts tablet replicas and serves reads and writes.
+    Tserver(servers::TserverArgs),
+    /// Run a whole cluster in this process: one master and --tservers tablet servers,
+    /// data under ./cairn-data (survives restarts).
+    Local(servers::LocalArgs),
     /// Run the storage engine on generated sensor data: create a tablet, load it (with
     /// the maintenance manager flushing and compacting), query, update, read the past,
     /// reopen from disk. Safe to run again: it reuses the tablet in the data directory.
@@ -50,8 +60,20 @@ fn main() {
         )
         .init();
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::TabletDemo { data_dir, rows } => tablet_demo(&data_dir, rows),
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let result: Result<(), Box<dyn std::error::Error + Send + Sync>> = match cli.command {
+        Command::Master(a) => runtime.block_on(servers::run_master(a)),
+        Command::Tserver(a) => runtime.block_on(servers::run_tserver(a)),
+        Command::Local(a) => runtime.block_on(servers::run_local(a)),
+        Command::TabletDemo { data_dir, rows } => {
+            tablet_demo(&data_dir, rows).map_err(|e| e.to_string().into())
+        }
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
