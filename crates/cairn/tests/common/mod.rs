@@ -1,0 +1,325 @@
+//! Test clusters: in-process (master and tablet servers as tasks of the test) and
+//! multi-process (real `cairn` processes on loopback ports).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn_client::{Client, CreateTableSpec, Operation, Table};
+use cairn_common::{ColumnSpec, DataType, HashLevel, PartitionSchema, Schema, Value};
+use cairn_consensus::GroupOptions;
+use cairn_master::{MasterOptions, MasterServer};
+use cairn_tserver::{TabletServer, TserverOptions};
+
+/// Raft timings short enough for tests.
+pub fn fast_group() -> GroupOptions {
+    GroupOptions {
+        heartbeat: Duration::from_millis(100),
+        election_timeout: Duration::from_millis(500),
+        ..GroupOptions::default()
+    }
+}
+
+/// An in-process cluster.
+pub struct InProc {
+    pub dir: tempfile::TempDir,
+    pub master: Option<MasterServer>,
+    pub master_addr: String,
+    pub tservers: Vec<Option<TabletServer>>,
+    pub ts_addrs: Vec<String>,
+    pub dead_after: Duration,
+}
+
+impl InProc {
+    pub async fn start(n: usize, dead_after: Duration) -> InProc {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = InProc {
+            dir,
+            master: None,
+            master_addr: "127.0.0.1:0".into(),
+            tservers: vec![],
+            ts_addrs: vec!["127.0.0.1:0".into(); n],
+            dead_after,
+        };
+        c.start_master().await;
+        for i in 0..n {
+            c.tservers.push(None);
+            c.start_tserver(i).await;
+        }
+        c.wait_live(n).await;
+        c
+    }
+
+    pub async fn start_master(&mut self) {
+        let mut o = MasterOptions::new(&self.dir.path().join("master"), &self.master_addr);
+        o.group = fast_group();
+        o.tserver_dead_after = self.dead_after;
+        o.tserver_live_timeout = Duration::from_millis(1500);
+        let m = MasterServer::start(o).await.unwrap();
+        self.master_addr = m.addr().to_string();
+        self.master = Some(m);
+    }
+
+    pub fn ts_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("ts-{i}"))
+    }
+
+    pub async fn start_tserver(&mut self, i: usize) {
+        let mut o = TserverOptions::new(&self.ts_dir(i), &self.ts_addrs[i], vec![self.master_addr.clone()]);
+        o.group = fast_group();
+        o.heartbeat_interval = Duration::from_millis(200);
+        o.tablet.fsync = cairn_tablet::FsyncPolicy::Never;
+        o.group.fsync = cairn_tablet::FsyncPolicy::Never;
+        let t = TabletServer::start(o).await.unwrap();
+        self.ts_addrs[i] = t.addr().to_string();
+        self.tservers[i] = Some(t);
+    }
+
+    pub async fn stop_tserver(&mut self, i: usize) {
+        if let Some(t) = self.tservers[i].take() {
+            t.shutdown().await;
+        }
+    }
+
+    pub async fn restart_all(&mut self) {
+        for i in 0..self.tservers.len() {
+            self.stop_tserver(i).await;
+        }
+        if let Some(m) = self.master.take() {
+            m.shutdown().await;
+        }
+        self.start_master().await;
+        for i in 0..self.tservers.len() {
+            self.start_tserver(i).await;
+        }
+        self.wait_live(self.tservers.len()).await;
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(&[self.master_addr.clone()]).await.unwrap()
+    }
+
+    pub async fn wait_live(&self, n: usize) {
+        let c = self.client().await;
+        wait_for(Duration::from_secs(20), "tablet servers to register", || {
+            let c = c.clone();
+            async move {
+                c.list_tablet_servers()
+                    .await
+                    .map(|v| v.iter().filter(|s| s.live).count() >= n)
+                    .unwrap_or(false)
+            }
+        })
+        .await;
+    }
+}
+
+/// Polls `f` until it returns true, panicking after `timeout`.
+pub async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t0 = Instant::now();
+    while t0.elapsed() < timeout {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// `id int64 key, v string?, n int64?`.
+pub fn test_schema() -> Schema {
+    Schema::new(
+        vec![
+            ColumnSpec::new("id", DataType::Int64),
+            ColumnSpec::new("v", DataType::String).nullable(),
+            ColumnSpec::new("n", DataType::Int64).nullable(),
+        ],
+        &["id"],
+    )
+    .unwrap()
+}
+
+/// A table spec with `buckets` hash buckets on id (1 = a single tablet).
+pub fn table_spec(name: &str, buckets: u32, replicas: u32) -> CreateTableSpec {
+    let ps = if buckets > 1 {
+        PartitionSchema {
+            hash_levels: vec![HashLevel {
+                columns: vec!["id".into()],
+                num_buckets: buckets,
+                seed: 0,
+            }],
+            range_columns: vec![],
+        }
+    } else {
+        PartitionSchema::default()
+    };
+    CreateTableSpec::new(name, test_schema()).partition(ps).replicas(replicas)
+}
+
+pub fn row(id: i64) -> Operation {
+    Operation::insert(vec![Value::Int64(id), Value::String(format!("row-{id}")), Value::Int64(id * 2)])
+}
+
+/// Inserts ids in `range`, asserting no row errors.
+pub async fn insert_range(c: &Client, t: &Table, range: std::ops::Range<i64>) {
+    let mut s = c.new_session(t);
+    s.set_flush_mode(cairn_client::FlushMode::Manual);
+    for id in range {
+        s.apply(row(id)).await.unwrap();
+        if s.pending() >= 500 {
+            assert!(s.flush().await.unwrap().is_empty());
+        }
+    }
+    assert!(s.flush().await.unwrap().is_empty());
+}
+
+/// Sorted ids of every row (latest).
+pub async fn all_ids(c: &Client, t: &Table) -> Vec<i64> {
+    let r = c.scan(t).projection(["id"]).execute().await.unwrap();
+    let mut ids = Vec::new();
+    for b in &r.batches {
+        let a = b.column(0).as_any().downcast_ref::<arrow::array::Int64Array>().unwrap();
+        ids.extend(a.values().iter().copied());
+    }
+    ids.sort_unstable();
+    ids
+}
+
+/// Checksums of every replica of every tablet at one snapshot; asserts they agree
+/// among the given (live) servers. Returns total rows.
+pub async fn check_replicas_agree(c: &Client, t: &Table, live: &[String]) -> u64 {
+    let locs = c.table_locations(t, true).await.unwrap();
+    let mut total = 0;
+    for l in locs.iter() {
+        let leader = l.leader_addr().expect("tablet has a leader").to_string();
+        let mut lc = c.tablet_server(&leader).await.unwrap();
+        let r = lc
+            .checksum(cairn_proto::ChecksumRequest { tablet_id: l.tablet_id.clone(), snapshot_timestamp: 0 })
+            .await
+            .unwrap()
+            .into_inner();
+        total += r.rows;
+        for rep in &l.replicas {
+            if !live.contains(&rep.addr) || rep.addr == leader {
+                continue;
+            }
+            let mut rc = c.tablet_server(&rep.addr).await.unwrap();
+            let rr = rc
+                .checksum(cairn_proto::ChecksumRequest {
+                    tablet_id: l.tablet_id.clone(),
+                    snapshot_timestamp: r.snapshot_timestamp,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!((rr.rows, rr.checksum), (r.rows, r.checksum), "replica {} of tablet {} disagrees with the leader", rep.addr, l.tablet_id);
+        }
+    }
+    total
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `cairn` server process.
+pub struct Proc {
+    pub args: Vec<String>,
+    pub child: Option<Child>,
+    pub addr: String,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(args: Vec<String>, addr: String, log: PathBuf) -> Proc {
+        let mut p = Proc { args, child: None, addr, log };
+        p.start();
+        p
+    }
+    pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(&self.args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+    pub fn terminate(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub const FAST_RAFT: [&str; 6] = [
+    "--raft-heartbeat-ms",
+    "100",
+    "--raft-election-timeout-ms",
+    "500",
+    "--fsync",
+    "never",
+];
+
+pub fn master_proc(dir: &std::path::Path, addr: &str, masters: &[String], log: PathBuf) -> Proc {
+    let mut args = vec![
+        "master".to_string(),
+        "--data-dir".into(),
+        dir.display().to_string(),
+        "--rpc-addr".into(),
+        addr.to_string(),
+        "--tserver-live-timeout-secs".into(),
+        "2".into(),
+    ];
+    if !masters.is_empty() {
+        args.push("--masters".into());
+        args.push(masters.join(","));
+    }
+    args.extend(FAST_RAFT.iter().map(|s| s.to_string()));
+    Proc::spawn(args, addr.to_string(), log)
+}
+
+pub fn tserver_proc(dir: &std::path::Path, addr: &str, masters: &[String], log: PathBuf) -> Proc {
+    let mut args = vec![
+        "tserver".to_string(),
+        "--data-dir".into(),
+        dir.display().to_string(),
+        "--rpc-addr".into(),
+        addr.to_string(),
+        "--masters".into(),
+        masters.join(","),
+        "--heartbeat-interval-ms".into(),
+        "200".into(),
+    ];
+    args.extend(FAST_RAFT.iter().map(|s| s.to_string()));
+    Proc::spawn(args, addr.to_string(), log)
+}
