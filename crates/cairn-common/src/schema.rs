@@ -477,7 +477,6 @@ impl SchemaMeta {
     }
 }
 
-
 /// A schema change.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum AlterOp {

@@ -19,6 +19,9 @@
 //!
 //! Defaults follow Kudu: 500 ms heartbeat, 1.5 s election timeout.
 
+// openraft's `StorageError` is large and its trait signatures require it by value.
+#![allow(clippy::result_large_err)]
+
 pub mod error;
 pub mod group;
 pub mod log_store;

@@ -26,7 +26,8 @@ pub(crate) fn write_file_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<
     let tmp = dir.join(format!("{name}.tmp"));
     let dst = dir.join(name);
     let mut f = std::fs::File::create(&tmp).map_err(|e| ConsensusError::io(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| ConsensusError::io(&tmp, e))?;
+    f.write_all(bytes)
+        .map_err(|e| ConsensusError::io(&tmp, e))?;
     f.sync_all().map_err(|e| ConsensusError::io(&tmp, e))?;
     std::fs::rename(&tmp, &dst).map_err(|e| ConsensusError::io(&dst, e))?;
     std::fs::File::open(dir)

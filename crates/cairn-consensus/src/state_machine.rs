@@ -145,7 +145,9 @@ impl StateMachineStore {
             // meta names it.
             let meta: Option<SnapshotMeta<NodeId, Node>> =
                 read_json(&dir.join(SNAPSHOT_META_FILE))?;
-            last_applied = meta.and_then(|m| m.last_log_id).filter(|l| l.index <= durable);
+            last_applied = meta
+                .and_then(|m| m.last_log_id)
+                .filter(|l| l.index <= durable);
         }
         Ok(StateMachineStore {
             shared: Arc::new(Shared {
@@ -204,7 +206,9 @@ fn pack(root: &Path, files: &[PathBuf], out: &Path) -> std::io::Result<()> {
         w.write_all(&len.to_le_bytes())?;
         let copied = std::io::copy(&mut (&mut f).take(len), &mut w)?;
         if copied != len {
-            return Err(std::io::Error::other(format!("{name} shrank while packing")));
+            return Err(std::io::Error::other(format!(
+                "{name} shrank while packing"
+            )));
         }
     }
     w.flush()?;
@@ -260,9 +264,7 @@ fn unpack(archive: &Path, root: &Path) -> std::io::Result<()> {
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotBuilder = SnapshotBuilder;
 
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
         let la = *self.shared.last_applied.lock();
         let m = self.shared.membership_at(la.map_or(0, |l| l.index));
         Ok((la, m))

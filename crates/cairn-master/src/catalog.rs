@@ -349,7 +349,8 @@ mod tests {
         assert_eq!(reopened.snapshot(), sm.snapshot());
         assert_eq!(reopened.durable_index(), 2);
         // Remove drops the tablets too.
-        sm.apply(3, &enc(&CatalogOp::RemoveTable { id: "a".into() })).unwrap();
+        sm.apply(3, &enc(&CatalogOp::RemoveTable { id: "a".into() }))
+            .unwrap();
         assert!(sm.snapshot().tablets.is_empty());
     }
 }

@@ -49,12 +49,16 @@ impl From<MasterError> for tonic::Status {
             MasterError::TableNotFound(_) => tonic::Status::not_found(msg),
             MasterError::TableExists(_) => tonic::Status::already_exists(msg),
             MasterError::InvalidArgument(_) => tonic::Status::invalid_argument(msg),
-            MasterError::NotLeader(addr) | MasterError::Consensus(C::NotLeader { leader_addr: addr, .. }) => {
-                let mut s = tonic::Status::failed_precondition(if msg.starts_with("not the leader") {
-                    msg
-                } else {
-                    format!("not the leader: {msg}")
-                });
+            MasterError::NotLeader(addr)
+            | MasterError::Consensus(C::NotLeader {
+                leader_addr: addr, ..
+            }) => {
+                let mut s =
+                    tonic::Status::failed_precondition(if msg.starts_with("not the leader") {
+                        msg
+                    } else {
+                        format!("not the leader: {msg}")
+                    });
                 if let Some(a) = addr
                     && let Ok(v) = a.parse()
                 {
@@ -62,7 +66,8 @@ impl From<MasterError> for tonic::Status {
                 }
                 s
             }
-            MasterError::Unavailable(_) | MasterError::Consensus(C::LeaderNotReady | C::ShutDown) => {
+            MasterError::Unavailable(_)
+            | MasterError::Consensus(C::LeaderNotReady | C::ShutDown) => {
                 tonic::Status::unavailable(msg)
             }
             _ => tonic::Status::internal(msg),

@@ -13,7 +13,7 @@
 //!   that lost a replica to a dead server (it *suggests* config changes to the tablet
 //!   leader, which decides). All steps are idempotent, so a new leader master simply
 //!   resumes them.
-//! - [`server`]: wiring.
+//! - [`server`]: wiring (listener, catalog group, reconciler).
 
 pub mod catalog;
 pub mod error;

@@ -15,17 +15,27 @@ use crate::service::MasterState;
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
-async fn ts_client(st: &MasterState, addr: &str) -> Option<TabletServerClient<tonic::transport::Channel>> {
+async fn ts_client(
+    st: &MasterState,
+    addr: &str,
+) -> Option<TabletServerClient<tonic::transport::Channel>> {
     st.pool.get(addr).ok().map(TabletServerClient::new)
 }
 
-fn create_request(t: &TableEntry, e: &TabletEntry, peers: &[Placement], learner: bool) -> pb::CreateTabletRequest {
+fn create_request(
+    t: &TableEntry,
+    e: &TabletEntry,
+    peers: &[Placement],
+    learner: bool,
+) -> pb::CreateTabletRequest {
     pb::CreateTabletRequest {
         tablet_id: e.id.clone(),
         table_id: t.id.clone(),
         table_name: t.name.clone(),
         schema_json: serde_json::to_vec(&t.schema).unwrap_or_default().into(),
-        partition_schema_json: serde_json::to_vec(&t.partition_schema).unwrap_or_default().into(),
+        partition_schema_json: serde_json::to_vec(&t.partition_schema)
+            .unwrap_or_default()
+            .into(),
         partition_json: serde_json::to_vec(&e.partition).unwrap_or_default().into(),
         peers: peers
             .iter()
@@ -74,7 +84,11 @@ async fn round(
 ) -> crate::Result<()> {
     let catalog = st.catalog.snapshot();
     for t in catalog.tables.values() {
-        let tablets: Vec<&TabletEntry> = t.tablets.iter().filter_map(|id| catalog.tablets.get(id)).collect();
+        let tablets: Vec<&TabletEntry> = t
+            .tablets
+            .iter()
+            .filter_map(|id| catalog.tablets.get(id))
+            .collect();
         match t.state {
             TableState::Creating => {
                 let mut ready = true;
@@ -91,14 +105,23 @@ async fn round(
                             let req = create_request(t, e, &e.replicas, false);
                             match tokio::time::timeout(RPC_TIMEOUT, c.create_tablet(req)).await {
                                 Ok(Ok(_)) => {}
-                                Ok(Err(s)) => tracing::warn!(tablet = %e.id, server = %p.addr, error = %s.message(), "create tablet failed"),
-                                Err(_) => tracing::warn!(tablet = %e.id, server = %p.addr, "create tablet timed out"),
+                                Ok(Err(s)) => {
+                                    tracing::warn!(tablet = %e.id, server = %p.addr, error = %s.message(), "create tablet failed")
+                                }
+                                Err(_) => {
+                                    tracing::warn!(tablet = %e.id, server = %p.addr, "create tablet timed out")
+                                }
                             }
                         }
                     }
                 }
                 if ready {
-                    st.propose(&CatalogOp::SetTableState { id: t.id.clone(), state: TableState::Running }).await?.ok();
+                    st.propose(&CatalogOp::SetTableState {
+                        id: t.id.clone(),
+                        state: TableState::Running,
+                    })
+                    .await?
+                    .ok();
                     tracing::info!(table = %t.name, "table is running");
                 }
             }
@@ -115,7 +138,9 @@ async fn round(
                     };
                     let req = pb::AlterSchemaRequest {
                         tablet_id: e.id.clone(),
-                        steps_json: serde_json::to_vec(&t.pending_steps).unwrap_or_default().into(),
+                        steps_json: serde_json::to_vec(&t.pending_steps)
+                            .unwrap_or_default()
+                            .into(),
                         target_version: t.schema.version,
                     };
                     match tokio::time::timeout(RPC_TIMEOUT, c.alter_schema(req)).await {
@@ -129,15 +154,23 @@ async fn round(
                     }
                 }
                 if ok {
-                    st.propose(&CatalogOp::SetTableState { id: t.id.clone(), state: TableState::Running }).await?.ok();
+                    st.propose(&CatalogOp::SetTableState {
+                        id: t.id.clone(),
+                        state: TableState::Running,
+                    })
+                    .await?
+                    .ok();
                     tracing::info!(table = %t.name, version = t.schema.version, "schema change applied");
                 }
             }
             TableState::Deleting => {
                 let mut ok = true;
                 for e in &tablets {
-                    let mut nodes: HashMap<u64, String> =
-                        e.replicas.iter().map(|p| (p.node_id, p.addr.clone())).collect();
+                    let mut nodes: HashMap<u64, String> = e
+                        .replicas
+                        .iter()
+                        .map(|p| (p.node_id, p.addr.clone()))
+                        .collect();
                     for (id, ts) in st.tservers.read().iter() {
                         if ts.reports.contains_key(&e.id) {
                             nodes.insert(*id, ts.addr.clone());
@@ -148,15 +181,22 @@ async fn round(
                             continue;
                         }
                         if let Some(mut c) = ts_client(st, &addr).await {
-                            let req = pb::DeleteTabletRequest { tablet_id: e.id.clone() };
-                            if !matches!(tokio::time::timeout(RPC_TIMEOUT, c.delete_tablet(req)).await, Ok(Ok(_))) {
+                            let req = pb::DeleteTabletRequest {
+                                tablet_id: e.id.clone(),
+                            };
+                            if !matches!(
+                                tokio::time::timeout(RPC_TIMEOUT, c.delete_tablet(req)).await,
+                                Ok(Ok(_))
+                            ) {
                                 ok = false;
                             }
                         }
                     }
                 }
                 if ok {
-                    st.propose(&CatalogOp::RemoveTable { id: t.id.clone() }).await?.ok();
+                    st.propose(&CatalogOp::RemoveTable { id: t.id.clone() })
+                        .await?
+                        .ok();
                     tracing::info!(table = %t.name, "table dropped");
                 }
             }
@@ -185,12 +225,18 @@ async fn maintain_tablet(
     let voters: Vec<Placement> = report
         .voters
         .iter()
-        .map(|p| Placement { node_id: p.node_id, addr: p.addr.clone() })
+        .map(|p| Placement {
+            node_id: p.node_id,
+            addr: p.addr.clone(),
+        })
         .collect();
     if !voters.is_empty() && voters != e.replicas {
-        st.propose(&CatalogOp::SetTabletReplicas { id: e.id.clone(), replicas: voters.clone() })
-            .await?
-            .ok();
+        st.propose(&CatalogOp::SetTabletReplicas {
+            id: e.id.clone(),
+            replicas: voters.clone(),
+        })
+        .await?
+        .ok();
     }
     let dead_after = st.opts.tserver_dead_after;
     let dead: Vec<u64> = {
@@ -214,8 +260,12 @@ async fn maintain_tablet(
         .map(|p| p.node_id)
         .collect();
     let live_voters = voters.len() - dead.len();
-    let target = if live_voters >= t.replicas as usize { None } else {
-        st.live_servers().into_iter().find(|(id, _, _)| !members.contains(id))
+    let target = if live_voters >= t.replicas as usize {
+        None
+    } else {
+        st.live_servers()
+            .into_iter()
+            .find(|(id, _, _)| !members.contains(id))
     };
     if target.is_none() && live_voters < t.replicas as usize {
         tracing::warn!(tablet = %e.id, "a replica is on a dead server but no other live server can take it");
@@ -244,14 +294,23 @@ async fn rereplicate(
     target: Option<(u64, String, usize)>,
     dead: u64,
 ) -> Result<(), String> {
-    let mut leader = ts_client(st, leader_addr).await.ok_or("no channel to the leader")?;
+    let mut leader = ts_client(st, leader_addr)
+        .await
+        .ok_or("no channel to the leader")?;
     if let Some((id, addr, _)) = target {
         tracing::info!(tablet = %e.id, new = %addr, dead, "re-replicating: adding a replica");
-        let mut c = ts_client(st, &addr).await.ok_or("no channel to the new server")?;
-        c.create_tablet(create_request(t, e, &[], true)).await.map_err(|s| s.message().to_string())?;
+        let mut c = ts_client(st, &addr)
+            .await
+            .ok_or("no channel to the new server")?;
+        c.create_tablet(create_request(t, e, &[], true))
+            .await
+            .map_err(|s| s.message().to_string())?;
         let req = pb::ChangeConfigRequest {
             tablet_id: e.id.clone(),
-            add_voter: Some(pb::Peer { node_id: id, addr: addr.clone() }),
+            add_voter: Some(pb::Peer {
+                node_id: id,
+                addr: addr.clone(),
+            }),
             remove_node: 0,
         };
         tokio::time::timeout(Duration::from_secs(300), leader.change_config(req))
@@ -260,7 +319,11 @@ async fn rereplicate(
             .map_err(|s| s.message().to_string())?;
     }
     tracing::info!(tablet = %e.id, dead, "re-replicating: removing the dead replica");
-    let req = pb::ChangeConfigRequest { tablet_id: e.id.clone(), add_voter: None, remove_node: dead };
+    let req = pb::ChangeConfigRequest {
+        tablet_id: e.id.clone(),
+        add_voter: None,
+        remove_node: dead,
+    };
     tokio::time::timeout(RPC_TIMEOUT, leader.change_config(req))
         .await
         .map_err(|_| "removing the dead replica timed out".to_string())?
@@ -270,7 +333,11 @@ async fn rereplicate(
 
 /// Deletes replicas no table owns any more, and replicas evicted from their tablet's
 /// configuration.
-async fn delete_orphans(st: &Arc<MasterState>, catalog: &crate::catalog::Catalog, last: &mut HashMap<String, Instant>) {
+async fn delete_orphans(
+    st: &Arc<MasterState>,
+    catalog: &crate::catalog::Catalog,
+    last: &mut HashMap<String, Instant>,
+) {
     let mut victims = Vec::new();
     {
         let ts = st.tservers.read();
@@ -287,7 +354,11 @@ async fn delete_orphans(st: &Arc<MasterState>, catalog: &crate::catalog::Catalog
                                 && lr.role == pb::RaftRole::Leader as i32
                                 && lr.term >= r.term
                                 && *lid != *node
-                                && !lr.voters.iter().chain(lr.learners.iter()).any(|p| p.node_id == *node)
+                                && !lr
+                                    .voters
+                                    .iter()
+                                    .chain(lr.learners.iter())
+                                    .any(|p| p.node_id == *node)
                             {
                                 evicted = true;
                             }
@@ -302,12 +373,22 @@ async fn delete_orphans(st: &Arc<MasterState>, catalog: &crate::catalog::Catalog
         }
     }
     for (addr, tablet, node) in victims {
-        if !due(last, &format!("orphan-{node}-{tablet}"), Duration::from_secs(10)) {
+        if !due(
+            last,
+            &format!("orphan-{node}-{tablet}"),
+            Duration::from_secs(10),
+        ) {
             continue;
         }
         tracing::info!(%tablet, server = %addr, "deleting an orphaned replica");
         if let Some(mut c) = ts_client(st, &addr).await {
-            let _ = tokio::time::timeout(RPC_TIMEOUT, c.delete_tablet(pb::DeleteTabletRequest { tablet_id: tablet.clone() })).await;
+            let _ = tokio::time::timeout(
+                RPC_TIMEOUT,
+                c.delete_tablet(pb::DeleteTabletRequest {
+                    tablet_id: tablet.clone(),
+                }),
+            )
+            .await;
             if let Some(i) = st.tservers.write().get_mut(&node) {
                 i.reports.remove(&tablet);
             }

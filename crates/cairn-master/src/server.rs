@@ -67,7 +67,9 @@ impl MasterServer {
     pub async fn start(opts: MasterOptions) -> Result<MasterServer> {
         let listener = tokio::net::TcpListener::bind(&opts.rpc_addr)
             .await
-            .map_err(|e| MasterError::Internal(format!("cannot listen on {}: {e}", opts.rpc_addr)))?;
+            .map_err(|e| {
+                MasterError::Internal(format!("cannot listen on {}: {e}", opts.rpc_addr))
+            })?;
         let bound: SocketAddr = listener
             .local_addr()
             .map_err(|e| MasterError::Internal(e.to_string()))?;
@@ -105,7 +107,12 @@ impl MasterServer {
         .await?;
         let voters: BTreeMap<u64, cairn_consensus::Node> = masters
             .iter()
-            .map(|a| (crate::master_node_id(a), cairn_consensus::Node::new(a.clone())))
+            .map(|a| {
+                (
+                    crate::master_node_id(a),
+                    cairn_consensus::Node::new(a.clone()),
+                )
+            })
             .collect();
         if voters.keys().next() == Some(&node_id) {
             group.bootstrap(voters).await?;
@@ -124,7 +131,9 @@ impl MasterServer {
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         let server = tonic::transport::Server::builder()
-            .add_service(pb::master_server::MasterServer::new(MasterService::new(state.clone())))
+            .add_service(pb::master_server::MasterServer::new(MasterService::new(
+                state.clone(),
+            )))
             .add_service(
                 pb::consensus_server::ConsensusServer::new(ConsensusService::new(registry))
                     .max_decoding_message_size(256 << 20)

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_common::{PartitionSchema, SchemaMeta};
-use cairn_consensus::network::ChannelPool;
 use cairn_consensus::RaftGroup;
+use cairn_consensus::network::ChannelPool;
 use cairn_proto as pb;
 use parking_lot::{Mutex, RwLock};
 use tonic::{Request, Response, Status};
@@ -114,7 +114,11 @@ impl MasterState {
     }
 
     /// Waits (up to `timeout`) until `pred` holds for the catalog.
-    async fn wait_catalog(&self, timeout: Duration, pred: impl Fn(&crate::catalog::Catalog) -> bool) -> bool {
+    async fn wait_catalog(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&crate::catalog::Catalog) -> bool,
+    ) -> bool {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if self.catalog.read(&pred) {
@@ -175,7 +179,8 @@ impl MasterService {
         let bounds: Vec<(Vec<u8>, Vec<u8>)> = if req.range_bounds_json.is_empty() {
             vec![]
         } else {
-            serde_json::from_slice(&req.range_bounds_json).map_err(|e| bad_json("range bounds", e))?
+            serde_json::from_slice(&req.range_bounds_json)
+                .map_err(|e| bad_json("range bounds", e))?
         };
         let partitions = ps.create_partitions(&bounds)?;
         let replicas = if req.replicas == 0 {
@@ -237,7 +242,9 @@ impl MasterService {
         let id2 = table_id.clone();
         let done = st
             .wait_catalog(st.opts.ddl_wait, |c| {
-                c.tables.get(&id2).is_some_and(|t| t.state == TableState::Running)
+                c.tables
+                    .get(&id2)
+                    .is_some_and(|t| t.state == TableState::Running)
             })
             .await;
         if !done {
@@ -283,7 +290,9 @@ impl MasterService {
         let id = t.id.clone();
         let done = st
             .wait_catalog(st.opts.ddl_wait, |c| {
-                c.tables.get(&id).is_some_and(|t| t.state == TableState::Running)
+                c.tables
+                    .get(&id)
+                    .is_some_and(|t| t.state == TableState::Running)
             })
             .await;
         if !done {
@@ -404,9 +413,12 @@ impl pb::master_server::Master for MasterService {
         let st = &self.state;
         st.check_leader()?;
         let t = self.visible_table(&request.into_inner().name)?;
-        let entries: Vec<TabletEntry> = st
-            .catalog
-            .read(|c| t.tablets.iter().filter_map(|id| c.tablets.get(id).cloned()).collect());
+        let entries: Vec<TabletEntry> = st.catalog.read(|c| {
+            t.tablets
+                .iter()
+                .filter_map(|id| c.tablets.get(id).cloned())
+                .collect()
+        });
         let mut tablets = Vec::new();
         for e in entries {
             let leader = st.tablet_leader(&e.id);
@@ -414,11 +426,20 @@ impl pb::master_server::Master for MasterService {
             let mut seen = BTreeSet::new();
             let (voters, learners): (Vec<(u64, String)>, Vec<(u64, String)>) = match &leader {
                 Some((_, _, r)) => (
-                    r.voters.iter().map(|p| (p.node_id, p.addr.clone())).collect(),
-                    r.learners.iter().map(|p| (p.node_id, p.addr.clone())).collect(),
+                    r.voters
+                        .iter()
+                        .map(|p| (p.node_id, p.addr.clone()))
+                        .collect(),
+                    r.learners
+                        .iter()
+                        .map(|p| (p.node_id, p.addr.clone()))
+                        .collect(),
                 ),
                 None => (
-                    e.replicas.iter().map(|p| (p.node_id, p.addr.clone())).collect(),
+                    e.replicas
+                        .iter()
+                        .map(|p| (p.node_id, p.addr.clone()))
+                        .collect(),
                     vec![],
                 ),
             };

@@ -670,7 +670,8 @@ impl Tablet {
     /// Locks the rows of a prepared batch until the returned guard is dropped (after
     /// the batch is applied).
     pub fn lock_rows<'a>(&'a self, p: &PreparedWrite) -> crate::locks::RowLocks<'a> {
-        self.locks.lock_all(p.rows.iter().map(|(_, _, k)| k.as_slice()))
+        self.locks
+            .lock_all(p.rows.iter().map(|(_, _, k)| k.as_slice()))
     }
 
     /// Takes the batch's timestamp (registered in flight until

@@ -33,20 +33,27 @@ pub fn decode_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>> {
     let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)
         .map_err(|e| TserverError::InvalidArgument(format!("malformed Arrow IPC data: {e}")))?;
     reader
-        .map(|b| b.map_err(|e| TserverError::InvalidArgument(format!("malformed Arrow IPC data: {e}"))))
+        .map(|b| {
+            b.map_err(|e| TserverError::InvalidArgument(format!("malformed Arrow IPC data: {e}")))
+        })
         .collect()
 }
 
 /// Encodes batches as one Arrow IPC stream.
-pub fn encode_ipc(schema: &arrow::datatypes::SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
+pub fn encode_ipc(
+    schema: &arrow::datatypes::SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     {
         let mut w = StreamWriter::try_new(&mut out, schema)
             .map_err(|e| TserverError::Internal(e.to_string()))?;
         for b in batches {
-            w.write(b).map_err(|e| TserverError::Internal(e.to_string()))?;
+            w.write(b)
+                .map_err(|e| TserverError::Internal(e.to_string()))?;
         }
-        w.finish().map_err(|e| TserverError::Internal(e.to_string()))?;
+        w.finish()
+            .map_err(|e| TserverError::Internal(e.to_string()))?;
     }
     Ok(out)
 }

@@ -70,12 +70,11 @@ impl From<TserverError> for tonic::Status {
                 }
                 s
             }
-            TserverError::Consensus(C::LeaderNotReady | C::ShutDown) | TserverError::ShuttingDown => {
-                tonic::Status::unavailable(msg)
-            }
-            TserverError::Tablet(T::InvalidRequest(_) | T::SnapshotTooOld { .. } | T::Common(_)) => {
-                tonic::Status::invalid_argument(msg)
-            }
+            TserverError::Consensus(C::LeaderNotReady | C::ShutDown)
+            | TserverError::ShuttingDown => tonic::Status::unavailable(msg),
+            TserverError::Tablet(
+                T::InvalidRequest(_) | T::SnapshotTooOld { .. } | T::Common(_),
+            ) => tonic::Status::invalid_argument(msg),
             TserverError::Tablet(T::ShutDown) => tonic::Status::unavailable(msg),
             _ => tonic::Status::internal(msg),
         }

@@ -92,7 +92,8 @@ impl TabletManager {
                 continue;
             }
             let b = std::fs::read(&meta_path).map_err(|e| TserverError::io(&meta_path, e))?;
-            let meta: ReplicaMeta = serde_json::from_slice(&b).map_err(|e| json_err("replica.json", e))?;
+            let meta: ReplicaMeta =
+                serde_json::from_slice(&b).map_err(|e| json_err("replica.json", e))?;
             let r = self.open_replica(meta, None).await?;
             self.replicas.write().insert(r.meta.tablet_id.clone(), r);
             n += 1;
@@ -110,9 +111,10 @@ impl TabletManager {
         let opts = self.tablet_opts.clone();
         let clock = self.clock.clone();
         let t2 = tdir.clone();
-        let sm = tokio::task::spawn_blocking(move || TabletSm::open(&t2, create_schema, opts, clock))
-            .await
-            .map_err(|e| TserverError::Internal(e.to_string()))??;
+        let sm =
+            tokio::task::spawn_blocking(move || TabletSm::open(&t2, create_schema, opts, clock))
+                .await
+                .map_err(|e| TserverError::Internal(e.to_string()))??;
         let group = RaftGroup::open(
             &meta.tablet_id,
             self.node_id,
@@ -164,7 +166,8 @@ impl TabletManager {
         }
         std::fs::create_dir_all(&rdir).map_err(|e| TserverError::io(&rdir, e))?;
         let r = self.open_replica(meta.clone(), Some(schema)).await?;
-        let b = serde_json::to_vec_pretty(&meta).map_err(|e| TserverError::Internal(e.to_string()))?;
+        let b =
+            serde_json::to_vec_pretty(&meta).map_err(|e| TserverError::Internal(e.to_string()))?;
         write_atomic(&rdir, REPLICA_FILE, &b)?;
         if !req.learner && !req.peers.is_empty() {
             let lowest = req.peers.iter().map(|p| p.node_id).min();
@@ -177,7 +180,9 @@ impl TabletManager {
                 r.group.bootstrap(voters).await?;
             }
         }
-        self.replicas.write().insert(req.tablet_id.clone(), r.clone());
+        self.replicas
+            .write()
+            .insert(req.tablet_id.clone(), r.clone());
         tracing::info!(tablet = %req.tablet_id, table = %req.table_name, learner = req.learner, "created tablet replica");
         Ok(r)
     }

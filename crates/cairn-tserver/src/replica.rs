@@ -152,7 +152,10 @@ impl TabletReplica {
 
     /// The leader's write path. Returns the write's timestamp and the per-row errors
     /// (by position in `ops`).
-    pub async fn write(self: &Arc<Self>, ops: Vec<RowOp>) -> Result<(HybridTime, Vec<(usize, RowError)>)> {
+    pub async fn write(
+        self: &Arc<Self>,
+        ops: Vec<RowOp>,
+    ) -> Result<(HybridTime, Vec<(usize, RowError)>)> {
         self.group.check_leader_ready()?;
         let me = self.clone();
         let handle = tokio::runtime::Handle::current();
@@ -208,21 +211,24 @@ impl TabletReplica {
                 let ts = if ts == 0 { tablet.clock().now().0 } else { ts };
                 if self.group.check_leader_ready().is_ok() {
                     let t = tablet.clone();
-                    tokio::task::spawn_blocking(move || t.snapshot_for(ReadMode::Snapshot(HybridTime(ts))))
-                        .await
-                        .map_err(|e| TserverError::Internal(e.to_string()))??;
+                    tokio::task::spawn_blocking(move || {
+                        t.snapshot_for(ReadMode::Snapshot(HybridTime(ts)))
+                    })
+                    .await
+                    .map_err(|e| TserverError::Internal(e.to_string()))??;
                     return Ok(ReadMode::Snapshot(HybridTime(ts)));
                 }
                 let st = self.group.status();
-                let leader_addr = st
-                    .leader
-                    .and_then(|l| st.voters.get(&l).cloned())
-                    .ok_or(cairn_consensus::ConsensusError::NotLeader {
+                let leader_addr = st.leader.and_then(|l| st.voters.get(&l).cloned()).ok_or(
+                    cairn_consensus::ConsensusError::NotLeader {
                         leader: None,
                         leader_addr: None,
-                    })?;
+                    },
+                )?;
                 let index = safe_index(leader_addr, ts).await?;
-                self.group.wait_applied(index, Duration::from_secs(10)).await?;
+                self.group
+                    .wait_applied(index, Duration::from_secs(10))
+                    .await?;
                 tablet.clock().update(HybridTime(ts));
                 Ok(ReadMode::Snapshot(HybridTime(ts)))
             }

@@ -92,11 +92,16 @@ impl TabletServer {
         let node_id = load_node_id(&opts.data_dir)?;
         let listener = tokio::net::TcpListener::bind(&opts.rpc_addr)
             .await
-            .map_err(|e| TserverError::Internal(format!("cannot listen on {}: {e}", opts.rpc_addr)))?;
+            .map_err(|e| {
+                TserverError::Internal(format!("cannot listen on {}: {e}", opts.rpc_addr))
+            })?;
         let bound: SocketAddr = listener
             .local_addr()
             .map_err(|e| TserverError::Internal(e.to_string()))?;
-        let addr = opts.advertise_addr.clone().unwrap_or_else(|| bound.to_string());
+        let addr = opts
+            .advertise_addr
+            .clone()
+            .unwrap_or_else(|| bound.to_string());
         let registry = GroupRegistry::default();
         let pool = ChannelPool::default();
         let manager = TabletManager::new(

@@ -188,7 +188,6 @@ impl TabletService {
     }
 }
 
-
 /// A replica's report for the master.
 pub fn report(r: &TabletReplica) -> pb::TabletReport {
     let st = r.group.status();
@@ -265,7 +264,10 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         let req = request.into_inner();
         self.observe(req.propagated_timestamp);
         let replica = self.manager.get(&req.tablet_id)?;
-        replica.group.check_leader_ready().map_err(TserverError::from)?;
+        replica
+            .group
+            .check_leader_ready()
+            .map_err(TserverError::from)?;
         let schema = replica.tablet().schema();
         let ops = row_ops(&schema, &req.batches)?;
         let (ts, errs) = replica.write(ops).await?;
@@ -275,7 +277,10 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         }))
     }
 
-    async fn scan(&self, request: Request<pb::ScanRequest>) -> Result<Response<pb::ScanResponse>, Status> {
+    async fn scan(
+        &self,
+        request: Request<pb::ScanRequest>,
+    ) -> Result<Response<pb::ScanResponse>, Status> {
         Ok(Response::new(self.scan_inner(request.into_inner()).await?))
     }
 
@@ -308,12 +313,20 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         let req = request.into_inner();
         let replica = self.manager.get(&req.tablet_id)?;
         let mode = self
-            .resolve_mode(&replica, pb::ReadMode::ReadAtSnapshot as i32, req.snapshot_timestamp)
+            .resolve_mode(
+                &replica,
+                pb::ReadMode::ReadAtSnapshot as i32,
+                req.snapshot_timestamp,
+            )
             .await?;
         let tablet = replica.tablet();
         let (sum, rows, ts) = tokio::task::spawn_blocking(move || -> Result<(u64, u64, u64)> {
             let schema = tablet.schema();
-            let types: Vec<_> = schema.columns().iter().map(|c| c.data_type.clone()).collect();
+            let types: Vec<_> = schema
+                .columns()
+                .iter()
+                .map(|c| c.data_type.clone())
+                .collect();
             let mut s = tablet.scan(ScanSpec {
                 read_mode: mode,
                 ..Default::default()
@@ -376,7 +389,10 @@ impl pb::tablet_server_server::TabletServer for TabletService {
     ) -> Result<Response<pb::SafeIndexResponse>, Status> {
         let req = request.into_inner();
         let replica = self.manager.get(&req.tablet_id)?;
-        replica.group.check_leader_ready().map_err(TserverError::from)?;
+        replica
+            .group
+            .check_leader_ready()
+            .map_err(TserverError::from)?;
         let tablet = replica.tablet();
         let ts = HybridTime(req.timestamp);
         tokio::task::spawn_blocking(move || tablet.snapshot_for(ReadMode::Snapshot(ts)))
@@ -394,7 +410,10 @@ impl pb::tablet_server_server::TabletServer for TabletService {
     ) -> Result<Response<pb::AlterSchemaResponse>, Status> {
         let req = request.into_inner();
         let replica = self.manager.get(&req.tablet_id)?;
-        replica.group.check_leader_ready().map_err(TserverError::from)?;
+        replica
+            .group
+            .check_leader_ready()
+            .map_err(TserverError::from)?;
         let steps: Vec<cairn_common::AlterOp> = serde_json::from_slice(&req.steps_json)
             .map_err(|e| TserverError::InvalidArgument(format!("malformed alter steps: {e}")))?;
         let version = replica.tablet().schema().version();
@@ -413,7 +432,11 @@ impl pb::tablet_server_server::TabletServer for TabletService {
                     .tablet()
                     .prepare_alter(step)
                     .map_err(TserverError::from)?;
-                replica.group.propose(rec).await.map_err(TserverError::from)?;
+                replica
+                    .group
+                    .propose(rec)
+                    .await
+                    .map_err(TserverError::from)?;
             }
         }
         Ok(Response::new(pb::AlterSchemaResponse {

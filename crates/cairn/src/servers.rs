@@ -69,7 +69,12 @@ pub struct MasterArgs {
 impl MasterArgs {
     fn options(&self) -> MasterOptions {
         let mut o = MasterOptions::new(&self.data_dir, &self.rpc_addr);
-        o.masters = self.masters.iter().filter(|m| !m.is_empty()).cloned().collect();
+        o.masters = self
+            .masters
+            .iter()
+            .filter(|m| !m.is_empty())
+            .cloned()
+            .collect();
         o.tserver_dead_after = Duration::from_secs(self.tserver_dead_after_secs);
         o.tserver_live_timeout = Duration::from_secs(self.tserver_live_timeout_secs.max(1));
         o.default_replicas = self.default_replicas;
@@ -88,7 +93,12 @@ pub struct TserverArgs {
     #[arg(long, env = "CAIRN_RPC_ADDR", default_value = "127.0.0.1:7050")]
     pub rpc_addr: String,
     /// The masters' addresses (comma-separated).
-    #[arg(long, env = "CAIRN_MASTERS", value_delimiter = ',', default_value = "127.0.0.1:7051")]
+    #[arg(
+        long,
+        env = "CAIRN_MASTERS",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:7051"
+    )]
     pub masters: Vec<String>,
     /// Milliseconds between heartbeats to the master.
     #[arg(long, default_value_t = 1000)]
@@ -138,13 +148,14 @@ pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
@@ -161,7 +172,11 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Runs a master until a shutdown signal.
 pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
     let m = MasterServer::start(args.options()).await?;
-    println!("cairn master listening on {} (data in {})", m.addr(), args.data_dir.display());
+    println!(
+        "cairn master listening on {} (data in {})",
+        m.addr(),
+        args.data_dir.display()
+    );
     shutdown_signal().await;
     println!("shutting down");
     m.shutdown().await;
@@ -223,7 +238,10 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         };
         tservers.push(TabletServer::start(targs.options()).await?);
     }
-    println!("cairn local is running (data in {})", args.data_dir.display());
+    println!(
+        "cairn local is running (data in {})",
+        args.data_dir.display()
+    );
     println!("  master   {}", master.addr());
     for t in &tservers {
         println!("  tserver  {}  (node {})", t.addr(), t.node_id());

@@ -24,13 +24,32 @@ async fn rpc_paths_bad_input_alter_and_drop() {
     let mut s = c.new_session(&t);
     s.set_flush_mode(cairn_client::FlushMode::Manual);
     s.apply(row(5)).await.unwrap();
-    s.apply(Operation::update(&t.schema, &[Value::Int64(7)], &[("v", Value::String("x".into()))]).unwrap()).await.unwrap();
-    s.apply(Operation::delete(&t.schema, &[Value::Int64(8)]).unwrap()).await.unwrap();
-    s.apply(Operation::delete(&t.schema, &[Value::Int64(123_456)]).unwrap()).await.unwrap();
+    s.apply(
+        Operation::update(
+            &t.schema,
+            &[Value::Int64(7)],
+            &[("v", Value::String("x".into()))],
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    s.apply(Operation::delete(&t.schema, &[Value::Int64(8)]).unwrap())
+        .await
+        .unwrap();
+    s.apply(Operation::delete(&t.schema, &[Value::Int64(123_456)]).unwrap())
+        .await
+        .unwrap();
     let errs = s.flush().await.unwrap();
     assert_eq!(errs.len(), 2, "{errs:?}");
-    assert!(errs.iter().any(|e| e.op_index == 0 && e.message.contains("already present")));
-    assert!(errs.iter().any(|e| e.op_index == 3 && e.message.contains("not found")));
+    assert!(
+        errs.iter()
+            .any(|e| e.op_index == 0 && e.message.contains("already present"))
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.op_index == 3 && e.message.contains("not found"))
+    );
     let r = c
         .scan(&t)
         .predicate(ColumnPredicate::eq("id", Value::Int64(7)))
@@ -40,26 +59,50 @@ async fn rpc_paths_bad_input_alter_and_drop() {
         .unwrap();
     assert_eq!(r.num_rows(), 1);
     let v = r.batches.iter().find(|b| b.num_rows() > 0).unwrap();
-    let vs = v.column(1).as_any().downcast_ref::<arrow::array::StringArray>().unwrap();
+    let vs = v
+        .column(1)
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .unwrap();
     assert_eq!(vs.value(0), "x");
     assert_eq!(c.scan(&t).count().await.unwrap(), 999);
     // Time travel: the snapshot after the load still has row 8.
-    assert_eq!(c.scan(&t).read_mode(ReadMode::Snapshot(after_load)).count().await.unwrap(), 1000);
+    assert_eq!(
+        c.scan(&t)
+            .read_mode(ReadMode::Snapshot(after_load))
+            .count()
+            .await
+            .unwrap(),
+        1000
+    );
 
     // Bad input: each a clear error, nothing changes.
-    assert!(matches!(c.open_table("nope").await, Err(ClientError::TableNotFound(_))));
+    assert!(matches!(
+        c.open_table("nope").await,
+        Err(ClientError::TableNotFound(_))
+    ));
     let mut s = c.new_session(&t);
     s.set_flush_mode(cairn_client::FlushMode::Manual);
     let wrong_type = Operation::insert(vec![Value::String("a".into()), Value::Null, Value::Null]);
     let r1 = s.apply(wrong_type).await;
     let missing_key = Operation::insert(vec![Value::Null, Value::Null, Value::Null]);
     let r2 = s.apply(missing_key).await;
-    let oversize = Operation::insert(vec![Value::Int64(5_000_000), Value::String("x".repeat(100_000)), Value::Null]);
+    let oversize = Operation::insert(vec![
+        Value::Int64(5_000_000),
+        Value::String("x".repeat(100_000)),
+        Value::Null,
+    ]);
     let r3 = s.apply(oversize).await;
     let flushed = s.flush().await.unwrap();
     assert!(r1.is_err() || !flushed.is_empty());
     assert!(r2.is_err() || flushed.len() >= 2);
-    assert!(r3.is_err() || flushed.iter().any(|e| e.message.contains("bytes") || e.message.contains("large") || e.message.contains("exceeds")), "{r3:?} {flushed:?}");
+    assert!(
+        r3.is_err()
+            || flushed.iter().any(|e| e.message.contains("bytes")
+                || e.message.contains("large")
+                || e.message.contains("exceeds")),
+        "{r3:?} {flushed:?}"
+    );
     assert_eq!(c.scan(&t).count().await.unwrap(), 999);
 
     // Malformed RPC bytes: rejected, the server keeps serving.
@@ -69,19 +112,34 @@ async fn rpc_paths_bad_input_alter_and_drop() {
     let bad = raw
         .write(cairn_proto::WriteRequest {
             tablet_id: locs[0].tablet_id.clone(),
-            batches: vec![cairn_proto::RowBatch { op_kinds: vec![0u8].into(), arrow_ipc: vec![1u8, 2, 3, 4].into() }],
+            batches: vec![cairn_proto::RowBatch {
+                op_kinds: vec![0u8].into(),
+                arrow_ipc: vec![1u8, 2, 3, 4].into(),
+            }],
             propagated_timestamp: 0,
         })
         .await
         .unwrap_err();
     assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
-    let mut cons = cairn_proto::consensus_client::ConsensusClient::connect(format!("http://{leader}")).await.unwrap();
+    let mut cons =
+        cairn_proto::consensus_client::ConsensusClient::connect(format!("http://{leader}"))
+            .await
+            .unwrap();
     let bad = cons
-        .append_entries(cairn_proto::RaftRequest { group_id: locs[0].tablet_id.clone(), payload: vec![0xff; 7].into() })
+        .append_entries(cairn_proto::RaftRequest {
+            group_id: locs[0].tablet_id.clone(),
+            payload: vec![0xff; 7].into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(bad.code(), tonic::Code::InvalidArgument);
-    let bad = raw.scan(cairn_proto::ScanRequest { tablet_id: "no-such".into(), ..Default::default() }).await.unwrap_err();
+    let bad = raw
+        .scan(cairn_proto::ScanRequest {
+            tablet_id: "no-such".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
     assert_eq!(bad.code(), tonic::Code::NotFound);
     assert_eq!(c.scan(&t).count().await.unwrap(), 999);
 
@@ -101,33 +159,66 @@ async fn rpc_paths_bad_input_alter_and_drop() {
     assert_eq!(check_replicas_agree(&c, &t, &cl.ts_addrs).await, 999);
 
     // ALTER: add a column with a default, write it, read it.
-    c.alter_table("t", vec![AlterOp::AddColumn(ColumnSpec::new("extra", DataType::Int32).nullable())]).await.unwrap();
+    c.alter_table(
+        "t",
+        vec![AlterOp::AddColumn(
+            ColumnSpec::new("extra", DataType::Int32).nullable(),
+        )],
+    )
+    .await
+    .unwrap();
     let t2 = c.open_table("t").await.unwrap();
     assert_eq!(t2.schema.num_columns(), 4);
     let mut s = c.new_session(&t2);
-    s.apply(Operation::insert(vec![Value::Int64(9_999), Value::Null, Value::Null, Value::Int32(42)])).await.unwrap();
+    s.apply(Operation::insert(vec![
+        Value::Int64(9_999),
+        Value::Null,
+        Value::Null,
+        Value::Int32(42),
+    ]))
+    .await
+    .unwrap();
     assert!(s.flush().await.unwrap().is_empty());
-    let r = c.scan(&t2).predicate(ColumnPredicate::eq("extra", Value::Int32(42))).execute().await.unwrap();
+    let r = c
+        .scan(&t2)
+        .predicate(ColumnPredicate::eq("extra", Value::Int32(42)))
+        .execute()
+        .await
+        .unwrap();
     assert_eq!(r.num_rows(), 1);
 
     // DROP: the table is gone and so are its replicas.
     c.drop_table("t", false).await.unwrap();
-    assert!(matches!(c.open_table("t").await, Err(ClientError::TableNotFound(_))));
+    assert!(matches!(
+        c.open_table("t").await,
+        Err(ClientError::TableNotFound(_))
+    ));
     assert!(c.drop_table("t", true).await.is_ok());
     let addrs = cl.ts_addrs.clone();
-    wait_for(Duration::from_secs(20), "replicas of the dropped table to be deleted", || {
-        let c = c.clone();
-        let addrs = addrs.clone();
-        async move {
-            for a in &addrs {
-                let mut ts = c.tablet_server(a).await.unwrap();
-                if !ts.list_tablets(cairn_proto::ListTabletsRequest {}).await.unwrap().into_inner().tablets.is_empty() {
-                    return false;
+    wait_for(
+        Duration::from_secs(20),
+        "replicas of the dropped table to be deleted",
+        || {
+            let c = c.clone();
+            let addrs = addrs.clone();
+            async move {
+                for a in &addrs {
+                    let mut ts = c.tablet_server(a).await.unwrap();
+                    if !ts
+                        .list_tablets(cairn_proto::ListTabletsRequest {})
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .tablets
+                        .is_empty()
+                    {
+                        return false;
+                    }
                 }
+                true
             }
-            true
-        }
-    })
+        },
+    )
     .await;
 }
 
@@ -143,15 +234,19 @@ async fn follower_catches_up_and_restart_keeps_everything() {
     insert_range(&c, &t, 500..1500).await;
     cl.start_tserver(2).await;
     let live = cl.ts_addrs.clone();
-    wait_for(Duration::from_secs(30), "the stopped follower to catch up", || {
-        let c = c.clone();
-        let t = t.clone();
-        let live = live.clone();
-        async move {
-            let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &live).await });
-            matches!(h.await, Ok(1500))
-        }
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "the stopped follower to catch up",
+        || {
+            let c = c.clone();
+            let t = t.clone();
+            let live = live.clone();
+            async move {
+                let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &live).await });
+                matches!(h.await, Ok(1500))
+            }
+        },
+    )
     .await;
     // Restart everything: all data is there.
     cl.restart_all().await;
@@ -169,20 +264,39 @@ async fn dead_tserver_is_rereplicated() {
     let t = c.open_table("t").await.unwrap();
     insert_range(&c, &t, 0..300).await;
     let locs = c.table_locations(&t, true).await.unwrap();
-    let victim_addr = locs[0].replicas.iter().find(|r| !r.leader).unwrap().addr.clone();
+    let victim_addr = locs[0]
+        .replicas
+        .iter()
+        .find(|r| !r.leader)
+        .unwrap()
+        .addr
+        .clone();
     let victim = cl.ts_addrs.iter().position(|a| *a == victim_addr).unwrap();
     cl.stop_tserver(victim).await;
-    let live: Vec<String> = cl.ts_addrs.iter().filter(|a| **a != victim_addr).cloned().collect();
-    wait_for(Duration::from_secs(60), "the tablet to be re-replicated", || {
-        let c = c.clone();
-        let t = t.clone();
-        let victim_addr = victim_addr.clone();
-        async move {
-            let Ok(l) = c.table_locations(&t, true).await else { return false };
-            let voters: Vec<_> = l[0].replicas.iter().filter(|r| r.voter).collect();
-            voters.len() == 3 && voters.iter().all(|r| r.live && r.addr != victim_addr) && l[0].leader_addr().is_some()
-        }
-    })
+    let live: Vec<String> = cl
+        .ts_addrs
+        .iter()
+        .filter(|a| **a != victim_addr)
+        .cloned()
+        .collect();
+    wait_for(
+        Duration::from_secs(60),
+        "the tablet to be re-replicated",
+        || {
+            let c = c.clone();
+            let t = t.clone();
+            let victim_addr = victim_addr.clone();
+            async move {
+                let Ok(l) = c.table_locations(&t, true).await else {
+                    return false;
+                };
+                let voters: Vec<_> = l[0].replicas.iter().filter(|r| r.voter).collect();
+                voters.len() == 3
+                    && voters.iter().all(|r| r.live && r.addr != victim_addr)
+                    && l[0].leader_addr().is_some()
+            }
+        },
+    )
     .await;
     wait_for(Duration::from_secs(30), "the new replica to agree", || {
         let c = c.clone();

@@ -17,30 +17,61 @@ struct ProcCluster {
 
 fn start_cluster(n_masters: usize, n_tservers: usize) -> ProcCluster {
     let dir = tempfile::tempdir().unwrap();
-    let master_addrs: Vec<String> = (0..n_masters).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let peers = if n_masters > 1 { master_addrs.clone() } else { vec![] };
+    let master_addrs: Vec<String> = (0..n_masters)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let peers = if n_masters > 1 {
+        master_addrs.clone()
+    } else {
+        vec![]
+    };
     let masters = master_addrs
         .iter()
         .enumerate()
-        .map(|(i, a)| master_proc(&dir.path().join(format!("m{i}")), a, &peers, dir.path().join(format!("m{i}.log"))))
+        .map(|(i, a)| {
+            master_proc(
+                &dir.path().join(format!("m{i}")),
+                a,
+                &peers,
+                dir.path().join(format!("m{i}.log")),
+            )
+        })
         .collect();
     let tservers = (0..n_tservers)
         .map(|i| {
             let a = format!("127.0.0.1:{}", free_port());
-            tserver_proc(&dir.path().join(format!("t{i}")), &a, &master_addrs, dir.path().join(format!("t{i}.log")))
+            tserver_proc(
+                &dir.path().join(format!("t{i}")),
+                &a,
+                &master_addrs,
+                dir.path().join(format!("t{i}.log")),
+            )
         })
         .collect();
-    ProcCluster { _dir: dir, masters, tservers, master_addrs }
+    ProcCluster {
+        _dir: dir,
+        masters,
+        tservers,
+        master_addrs,
+    }
 }
 
 async fn connect(c: &ProcCluster, live_tservers: usize) -> Client {
     let client = Client::connect(&c.master_addrs).await.unwrap();
-    wait_for(Duration::from_secs(30), "tablet servers to register", || {
-        let client = client.clone();
-        async move {
-            client.list_tablet_servers().await.map(|v| v.iter().filter(|s| s.live).count() >= live_tservers).unwrap_or(false)
-        }
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "tablet servers to register",
+        || {
+            let client = client.clone();
+            async move {
+                client
+                    .list_tablet_servers()
+                    .await
+                    .map(|v| v.iter().filter(|s| s.live).count() >= live_tservers)
+                    .unwrap_or(false)
+            }
+        },
+    )
     .await;
     client
 }
@@ -73,7 +104,10 @@ async fn kill_leader_during_writes_then_restart_everything() {
                 Ok(errs) => {
                     // A batch retried after a leader change may find its rows already
                     // written: they are present, so they count as acknowledged.
-                    assert!(errs.iter().all(|e| e.message.contains("already present")), "{errs:?}");
+                    assert!(
+                        errs.iter().all(|e| e.message.contains("already present")),
+                        "{errs:?}"
+                    );
                     acked.extend(ids);
                     ack_times.push(Instant::now());
                 }
@@ -92,17 +126,33 @@ async fn kill_leader_during_writes_then_restart_everything() {
     tokio::time::sleep(Duration::from_secs(6)).await;
     stop_tx.send(true).unwrap();
     let (acked, ack_times) = writer.await.unwrap();
-    let first_after = ack_times.iter().find(|t| **t > killed_at).expect("writes continued after the kill");
+    let first_after = ack_times
+        .iter()
+        .find(|t| **t > killed_at)
+        .expect("writes continued after the kill");
     let failover = first_after.duration_since(killed_at);
     println!("failover: first acknowledged write {failover:?} after kill -9 of the leader");
-    assert!(failover < Duration::from_secs(5), "writes resumed only after {failover:?}");
+    assert!(
+        failover < Duration::from_secs(5),
+        "writes resumed only after {failover:?}"
+    );
 
     // Every acknowledged row is on the new leader, and the live replicas agree.
     let ids = all_ids(&c, &t).await;
     let present: std::collections::HashSet<i64> = ids.iter().copied().collect();
     let lost: Vec<_> = acked.iter().filter(|id| !present.contains(id)).collect();
-    assert!(lost.is_empty(), "{} acknowledged rows lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(10)]);
-    let live: Vec<String> = cl.tservers.iter().filter(|p| p.child.is_some()).map(|p| p.addr.clone()).collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged rows lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+    let live: Vec<String> = cl
+        .tservers
+        .iter()
+        .filter(|p| p.child.is_some())
+        .map(|p| p.addr.clone())
+        .collect();
     let rows = check_replicas_agree(&c, &t, &live).await;
     assert_eq!(rows as usize, ids.len());
 
@@ -116,26 +166,34 @@ async fn kill_leader_during_writes_then_restart_everything() {
     }
     let c = connect(&cl, 3).await;
     let t = c.open_table("k").await.unwrap();
-    wait_for(Duration::from_secs(30), "the table to serve after restart", || {
-        let c = c.clone();
-        let t = t.clone();
-        async move { c.scan(&t).count().await.is_ok() }
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "the table to serve after restart",
+        || {
+            let c = c.clone();
+            let t = t.clone();
+            async move { c.scan(&t).count().await.is_ok() }
+        },
+    )
     .await;
     let mut ids2 = all_ids(&c, &t).await;
     ids2.sort_unstable();
     assert_eq!(ids2, ids, "data after restarting every process differs");
     let all: Vec<String> = cl.tservers.iter().map(|p| p.addr.clone()).collect();
-    wait_for(Duration::from_secs(30), "all three replicas to agree after restart", || {
-        let c = c.clone();
-        let t = t.clone();
-        let all = all.clone();
-        let n = ids.len() as u64;
-        async move {
-            let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &all).await });
-            matches!(h.await, Ok(x) if x == n)
-        }
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "all three replicas to agree after restart",
+        || {
+            let c = c.clone();
+            let t = t.clone();
+            let all = all.clone();
+            let n = ids.len() as u64;
+            async move {
+                let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &all).await });
+                matches!(h.await, Ok(x) if x == n)
+            }
+        },
+    )
     .await;
 }
 
@@ -145,26 +203,52 @@ async fn master_failover_keeps_ddl_working() {
     let c = connect(&cl, 1).await;
     c.create_table(table_spec("a", 2, 1)).await.unwrap();
     let masters = c.list_masters().await.unwrap();
-    let leader = masters.iter().find(|m| m.role == "LEADER").expect("a leader master").addr.clone();
+    let leader = masters
+        .iter()
+        .find(|m| m.role == "LEADER")
+        .expect("a leader master")
+        .addr
+        .clone();
     let i = cl.masters.iter().position(|p| p.addr == leader).unwrap();
     cl.masters[i].kill9();
     // DDL goes on through the new leader; nothing is lost or duplicated.
     let c = Client::connect(&cl.master_addrs).await.unwrap();
-    wait_for(Duration::from_secs(30), "the tablet server to register with the new leader", || {
-        let c = c.clone();
-        async move { c.list_tablet_servers().await.map(|v| v.iter().any(|s| s.live)).unwrap_or(false) }
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "the tablet server to register with the new leader",
+        || {
+            let c = c.clone();
+            async move {
+                c.list_tablet_servers()
+                    .await
+                    .map(|v| v.iter().any(|s| s.live))
+                    .unwrap_or(false)
+            }
+        },
+    )
     .await;
     c.create_table(table_spec("b", 2, 1)).await.unwrap();
     let t = c.open_table("a").await.unwrap();
     insert_range(&c, &t, 0..100).await;
-    let mut names: Vec<String> = c.list_tables().await.unwrap().into_iter().map(|t| t.name).collect();
+    let mut names: Vec<String> = c
+        .list_tables()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
     names.sort();
     assert_eq!(names, vec!["a".to_string(), "b".to_string()]);
     // The old leader comes back as a follower and the catalog is still right.
     cl.masters[i].start();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut names: Vec<String> = c.list_tables().await.unwrap().into_iter().map(|t| t.name).collect();
+    let mut names: Vec<String> = c
+        .list_tables()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
     names.sort();
     assert_eq!(names, vec!["a".to_string(), "b".to_string()]);
     assert_eq!(c.scan(&t).count().await.unwrap(), 100);

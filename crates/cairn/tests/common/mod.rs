@@ -66,7 +66,11 @@ impl InProc {
     }
 
     pub async fn start_tserver(&mut self, i: usize) {
-        let mut o = TserverOptions::new(&self.ts_dir(i), &self.ts_addrs[i], vec![self.master_addr.clone()]);
+        let mut o = TserverOptions::new(
+            &self.ts_dir(i),
+            &self.ts_addrs[i],
+            vec![self.master_addr.clone()],
+        );
         o.group = fast_group();
         o.heartbeat_interval = Duration::from_millis(200);
         o.tablet.fsync = cairn_tablet::FsyncPolicy::Never;
@@ -102,15 +106,19 @@ impl InProc {
 
     pub async fn wait_live(&self, n: usize) {
         let c = self.client().await;
-        wait_for(Duration::from_secs(20), "tablet servers to register", || {
-            let c = c.clone();
-            async move {
-                c.list_tablet_servers()
-                    .await
-                    .map(|v| v.iter().filter(|s| s.live).count() >= n)
-                    .unwrap_or(false)
-            }
-        })
+        wait_for(
+            Duration::from_secs(20),
+            "tablet servers to register",
+            || {
+                let c = c.clone();
+                async move {
+                    c.list_tablet_servers()
+                        .await
+                        .map(|v| v.iter().filter(|s| s.live).count() >= n)
+                        .unwrap_or(false)
+                }
+            },
+        )
         .await;
     }
 }
@@ -158,11 +166,17 @@ pub fn table_spec(name: &str, buckets: u32, replicas: u32) -> CreateTableSpec {
     } else {
         PartitionSchema::default()
     };
-    CreateTableSpec::new(name, test_schema()).partition(ps).replicas(replicas)
+    CreateTableSpec::new(name, test_schema())
+        .partition(ps)
+        .replicas(replicas)
 }
 
 pub fn row(id: i64) -> Operation {
-    Operation::insert(vec![Value::Int64(id), Value::String(format!("row-{id}")), Value::Int64(id * 2)])
+    Operation::insert(vec![
+        Value::Int64(id),
+        Value::String(format!("row-{id}")),
+        Value::Int64(id * 2),
+    ])
 }
 
 /// Inserts ids in `range`, asserting no row errors.
@@ -183,7 +197,11 @@ pub async fn all_ids(c: &Client, t: &Table) -> Vec<i64> {
     let r = c.scan(t).projection(["id"]).execute().await.unwrap();
     let mut ids = Vec::new();
     for b in &r.batches {
-        let a = b.column(0).as_any().downcast_ref::<arrow::array::Int64Array>().unwrap();
+        let a = b
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .unwrap();
         ids.extend(a.values().iter().copied());
     }
     ids.sort_unstable();
@@ -199,7 +217,10 @@ pub async fn check_replicas_agree(c: &Client, t: &Table, live: &[String]) -> u64
         let leader = l.leader_addr().expect("tablet has a leader").to_string();
         let mut lc = c.tablet_server(&leader).await.unwrap();
         let r = lc
-            .checksum(cairn_proto::ChecksumRequest { tablet_id: l.tablet_id.clone(), snapshot_timestamp: 0 })
+            .checksum(cairn_proto::ChecksumRequest {
+                tablet_id: l.tablet_id.clone(),
+                snapshot_timestamp: 0,
+            })
             .await
             .unwrap()
             .into_inner();
@@ -217,7 +238,13 @@ pub async fn check_replicas_agree(c: &Client, t: &Table, live: &[String]) -> u64
                 .await
                 .unwrap()
                 .into_inner();
-            assert_eq!((rr.rows, rr.checksum), (r.rows, r.checksum), "replica {} of tablet {} disagrees with the leader", rep.addr, l.tablet_id);
+            assert_eq!(
+                (rr.rows, rr.checksum),
+                (r.rows, r.checksum),
+                "replica {} of tablet {} disagrees with the leader",
+                rep.addr,
+                l.tablet_id
+            );
         }
     }
     total
@@ -225,7 +252,11 @@ pub async fn check_replicas_agree(c: &Client, t: &Table, live: &[String]) -> u64
 
 /// A free loopback port.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A `cairn` server process.
@@ -238,12 +269,21 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(args: Vec<String>, addr: String, log: PathBuf) -> Proc {
-        let mut p = Proc { args, child: None, addr, log };
+        let mut p = Proc {
+            args,
+            child: None,
+            addr,
+            log,
+        };
         p.start();
         p
     }
     pub fn start(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
             .args(&self.args)
             .env("RUST_LOG", "warn")
@@ -261,7 +301,10 @@ impl Proc {
     }
     pub fn terminate(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
             let t0 = Instant::now();
             while t0.elapsed() < Duration::from_secs(10) {
                 if let Ok(Some(_)) = c.try_wait() {
