@@ -1,1 +1,76 @@
-//! placeholder
+//! # cairn-client — the thick client of Cairn
+//!
+//! Applications, tools and SQL talk to a Cairn cluster through this crate. Like Kudu's
+//! client (Kudu paper §3), it is *thick*: it does the work that lets servers stay
+//! simple and requests go straight to the right machine.
+//!
+//! - **Metadata and leader discovery.** A [`Client`] knows the master addresses and
+//!   finds the leader master lazily, following "not the leader" hints
+//!   ([`cairn_proto::LEADER_ADDR_HEADER`]) and retrying unreachable masters with
+//!   exponential backoff. DDL ([`Client::create_table`], [`Client::alter_table`],
+//!   [`Client::drop_table`]) goes to the leader master.
+//! - **Routing.** Tablet locations are cached per table ([`Client::table_locations`]).
+//!   Each written row's partition key
+//!   ([`PartitionSchema::partition_key`](cairn_common::PartitionSchema::partition_key))
+//!   selects its tablet, and writes go directly to that tablet's leader. Stale locations
+//!   (leader changed, tablet moved, server down) are refreshed and the request retried.
+//! - **Writes.** A [`WriteSession`] buffers [`Operation`]s per tablet and sends them as
+//!   Arrow IPC row batches ([`encode_write`]), synchronously, in the background or on
+//!   demand ([`FlushMode`]). Row errors come back per operation ([`RowErrorInfo`]).
+//! - **Scans.** A [`ScanBuilder`] pushes projection, predicates and limit down to the
+//!   tablet servers, prunes tablets that cannot match, reads every tablet at one
+//!   snapshot, and survives server failures by reopening the scan on another replica
+//!   (see [`scan`] for what is resumed how).
+//! - **Consistency.** The client tracks the highest HybridTime seen in responses
+//!   ([`Client::last_timestamp`]) and propagates it with every request, so a client's
+//!   reads with [`ReadMode::ReadYourWrites`] see its writes, and causality can be passed
+//!   between clients with [`Client::observe_timestamp`].
+//!
+//! Every call is bounded by [`ClientOptions`]: `rpc_timeout` per attempt and
+//! `operation_timeout` for the whole call with its retries. Transient failures are
+//! retried inside that budget; what reaches the caller is a final, typed
+//! [`ClientError`].
+//!
+//! ```no_run
+//! # async fn demo() -> cairn_client::Result<()> {
+//! use cairn_client::{Client, FlushMode, Operation};
+//! use cairn_common::{ColumnPredicate, Value};
+//!
+//! let client = Client::connect(&["127.0.0.1:7051".to_string()]).await?;
+//! let table = client.open_table("metrics").await?;
+//! let mut session = client.new_session(&table);
+//! session.set_flush_mode(FlushMode::AutoFlushBackground);
+//! session
+//!     .apply(Operation::insert(vec![Value::String("host1".into()), Value::Int64(1), Value::Double(0.5)]))
+//!     .await?;
+//! let row_errors = session.flush().await?;
+//! assert!(row_errors.is_empty());
+//! let result = client
+//!     .scan(&table)
+//!     .predicate(ColumnPredicate::eq("host", Value::String("host1".into())))
+//!     .execute()
+//!     .await?;
+//! println!("{} rows at snapshot {}", result.num_rows(), result.snapshot_timestamp);
+//! # Ok(()) }
+//! ```
+
+pub mod client;
+pub mod error;
+mod retry;
+pub mod scan;
+pub mod session;
+pub mod table;
+pub mod write;
+
+pub use client::{Client, ClientOptions};
+pub use error::{ClientError, Result};
+pub use scan::{ReadMode, ScanBuilder, ScanCursor, ScanResult};
+pub use session::{FlushMode, RowErrorInfo, WriteSession};
+pub use table::{CreateTableSpec, ReplicaInfo, Table, TabletLocationInfo, locate_tablet};
+pub use write::{EncodedWrite, Operation, decode_ipc, encode_write};
+
+/// Raw gRPC stubs returned by [`Client::tablet_server`] and [`Client::master`].
+pub use cairn_proto::master_client::MasterClient;
+pub use cairn_proto::tablet_server_client::TabletServerClient;
+/// The channel type of the raw stubs.
+pub use tonic::transport::Channel;

@@ -139,7 +139,16 @@ impl MasterServer {
                     .max_decoding_message_size(256 << 20)
                     .max_encoding_message_size(256 << 20),
             );
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // Small RPCs must not wait for Nagle's algorithm.
+        let incoming = tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            |s| {
+                if let Ok(s) = &s {
+                    let _ = s.set_nodelay(true);
+                }
+                s
+            },
+        );
         let mut rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let r = server

@@ -27,6 +27,9 @@ pub enum TserverError {
         #[source]
         source: std::io::Error,
     },
+    /// A transient condition (a peer is unreachable, an election is running): retry.
+    #[error("{0}; retry shortly")]
+    Unavailable(String),
     /// The server is stopping.
     #[error("the tablet server is shutting down")]
     ShuttingDown,
@@ -70,8 +73,11 @@ impl From<TserverError> for tonic::Status {
                 }
                 s
             }
-            TserverError::Consensus(C::LeaderNotReady | C::ShutDown)
-            | TserverError::ShuttingDown => tonic::Status::unavailable(msg),
+            TserverError::Consensus(
+                C::LeaderNotReady | C::ShutDown | C::Raft(_) | C::Membership(_),
+            )
+            | TserverError::ShuttingDown
+            | TserverError::Unavailable(_) => tonic::Status::unavailable(msg),
             TserverError::Tablet(
                 T::InvalidRequest(_) | T::SnapshotTooOld { .. } | T::Common(_),
             ) => tonic::Status::invalid_argument(msg),

@@ -77,7 +77,7 @@ impl TabletService {
             .read_mode(snapshot, move |addr, ts| async move {
                 let ch = pool
                     .get(&addr)
-                    .map_err(|e| TserverError::Internal(e.to_string()))?;
+                    .map_err(|e| TserverError::Unavailable(e.to_string()))?;
                 let mut c = TabletServerClient::new(ch);
                 let r = c
                     .safe_index(pb::SafeIndexRequest {
@@ -86,10 +86,10 @@ impl TabletService {
                     })
                     .await
                     .map_err(|s| {
-                        TserverError::Consensus(cairn_consensus::ConsensusError::Raft(format!(
+                        TserverError::Unavailable(format!(
                             "asking the leader at {addr} for a safe index: {}",
                             s.message()
-                        )))
+                        ))
                     })?;
                 Ok(r.into_inner().index)
             })
