@@ -123,6 +123,8 @@ impl RaftGroup {
             election_timeout_max: (el * 2).max(hb * 3),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_every),
             max_in_snapshot_log_to_keep: opts.keep_behind_snapshot,
+            // Purge in steps proportional to the snapshot interval.
+            purge_batch_size: (opts.snapshot_every / 4).max(1),
             max_payload_entries: 64,
             // Tablet copies stream in 4 MiB chunks.
             snapshot_max_chunk_size: 4 << 20,

@@ -47,6 +47,22 @@ pub trait StateMachine: Send + Sync + 'static {
     fn restore(&self, from: &Path) -> Result<(), SmError>;
 }
 
+/// Tablet copies installed by this process (all groups): a metric, and how tests see
+/// that a replica caught up by copy rather than by log.
+static SNAPSHOTS_INSTALLED: AtomicU64 = AtomicU64::new(0);
+/// Tablet copies sent by this process (all groups).
+static SNAPSHOTS_SENT: AtomicU64 = AtomicU64::new(0);
+
+/// How many snapshots (tablet copies) this process has installed.
+pub fn snapshots_installed() -> u64 {
+    SNAPSHOTS_INSTALLED.load(Ordering::Relaxed)
+}
+
+/// How many snapshots (tablet copies) this process has produced for sending.
+pub fn snapshots_sent() -> u64 {
+    SNAPSHOTS_SENT.load(Ordering::Relaxed)
+}
+
 const SNAPSHOT_META_FILE: &str = "raft-snapshot-meta";
 const MEMBERSHIP_FILE: &str = "raft-membership";
 const ARCHIVE_MAGIC: &[u8; 8] = b"CAIRNSS1";
@@ -345,6 +361,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             let b = serde_json::to_vec(&meta2).map_err(snap_err)?;
             write_file_atomic(&shared.dir, SNAPSHOT_META_FILE, &b).map_err(snap_err)?;
             *shared.last_applied.lock() = meta2.last_log_id;
+            SNAPSHOTS_INSTALLED.fetch_add(1, Ordering::Relaxed);
             tracing::info!(snapshot = %meta2.snapshot_id, "installed a tablet copy");
             Ok(())
         })
@@ -371,6 +388,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             Ok((meta, path))
         })?;
         let f = tokio::fs::File::open(&path).await.map_err(snap_err)?;
+        SNAPSHOTS_SENT.fetch_add(1, Ordering::Relaxed);
         // The open handle keeps the data readable; the name can go now.
         let _ = tokio::fs::remove_file(&path).await;
         Ok(Some(Snapshot {

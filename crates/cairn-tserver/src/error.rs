@@ -28,7 +28,7 @@ pub enum TserverError {
         source: std::io::Error,
     },
     /// A transient condition (a peer is unreachable, an election is running): retry.
-    #[error("{0}; retry shortly")]
+    #[error("{0}")]
     Unavailable(String),
     /// The server is stopping.
     #[error("the tablet server is shutting down")]

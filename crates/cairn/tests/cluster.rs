@@ -309,3 +309,62 @@ async fn dead_tserver_is_rereplicated() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lagging_follower_gets_a_tablet_copy() {
+    // Snapshot (checkpoint) every 20 entries and keep only 5 behind it, so a follower
+    // that misses 80 entries can only catch up by copying the tablet.
+    let group = cairn_consensus::GroupOptions {
+        snapshot_every: 20,
+        keep_behind_snapshot: 5,
+        ..fast_group()
+    };
+    let mut cl = InProc::start_with(3, Duration::from_secs(300), group).await;
+    let c = cl.client().await;
+    c.create_table(table_spec("t", 1, 3)).await.unwrap();
+    let t = c.open_table("t").await.unwrap();
+    insert_batched(&c, &t, 0..100, 10).await;
+    cl.stop_tserver(1).await;
+    insert_batched(&c, &t, 100..1000, 10).await;
+    c.scan(&t).count().await.unwrap();
+    cl.start_tserver(1).await;
+    let live = cl.ts_addrs.clone();
+    wait_for(
+        Duration::from_secs(60),
+        "the lagging follower to install a tablet copy",
+        || {
+            let c = c.clone();
+            let t = t.clone();
+            let live = live.clone();
+            async move {
+                let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &live).await });
+                matches!(h.await, Ok(1000))
+            }
+        },
+    )
+    .await;
+    assert!(
+        cairn_consensus::state_machine::snapshots_installed() >= 1,
+        "the follower caught up without a tablet copy"
+    );
+    // The copied replica serves snapshot reads and keeps up with new writes.
+    insert_batched(&c, &t, 1000..1100, 10).await;
+    wait_for(
+        Duration::from_secs(30),
+        "the copied replica to keep up",
+        || {
+            let c = c.clone();
+            let t = t.clone();
+            let live = cl.ts_addrs.clone();
+            async move {
+                let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &live).await });
+                matches!(h.await, Ok(1100))
+            }
+        },
+    )
+    .await;
+    cl.restart_all().await;
+    let c = cl.client().await;
+    let t = c.open_table("t").await.unwrap();
+    assert_eq!(all_ids(&c, &t).await, (0..1100).collect::<Vec<_>>());
+}

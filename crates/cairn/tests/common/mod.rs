@@ -29,10 +29,15 @@ pub struct InProc {
     pub tservers: Vec<Option<TabletServer>>,
     pub ts_addrs: Vec<String>,
     pub dead_after: Duration,
+    pub group: GroupOptions,
 }
 
 impl InProc {
     pub async fn start(n: usize, dead_after: Duration) -> InProc {
+        Self::start_with(n, dead_after, fast_group()).await
+    }
+
+    pub async fn start_with(n: usize, dead_after: Duration, group: GroupOptions) -> InProc {
         let dir = tempfile::tempdir().unwrap();
         let mut c = InProc {
             dir,
@@ -41,6 +46,7 @@ impl InProc {
             tservers: vec![],
             ts_addrs: vec!["127.0.0.1:0".into(); n],
             dead_after,
+            group,
         };
         c.start_master().await;
         for i in 0..n {
@@ -71,7 +77,7 @@ impl InProc {
             &self.ts_addrs[i],
             vec![self.master_addr.clone()],
         );
-        o.group = fast_group();
+        o.group = self.group.clone();
         o.heartbeat_interval = Duration::from_millis(200);
         o.tablet.fsync = cairn_tablet::FsyncPolicy::Never;
         o.group.fsync = cairn_tablet::FsyncPolicy::Never;
@@ -181,11 +187,16 @@ pub fn row(id: i64) -> Operation {
 
 /// Inserts ids in `range`, asserting no row errors.
 pub async fn insert_range(c: &Client, t: &Table, range: std::ops::Range<i64>) {
+    insert_batched(c, t, range, 500).await
+}
+
+/// Inserts ids in `range` in batches of `batch` rows.
+pub async fn insert_batched(c: &Client, t: &Table, range: std::ops::Range<i64>, batch: usize) {
     let mut s = c.new_session(t);
     s.set_flush_mode(cairn_client::FlushMode::Manual);
     for id in range {
         s.apply(row(id)).await.unwrap();
-        if s.pending() >= 500 {
+        if s.pending() >= batch {
             assert!(s.flush().await.unwrap().is_empty());
         }
     }
