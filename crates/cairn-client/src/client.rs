@@ -149,15 +149,11 @@ impl Client {
     // ------------------------------------------------------------------ DDL
 
     /// Creates a table; returns its id. With `if_not_exists`, an existing table of the
-    /// same name is accepted and its id returned.
+    /// same name is accepted and its id returned. `replicas == 0` takes the master's
+    /// default replication factor.
     pub async fn create_table(&self, spec: CreateTableSpec) -> Result<String> {
         spec.partition.validate(&spec.schema)?;
         spec.partition.create_partitions(&spec.range_bounds)?;
-        if spec.replicas == 0 {
-            return Err(ClientError::InvalidArgument(
-                "a table needs at least 1 replica per tablet (3 is usual)".into(),
-            ));
-        }
         let req = CreateTableRequest {
             name: spec.name.clone(),
             schema_json: to_json(&SchemaMeta::from_schema(&spec.schema))?.into(),

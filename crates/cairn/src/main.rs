@@ -4,6 +4,8 @@
 //!
 //! - servers ([`servers`]): `cairn master`, `cairn tserver`, and `cairn local` (a master
 //!   and N tablet servers in one process);
+//! - client tools ([`tools`]): `cairn table …` (create, list, describe, alter, drop,
+//!   scan, insert from CSV / Parquet), `cairn cluster ksck`, `cairn perf loadgen`;
 //! - `cairn tablet-demo`: one tablet's storage engine on generated data, end to end.
 
 use std::path::PathBuf;
@@ -17,6 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
 
 mod servers;
+mod tools;
 
 /// Cairn: mutable columnar tables with fast scans and fast random access.
 #[derive(Parser)]
@@ -36,6 +39,8 @@ enum Command {
     /// Run a whole cluster in this process: one master and --tservers tablet servers,
     /// data under ./cairn-data (survives restarts).
     Local(servers::LocalArgs),
+    #[command(flatten)]
+    Tool(tools::Tool),
     /// Run the storage engine on generated sensor data: create a tablet, load it (with
     /// the maintenance manager flushing and compacting), query, update, read the past,
     /// reopen from disk. Safe to run again: it reuses the tablet in the data directory.
@@ -74,6 +79,7 @@ fn main() {
         Command::Master(a) => runtime.block_on(servers::run_master(a)),
         Command::Tserver(a) => runtime.block_on(servers::run_tserver(a)),
         Command::Local(a) => runtime.block_on(servers::run_local(a)),
+        Command::Tool(t) => runtime.block_on(tools::run(t)),
         Command::TabletDemo { data_dir, rows } => {
             tablet_demo(&data_dir, rows).map_err(|e| e.to_string().into())
         }
