@@ -107,7 +107,9 @@ impl InProc {
     }
 
     pub async fn client(&self) -> Client {
-        Client::connect(std::slice::from_ref(&self.master_addr)).await.unwrap()
+        Client::connect(std::slice::from_ref(&self.master_addr))
+            .await
+            .unwrap()
     }
 
     pub async fn wait_live(&self, n: usize) {
