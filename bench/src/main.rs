@@ -37,6 +37,8 @@ use cairn_tablet::{
     Codec, FsyncPolicy, ReadMode, RowOp, ScanSpec, Tablet, TabletOptions, WriteResult,
 };
 use clap::{Parser, Subcommand};
+
+mod cluster;
 use indicatif::{ProgressBar, ProgressStyle};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
@@ -72,6 +74,9 @@ struct Cli {
 enum Command {
     /// Storage micro-benchmark: one tablet vs one Parquet file, TPC-H lineitem.
     Storage(StorageArgs),
+    /// Cluster figures: loadgen at replication 1 and 3 on `cairn local`, and the
+    /// failover time after kill -9 of a tablet leader.
+    Cluster(cluster::ClusterArgs),
 }
 
 #[derive(clap::Args)]
@@ -98,6 +103,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Storage(args) => storage(args),
+        Command::Cluster(args) => cluster::cluster(args).map_err(|e| e.to_string().into()),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
