@@ -88,6 +88,10 @@ pub struct RaftGroup {
     raft: Raft,
     log: LogStore,
     registry: GroupRegistry,
+    election_timeout: Duration,
+    /// While set, this former leader is handing leadership over (see
+    /// [`RaftGroup::step_down`]).
+    stepping_down: parking_lot::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for RaftGroup {
@@ -145,6 +149,8 @@ impl RaftGroup {
             raft,
             log,
             registry,
+            election_timeout: opts.election_timeout,
+            stepping_down: parking_lot::Mutex::new(None),
         }))
     }
 
@@ -209,6 +215,13 @@ impl RaftGroup {
             return Err(self.not_leader());
         }
         if m.last_applied.map(|l| l.leader_id.term) != Some(m.current_term) {
+            return Err(ConsensusError::LeaderNotReady);
+        }
+        if self
+            .stepping_down
+            .lock()
+            .is_some_and(|until| tokio::time::Instant::now() < until)
+        {
             return Err(ConsensusError::LeaderNotReady);
         }
         Ok(())
@@ -355,10 +368,41 @@ impl RaftGroup {
         }
     }
 
-    /// Starts an election on this member (it becomes leader if its log is up to date):
-    /// how leadership is moved to a chosen replica.
+    /// Starts an election on this member (it wins if its log is up to date and the
+    /// voters' leader lease has expired, i.e. the old leader is gone or stepped down).
     pub async fn trigger_election(&self) -> Result<()> {
         self.raft.trigger().elect().await.map_err(raft_err)
+    }
+
+    /// Leader step-down (Kudu's `LeaderStepDown`): stops sending heartbeats and refuses
+    /// new writes, so that the followers' election timers fire and one of them takes
+    /// over; this member does not stand for election meanwhile. Returns at once;
+    /// normal operation resumes when another leader appears or after three election
+    /// timeouts.
+    pub fn step_down(self: &Arc<Self>) -> Result<()> {
+        self.check_leader_ready()?;
+        let until = tokio::time::Instant::now() + self.election_timeout * 3;
+        *self.stepping_down.lock() = Some(until);
+        self.raft.runtime_config().heartbeat(false);
+        self.raft.runtime_config().elect(false);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut rx = me.raft.metrics();
+            loop {
+                let other = {
+                    let m = rx.borrow();
+                    m.current_leader.is_some_and(|l| l != me.node_id)
+                };
+                if other || tokio::time::Instant::now() >= until {
+                    break;
+                }
+                let _ = tokio::time::timeout_at(until, rx.changed()).await;
+            }
+            me.raft.runtime_config().heartbeat(true);
+            me.raft.runtime_config().elect(true);
+            *me.stepping_down.lock() = None;
+        });
+        Ok(())
     }
 
     /// Stops the group and unregisters it.

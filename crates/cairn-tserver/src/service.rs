@@ -375,11 +375,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         request: Request<pb::StepDownRequest>,
     ) -> Result<Response<pb::StepDownResponse>, Status> {
         let replica = self.manager.get(&request.into_inner().tablet_id)?;
-        replica
-            .group
-            .trigger_election()
-            .await
-            .map_err(TserverError::from)?;
+        replica.group.step_down().map_err(TserverError::from)?;
         Ok(Response::new(pb::StepDownResponse {}))
     }
 

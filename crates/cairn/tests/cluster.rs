@@ -158,6 +158,33 @@ async fn rpc_paths_bad_input_alter_and_drop() {
     }
     assert_eq!(check_replicas_agree(&c, &t, &cl.ts_addrs).await, 999);
 
+    // Leader step-down: another replica takes over, nothing is lost.
+    let l0 = &locs[0];
+    let old_leader = l0.leader_addr().unwrap().to_string();
+    let mut lc = c.tablet_server(&old_leader).await.unwrap();
+    lc.step_down(cairn_proto::StepDownRequest {
+        tablet_id: l0.tablet_id.clone(),
+    })
+    .await
+    .unwrap();
+    let tablet0 = l0.tablet_id.clone();
+    wait_for(Duration::from_secs(20), "another replica to lead", || {
+        let c = c.clone();
+        let t = t.clone();
+        let old_leader = old_leader.clone();
+        let tablet0 = tablet0.clone();
+        async move {
+            let Ok(l) = c.table_locations(&t, true).await else {
+                return false;
+            };
+            l.iter().any(|x| {
+                x.tablet_id == tablet0 && x.leader_addr().is_some_and(|a| a != old_leader.as_str())
+            })
+        }
+    })
+    .await;
+    assert_eq!(c.scan(&t).count().await.unwrap(), 999);
+
     // ALTER: add a column with a default, write it, read it.
     c.alter_table(
         "t",
@@ -308,6 +335,28 @@ async fn dead_tserver_is_rereplicated() {
         }
     })
     .await;
+    // The dead server comes back: its evicted replica is an orphan and is deleted.
+    cl.start_tserver(victim).await;
+    let addr = cl.ts_addrs[victim].clone();
+    wait_for(
+        Duration::from_secs(30),
+        "the evicted replica to be deleted",
+        || {
+            let c = c.clone();
+            let addr = addr.clone();
+            async move {
+                let Ok(mut ts) = c.tablet_server(&addr).await else {
+                    return false;
+                };
+                match ts.list_tablets(cairn_proto::ListTabletsRequest {}).await {
+                    Ok(r) => r.into_inner().tablets.is_empty(),
+                    Err(_) => false,
+                }
+            }
+        },
+    )
+    .await;
+    assert_eq!(c.scan(&t).count().await.unwrap(), 300);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -253,3 +253,140 @@ async fn master_failover_keeps_ddl_working() {
     assert_eq!(names, vec!["a".to_string(), "b".to_string()]);
     assert_eq!(c.scan(&t).count().await.unwrap(), 100);
 }
+
+fn cairn(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_tools_on_cairn_local() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = format!("127.0.0.1:{}", free_port());
+    let ts_port = free_port().to_string();
+    let mut local = Proc::spawn(
+        vec![
+            "local".into(),
+            "--data-dir".into(),
+            dir.path().join("data").display().to_string(),
+            "--master-addr".into(),
+            master.clone(),
+            "--tserver-port".into(),
+            ts_port,
+        ],
+        master.clone(),
+        dir.path().join("local.log"),
+    );
+    let c = Client::connect(std::slice::from_ref(&master))
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(30), "cairn local to start", || {
+        let c = c.clone();
+        async move {
+            c.list_tablet_servers()
+                .await
+                .map(|v| v.iter().any(|s| s.live))
+                .unwrap_or(false)
+        }
+    })
+    .await;
+    let m = master.as_str();
+    let (ok, out) = cairn(&[
+        "table",
+        "create",
+        "orders",
+        "--masters",
+        m,
+        "--columns",
+        "id:int64,customer:string,total:decimal(10,2)?",
+        "--key",
+        "id",
+        "--hash",
+        "id:3",
+    ]);
+    assert!(ok, "{out}");
+    let csv = dir.path().join("orders.csv");
+    let mut body = String::from("id,customer,total\n");
+    for i in 0..500 {
+        body.push_str(&format!("{i},c{},{}.{:02}\n", i % 7, i, i % 100));
+    }
+    body.push_str("999,bad,not-a-number\n");
+    std::fs::write(&csv, body).unwrap();
+    let (ok, out) = cairn(&[
+        "table",
+        "insert",
+        "orders",
+        "--masters",
+        m,
+        "--file",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(!ok, "a row that does not parse must fail the load: {out}");
+    assert!(
+        out.contains("not-a-number") || out.contains("line 502"),
+        "{out}"
+    );
+    let (ok, out) = cairn(&["table", "scan", "orders", "--masters", m, "--count"]);
+    assert!(ok && out.trim().ends_with("500"), "{out}");
+    let (ok, out) = cairn(&[
+        "table",
+        "scan",
+        "orders",
+        "--masters",
+        m,
+        "--where",
+        "id = 42",
+    ]);
+    assert!(ok && out.contains("c0") && out.contains("42.42"), "{out}");
+    let (ok, out) = cairn(&[
+        "table",
+        "alter",
+        "orders",
+        "--masters",
+        m,
+        "--add-column",
+        "note:string?",
+    ]);
+    assert!(ok, "{out}");
+    let (ok, out) = cairn(&["table", "describe", "orders", "--masters", m]);
+    assert!(ok && out.contains("note"), "{out}");
+    let (ok, out) = cairn(&["cluster", "ksck", "--masters", m, "--checksum"]);
+    assert!(ok, "{out}");
+    let (ok, out) = cairn(&[
+        "perf",
+        "loadgen",
+        "--masters",
+        m,
+        "--table",
+        "lg",
+        "--rows",
+        "2000",
+    ]);
+    assert!(ok && out.contains("rows/s"), "{out}");
+    let (ok, out) = cairn(&["table", "list", "--masters", m]);
+    assert!(ok && out.contains("orders") && out.contains("lg"), "{out}");
+    let (ok, out) = cairn(&["table", "scan", "nope", "--masters", m, "--count"]);
+    assert!(!ok && out.contains("does not exist"), "{out}");
+    let (ok, out) = cairn(&["table", "drop", "lg", "--masters", m]);
+    assert!(ok, "{out}");
+    // Graceful shutdown, then the data survives a restart.
+    local.terminate();
+    local.start();
+    wait_for(
+        Duration::from_secs(30),
+        "cairn local to restart",
+        || async {
+            let (ok, out) = cairn(&["table", "scan", "orders", "--masters", m, "--count"]);
+            ok && out.trim().ends_with("500")
+        },
+    )
+    .await;
+}
