@@ -20,6 +20,7 @@ use rand::{Rng, SeedableRng};
 
 mod servers;
 mod tools;
+mod web;
 
 /// Cairn: mutable columnar tables with fast scans and fast random access.
 #[derive(Parser)]

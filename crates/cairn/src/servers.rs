@@ -62,6 +62,9 @@ pub struct MasterArgs {
     /// Replication factor of tables created without one.
     #[arg(long, default_value_t = 1)]
     pub default_replicas: u32,
+    /// Serve a status page (`/`) and Prometheus metrics (`/metrics`) here.
+    #[arg(long, env = "CAIRN_WEB_ADDR")]
+    pub web_addr: Option<String>,
     #[command(flatten)]
     pub raft: RaftFlags,
 }
@@ -106,6 +109,9 @@ pub struct TserverArgs {
     /// Seconds an idle scanner is kept.
     #[arg(long, default_value_t = 60)]
     pub scanner_ttl_secs: u64,
+    /// Serve a status page (`/`) and Prometheus metrics (`/metrics`) here.
+    #[arg(long, env = "CAIRN_WEB_ADDR")]
+    pub web_addr: Option<String>,
     #[command(flatten)]
     pub raft: RaftFlags,
 }
@@ -139,6 +145,9 @@ pub struct LocalArgs {
     /// First tablet server port (on the master's host).
     #[arg(long, default_value_t = 7150)]
     pub tserver_port: u16,
+    /// Status page and Prometheus metrics of every server in the process (empty: off).
+    #[arg(long, env = "CAIRN_WEB_ADDR", default_value = "127.0.0.1:8050")]
+    pub web_addr: String,
     #[command(flatten)]
     pub raft: RaftFlags,
 }
@@ -177,6 +186,10 @@ pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
         m.addr(),
         args.data_dir.display()
     );
+    if let Some(w) = &args.web_addr {
+        let bound = crate::web::serve(w, crate::web::WebState::of_master(&m)).await?;
+        println!("status page http://{bound}/ and metrics http://{bound}/metrics");
+    }
     shutdown_signal().await;
     println!("shutting down");
     m.shutdown().await;
@@ -193,6 +206,10 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
         args.data_dir.display(),
         args.masters.join(",")
     );
+    if let Some(w) = &args.web_addr {
+        let bound = crate::web::serve(w, crate::web::WebState::default().with_tserver(&t)).await?;
+        println!("status page http://{bound}/ and metrics http://{bound}/metrics");
+    }
     shutdown_signal().await;
     println!("shutting down");
     t.shutdown().await;
@@ -223,6 +240,7 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         tserver_dead_after_secs: 300,
         tserver_live_timeout_secs: 5,
         default_replicas: args.replicas,
+        web_addr: None,
         raft: args.raft.clone(),
     };
     let master = MasterServer::start(margs.options()).await?;
@@ -234,6 +252,7 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
             masters: vec![master.addr().to_string()],
             heartbeat_interval_ms: 1000,
             scanner_ttl_secs: 60,
+            web_addr: None,
             raft: args.raft.clone(),
         };
         tservers.push(TabletServer::start(targs.options()).await?);
@@ -245,6 +264,16 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
     println!("  master   {}", master.addr());
     for t in &tservers {
         println!("  tserver  {}  (node {})", t.addr(), t.node_id());
+    }
+    if !args.web_addr.is_empty() {
+        let mut state = crate::web::WebState::of_master(&master);
+        for t in &tservers {
+            state = state.with_tserver(t);
+        }
+        match crate::web::serve(&args.web_addr, state).await {
+            Ok(bound) => println!("  web      http://{bound}/  (metrics: /metrics)"),
+            Err(e) => eprintln!("warning: no web page: {e}"),
+        }
     }
     println!(
         "default replication factor {}; try:\n  cairn table create demo --columns 'id:int64,name:string?' --key id\n  cairn perf loadgen --table bench --rows 100000\n  cairn table scan bench --count\nPress Ctrl-C to stop.",
