@@ -92,6 +92,8 @@ pub struct RaftGroup {
     /// While set, this former leader is handing leadership over (see
     /// [`RaftGroup::step_down`]).
     stepping_down: parking_lot::Mutex<Option<tokio::time::Instant>>,
+    /// (term, log index) this leader must have applied before it serves.
+    ready_from: parking_lot::Mutex<Option<(u64, u64)>>,
 }
 
 impl std::fmt::Debug for RaftGroup {
@@ -151,6 +153,7 @@ impl RaftGroup {
             registry,
             election_timeout: opts.election_timeout,
             stepping_down: parking_lot::Mutex::new(None),
+            ready_from: parking_lot::Mutex::new(None),
         }))
     }
 
@@ -205,8 +208,10 @@ impl RaftGroup {
         }
     }
 
-    /// Ok when this member is the leader *and* has applied every entry of earlier terms
-    /// (its first entry of this term is applied), so its state is complete.
+    /// Ok when this member is the leader *and* has applied every entry that was in its
+    /// log when its leadership began, so its state (and its clock) covers everything
+    /// committed before. The watermark is taken the first time this process sees
+    /// itself leading in a term — also after a restart that keeps the term.
     pub fn check_leader_ready(&self) -> Result<()> {
         let m = self.raft.metrics();
         let m = m.borrow();
@@ -214,7 +219,18 @@ impl RaftGroup {
             drop(m);
             return Err(self.not_leader());
         }
-        if m.last_applied.map(|l| l.leader_id.term) != Some(m.current_term) {
+        let watermark = {
+            let mut ready = self.ready_from.lock();
+            match *ready {
+                Some((term, w)) if term == m.current_term => w,
+                _ => {
+                    let w = m.last_log_index.unwrap_or(0);
+                    *ready = Some((m.current_term, w));
+                    w
+                }
+            }
+        };
+        if m.last_applied.map_or(0, |l| l.index) < watermark {
             return Err(ConsensusError::LeaderNotReady);
         }
         if self
@@ -377,11 +393,11 @@ impl RaftGroup {
     /// Leader step-down (Kudu's `LeaderStepDown`): stops sending heartbeats and refuses
     /// new writes, so that the followers' election timers fire and one of them takes
     /// over; this member does not stand for election meanwhile. Returns at once;
-    /// normal operation resumes when another leader appears or after three election
+    /// normal operation resumes when another leader appears or after six election
     /// timeouts.
     pub fn step_down(self: &Arc<Self>) -> Result<()> {
         self.check_leader_ready()?;
-        let until = tokio::time::Instant::now() + self.election_timeout * 3;
+        let until = tokio::time::Instant::now() + self.election_timeout * 6;
         *self.stepping_down.lock() = Some(until);
         self.raft.runtime_config().heartbeat(false);
         self.raft.runtime_config().elect(false);

@@ -709,7 +709,7 @@ impl Tablet {
                 res
             }
             LogRecord::AlterSchema { schema } => {
-                let _m = self.maint.lock();
+                let _m = self.maint_lock()?;
                 if schema.version > self.schema().version() {
                     let new = schema.to_schema()?;
                     let (_, gate) = self.flush_mrs_locked(true)?;
@@ -761,7 +761,7 @@ impl Tablet {
         self.flush_deltas()?;
         // Stores with nothing in memory hold everything up to the current cut: advance
         // their marks too, or an idle store would pin the log forever.
-        let _m = self.maint.lock();
+        let _m = self.maint_lock()?;
         let _g = self.gate.write();
         let cut = self.last_log_index();
         let comps = self.components();
@@ -794,7 +794,7 @@ impl Tablet {
     /// while they are copied. The caller removes `into` afterwards.
     /// Also returns the log index the files cover ([`Tablet::durable_index`]).
     pub fn checkpoint_files(&self, into: &Path) -> Result<(Vec<PathBuf>, u64)> {
-        let _m = self.maint.lock();
+        let _m = self.maint_lock()?;
         let _g = self.gate.write();
         self.persist()?;
         let durable = self.durable_index();
@@ -956,7 +956,7 @@ impl Tablet {
 
     /// Flushes the MemRowSet into new DiskRowSets. Returns false if it was empty.
     pub fn flush_mrs(&self) -> Result<bool> {
-        let _m = self.maint.lock();
+        let _m = self.maint_lock()?;
         self.flush_mrs_locked(false).map(|(flushed, _)| flushed)
     }
 
@@ -1039,7 +1039,7 @@ impl Tablet {
 
     /// Flushes every non-empty DeltaMemStore into a REDO delta file.
     pub fn flush_deltas(&self) -> Result<usize> {
-        let _m = self.maint.lock();
+        let _m = self.maint_lock()?;
         let rowsets: Vec<_> = self.components().disk.clone();
         let mut n = 0;
         for rs in rowsets {
@@ -1090,7 +1090,7 @@ impl Tablet {
 
     /// Minor delta compaction: merges a rowset's REDO files into one.
     pub fn minor_delta_compaction(&self, rs: &Arc<DiskRowSet>) -> Result<bool> {
-        let _m = self.maint.lock();
+        let _m = self.maint_lock()?;
         let d = rs.deltas();
         if d.redo_files.len() < 2 {
             return Ok(false);
@@ -1131,7 +1131,7 @@ impl Tablet {
     /// new base file holding just the changed columns, writing their inverses as UNDOs.
     /// Rows with deletes or re-inserts keep their REDOs.
     pub fn major_delta_compaction(&self, rs: &Arc<DiskRowSet>) -> Result<bool> {
-        let _m = self.maint.lock();
+        let _m = self.maint_lock()?;
         crate::compaction::major_delta_compaction(self, rs)
     }
 
@@ -1139,7 +1139,7 @@ impl Tablet {
 
     /// Compacts the given rowsets (all of them if `None`) into new ones.
     pub fn compact_rowsets(&self, ids: Option<&[u64]>) -> Result<bool> {
-        let _m = self.maint.lock();
+        let _m = self.maint_lock()?;
         let comps = self.components();
         let inputs: Vec<Arc<DiskRowSet>> = match ids {
             None => comps.disk.clone(),
@@ -1158,7 +1158,7 @@ impl Tablet {
 
     /// Compacts the rowsets the budgeted policy picks. Returns false if none are worth it.
     pub fn compact_by_policy(&self) -> Result<bool> {
-        let _m = self.maint.lock();
+        let _m = self.maint_lock()?;
         let comps = self.components();
         let picked = crate::policy::pick_compaction(&comps.disk, self.opts.compaction_budget_bytes);
         if picked.len() < 2 {
@@ -1243,7 +1243,7 @@ impl Tablet {
 
     /// Drops UNDO files whose every delta is older than the ancient history mark.
     pub fn gc_history(&self) -> Result<usize> {
-        let _m = self.maint.lock();
+        let _m = self.maint_lock()?;
         let ahm = self.ancient_history_mark();
         let mut dropped = 0;
         for rs in self.components().disk.iter() {
@@ -1288,7 +1288,7 @@ impl Tablet {
 
     /// Persists dirty predicate skip caches.
     pub fn persist_skip_caches(&self) -> Result<usize> {
-        let _m = self.maint.lock();
+        let _m = self.maint_lock()?;
         let mut n = 0;
         for rs in self.components().disk.iter() {
             if let Some(entries) = rs.skip_cache.snapshot_for_persist() {
@@ -1320,7 +1320,7 @@ impl Tablet {
     /// Changes the schema without rewriting data: the MemRowSet is flushed, the change
     /// is logged, and the new schema recorded. Column ids keep old files readable.
     pub fn alter_schema(&self, op: AlterOp) -> Result<()> {
-        let _m = self.maint.lock();
+        let _m = self.maint_lock()?;
         let current = self.schema();
         let new = match &op {
             AlterOp::AddColumn(spec) => current.add_column(spec.clone())?,
@@ -1366,11 +1366,24 @@ impl Tablet {
         s
     }
 
-    /// Stops accepting writes and syncs the log.
+    /// Stops accepting writes, waits for the maintenance op in progress, and syncs the
+    /// log. Afterwards no maintenance op runs and nothing in the directory changes.
     pub fn shutdown(&self) -> Result<()> {
         self.shut_down.store(true, Ordering::Release);
+        let _m = self.maint.lock();
         let _g = self.gate.write();
         self.sync_log()
+    }
+
+    /// Takes the maintenance lock, refusing once the tablet is shut down (so that a
+    /// straggling maintenance or snapshot task never writes into a directory that has
+    /// been handed over, e.g. replaced by a tablet copy).
+    fn maint_lock(&self) -> Result<parking_lot::MutexGuard<'_, ()>> {
+        let g = self.maint.lock();
+        if self.shut_down.load(Ordering::Acquire) {
+            return Err(TabletError::ShutDown);
+        }
+        Ok(g)
     }
 
     fn sync_log(&self) -> Result<()> {

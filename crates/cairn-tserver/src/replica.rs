@@ -91,11 +91,24 @@ impl StateMachine for TabletSm {
     }
 
     fn flush(&self) -> Result<(), SmError> {
-        Ok(self.tablet().flush_all()?)
+        // A tablet copy may replace the tablet meanwhile: retry on the new one.
+        loop {
+            let t = self.tablet();
+            match t.flush_all() {
+                Err(cairn_tablet::TabletError::ShutDown) if !Arc::ptr_eq(&t, &self.tablet()) => {}
+                r => return Ok(r?),
+            }
+        }
     }
 
     fn checkpoint(&self, into: &Path) -> Result<(Vec<PathBuf>, u64), SmError> {
-        Ok(self.tablet().checkpoint_files(into)?)
+        loop {
+            let t = self.tablet();
+            match t.checkpoint_files(into) {
+                Err(cairn_tablet::TabletError::ShutDown) if !Arc::ptr_eq(&t, &self.tablet()) => {}
+                r => return Ok(r?),
+            }
+        }
     }
 
     fn restore(&self, from: &Path) -> Result<(), SmError> {

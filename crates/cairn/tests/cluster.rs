@@ -415,5 +415,20 @@ async fn lagging_follower_gets_a_tablet_copy() {
     cl.restart_all().await;
     let c = cl.client().await;
     let t = c.open_table("t").await.unwrap();
-    assert_eq!(all_ids(&c, &t).await, (0..1100).collect::<Vec<_>>());
+    let ids = all_ids(&c, &t).await;
+    if ids.len() != 1100 {
+        for (i, ts) in cl.tservers.iter().enumerate() {
+            for r in ts.as_ref().unwrap().manager().list() {
+                let tab = r.tablet();
+                eprintln!(
+                    "replica state after restart: ts{i} {:?} durable {} applied {} stats {:?}",
+                    r.group.status(),
+                    tab.durable_index(),
+                    tab.applied_index(),
+                    tab.stats()
+                );
+            }
+        }
+    }
+    assert_eq!(ids, (0..1100).collect::<Vec<_>>());
 }
