@@ -22,7 +22,7 @@ impl Backoff {
     /// First base delay.
     pub(crate) const INITIAL: Duration = Duration::from_millis(50);
     /// Largest base delay.
-    pub(crate) const MAX: Duration = Duration::from_secs(2);
+    pub(crate) const MAX: Duration = Duration::from_millis(500);
 
     pub(crate) fn new() -> Self {
         Backoff {

@@ -441,6 +441,9 @@ async fn write_tablet(
     let mut stale: Option<Instant> = None;
     let mut hint: Option<String> = None;
     let mut hint_jumps = 0;
+    // Replicas that just failed to answer: while the leader is unreachable, ask the
+    // others, which name the new leader as soon as one is elected.
+    let mut avoid: Vec<String> = Vec::new();
     let mut last = String::new();
     loop {
         if deadline.expired() {
@@ -453,10 +456,20 @@ async fn write_tablet(
         let Some(tablet) = locs.iter().find(|t| t.tablet_id == tablet_id) else {
             return TabletWrite::Reroute(ops, fetched);
         };
-        let addr = match hint
-            .take()
-            .or_else(|| tablet.leader_addr().map(str::to_string))
+        if tablet
+            .read_order()
+            .iter()
+            .all(|a| avoid.iter().any(|x| x == a))
         {
+            avoid.clear();
+        }
+        let addr = match hint.take().or_else(|| {
+            tablet
+                .read_order()
+                .into_iter()
+                .find(|a| !avoid.iter().any(|x| x == a))
+                .map(str::to_string)
+        }) {
             Some(a) => a,
             None => {
                 last = format!("tablet {tablet_id} has no known leader (election in progress?)");
@@ -511,6 +524,7 @@ async fn write_tablet(
                         stale = Some(fetched);
                     }
                     Failure::Retry(_) | Failure::NotFound(_) => {
+                        avoid.push(addr.clone());
                         stale = Some(fetched);
                     }
                 }

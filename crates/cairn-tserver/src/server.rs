@@ -274,9 +274,25 @@ async fn heartbeat_loop(
                 full = true;
             }
         }
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(interval) => {}
+        // Sleep until the next heartbeat, but report at once when a replica's role or
+        // configuration changes (a new leader must reach the master quickly).
+        let until = tokio::time::Instant::now() + interval;
+        loop {
+            let step = Duration::from_millis(100).min(interval);
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep(step) => {}
+            }
+            if tokio::time::Instant::now() >= until {
+                break;
+            }
+            let changed = manager.list().iter().any(|r| {
+                let rep = report(r);
+                sent.get(&rep.tablet_id).is_none_or(|s| differs(s, &rep))
+            });
+            if changed {
+                break;
+            }
         }
     }
 }

@@ -16,7 +16,7 @@ pub struct RaftFlags {
     /// Raft leader heartbeat interval in milliseconds (Kudu's default: 500).
     #[arg(long, env = "CAIRN_RAFT_HEARTBEAT_MS", default_value_t = 500)]
     pub raft_heartbeat_ms: u64,
-    /// Raft election timeout in milliseconds (lower bound; the upper is twice it).
+    /// Raft election timeout in milliseconds (lower bound; the upper is 1.5 times it).
     #[arg(long, env = "CAIRN_RAFT_ELECTION_TIMEOUT_MS", default_value_t = 1500)]
     pub raft_election_timeout_ms: u64,
     /// Fsync the Raft log on every append ("always") or leave it to the OS ("never":
