@@ -432,3 +432,45 @@ async fn lagging_follower_gets_a_tablet_copy() {
     }
     assert_eq!(ids, (0..1100).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ordered_scan_resumes_on_another_replica() {
+    let mut cl = InProc::start(3, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    c.create_table(table_spec("t", 1, 3)).await.unwrap();
+    let t = c.open_table("t").await.unwrap();
+    insert_range(&c, &t, 0..3000).await;
+    let locs = c.table_locations(&t, true).await.unwrap();
+    let leader = locs[0].leader_addr().unwrap().to_string();
+    let mut cur = c
+        .scan(&t)
+        .projection(["id"])
+        .ordered(true)
+        .batch_rows(100)
+        .read_mode(ReadMode::Snapshot(c.last_timestamp()))
+        .cursor()
+        .await
+        .unwrap();
+    let mut ids: Vec<i64> = Vec::new();
+    let take = |b: arrow::array::RecordBatch, ids: &mut Vec<i64>| {
+        let a = b
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .unwrap();
+        ids.extend(a.values().iter().copied());
+    };
+    let first = cur.next_batch().await.unwrap().unwrap();
+    take(first, &mut ids);
+    // The server holding the scanner dies mid-scan.
+    let i = cl.ts_addrs.iter().position(|a| *a == leader).unwrap();
+    cl.stop_tserver(i).await;
+    while let Some(b) = cur.next_batch().await.unwrap() {
+        take(b, &mut ids);
+    }
+    assert_eq!(
+        ids,
+        (0..3000).collect::<Vec<_>>(),
+        "rows missing, repeated or out of order"
+    );
+}
