@@ -80,7 +80,10 @@ fn main() {
         Command::Master(a) => runtime.block_on(servers::run_master(a)),
         Command::Tserver(a) => runtime.block_on(servers::run_tserver(a)),
         Command::Local(a) => runtime.block_on(servers::run_local(a)),
-        Command::Tool(t) => runtime.block_on(tools::run(t)),
+        Command::Tool(t) => {
+            restore_sigpipe();
+            runtime.block_on(tools::run(t))
+        }
         Command::TabletDemo { data_dir, rows } => {
             tablet_demo(&data_dir, rows).map_err(|e| e.to_string().into())
         }
@@ -88,6 +91,19 @@ fn main() {
     if let Err(e) = result {
         eprintln!("error: {e}");
         std::process::exit(1);
+    }
+}
+
+/// Client tools write to stdout, often into a pipe (`cairn table scan t | head`): when
+/// the reader goes away they should end quietly, as Unix tools do, rather than panic
+/// on a failed print. (Servers keep Rust's default of ignoring SIGPIPE: a closed
+/// socket must never kill them.)
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called before any other thread of the tool writes; it only resets the
+    // disposition of SIGPIPE to the default.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
