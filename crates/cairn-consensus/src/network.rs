@@ -23,6 +23,47 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::{Node, NodeId, Raft, TypeConfig};
 
+/// Largest RPC message either side accepts (row batches, tablet-copy chunks).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// A server's `Consensus` service for the groups in `registry`.
+pub fn consensus_server(
+    registry: GroupRegistry,
+) -> cairn_proto::consensus_server::ConsensusServer<ConsensusService> {
+    cairn_proto::consensus_server::ConsensusServer::new(ConsensusService::new(registry))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+/// Serves `router` on `listener` until `stop` turns true. Every connection gets
+/// TCP_NODELAY: small RPCs must not wait for Nagle's algorithm.
+pub fn spawn_rpc_server(
+    listener: tokio::net::TcpListener,
+    router: tonic::transport::server::Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |s| {
+            if let Ok(s) = &s {
+                let _ = s.set_nodelay(true);
+            }
+            s
+        },
+    );
+    tokio::spawn(async move {
+        let r = router
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::error!(error = %e, "{what} RPC listener failed");
+        }
+    })
+}
+
 /// Shared gRPC channels by address (one HTTP/2 connection per peer server).
 #[derive(Clone, Default, Debug)]
 pub struct ChannelPool {
@@ -108,8 +149,8 @@ impl Network {
             .get(&self.addr)
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
         let mut client = ConsensusClient::new(ch)
-            .max_decoding_message_size(256 << 20)
-            .max_encoding_message_size(256 << 20);
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let mut request = tonic::Request::new(RaftRequest {
             group_id: self.group_id.clone(),
             payload: payload.into(),

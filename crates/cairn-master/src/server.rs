@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_consensus::network::ChannelPool;
-use cairn_consensus::{ConsensusService, GroupOptions, GroupRegistry, RaftGroup};
+use cairn_consensus::network::{ChannelPool, consensus_server, spawn_rpc_server};
+use cairn_consensus::{GroupOptions, GroupRegistry, RaftGroup};
 use cairn_proto as pb;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
@@ -130,36 +130,17 @@ impl MasterServer {
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
-        let server = tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .add_service(pb::master_server::MasterServer::new(MasterService::new(
                 state.clone(),
             )))
-            .add_service(
-                pb::consensus_server::ConsensusServer::new(ConsensusService::new(registry))
-                    .max_decoding_message_size(256 << 20)
-                    .max_encoding_message_size(256 << 20),
-            );
-        // Small RPCs must not wait for Nagle's algorithm.
-        let incoming = tokio_stream::StreamExt::map(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            |s| {
-                if let Ok(s) = &s {
-                    let _ = s.set_nodelay(true);
-                }
-                s
-            },
-        );
-        let mut rx = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            let r = server
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                })
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "master RPC listener failed");
-            }
-        }));
+            .add_service(consensus_server(registry));
+        tasks.push(spawn_rpc_server(
+            listener,
+            router,
+            stop_rx.clone(),
+            "master",
+        ));
         tasks.push(tokio::spawn(crate::reconcile::run(state.clone(), stop_rx)));
         tracing::info!(%addr, node_id, "master started");
         Ok(MasterServer {

@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cairn_common::{ColumnSpec, DataType, Schema, Value};
-use cairn_tablet::{MaintenanceManager, RowOp, ScanSpec, Tablet, TabletOptions};
-use common::{rows_of, small_options};
+use cairn_tablet::{MaintenanceManager, RowOp, Tablet, TabletOptions};
+use common::{ordered_rows, small_options};
 
 const CHILD_ENV: &str = "CAIRN_CRASH_CHILD_DIR";
 const BATCH: i64 = 20;
@@ -123,17 +123,7 @@ fn crash_test_kill_9() {
         next_start = acked.last().unwrap().1 + 1_000_000;
 
         let t = Tablet::open(&tdir, opts()).unwrap();
-        let schema = t.schema();
-        let rows = rows_of(
-            &schema,
-            &t.scan(ScanSpec {
-                ordered: true,
-                ..Default::default()
-            })
-            .unwrap()
-            .collect_all()
-            .unwrap(),
-        );
+        let rows = ordered_rows(&t);
         let present: std::collections::BTreeMap<i64, Value> = rows
             .into_iter()
             .map(|r| match &r[0] {

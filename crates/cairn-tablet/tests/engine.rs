@@ -14,7 +14,7 @@ use cairn_tablet::{
     AlterOp, MaintenanceManager, ReadMode, RowError, RowOp, ScanSpec, Tablet, TabletError,
     TabletOptions,
 };
-use common::{rows_of, small_options};
+use common::{ordered_rows, rows_of, small_options};
 
 fn kv_schema() -> Schema {
     Schema::new(
@@ -107,17 +107,7 @@ fn writers_scanners_and_maintenance_at_once() {
     }
     mm.stop();
     let check = |t: &Arc<Tablet>| {
-        let schema = t.schema();
-        let rows = rows_of(
-            &schema,
-            &t.scan(ScanSpec {
-                ordered: true,
-                ..Default::default()
-            })
-            .unwrap()
-            .collect_all()
-            .unwrap(),
-        );
+        let rows = ordered_rows(t);
         assert_eq!(rows.len() as i64, WRITERS * PER_WRITER);
         for r in rows {
             let (Value::Int64(k), Value::Int64(v)) = (&r[0], &r[2]) else {

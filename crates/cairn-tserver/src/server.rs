@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_common::HybridClock;
-use cairn_consensus::network::ChannelPool;
-use cairn_consensus::{ConsensusService, GroupOptions, GroupRegistry};
+use cairn_consensus::network::{
+    ChannelPool, MAX_MESSAGE_BYTES, consensus_server, spawn_rpc_server,
+};
+use cairn_consensus::{GroupOptions, GroupRegistry};
 use cairn_proto as pb;
 use cairn_proto::master_client::MasterClient;
 use cairn_tablet::TabletOptions;
@@ -118,39 +120,19 @@ impl TabletServer {
         let service = TabletService::new(manager.clone());
         let mut tasks = Vec::new();
 
-        let mut rx = stop_rx.clone();
-        let svc = service.clone();
-        let server = tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .add_service(
-                pb::tablet_server_server::TabletServerServer::new(svc)
-                    .max_decoding_message_size(256 << 20)
-                    .max_encoding_message_size(256 << 20),
+                pb::tablet_server_server::TabletServerServer::new(service.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
-            .add_service(
-                pb::consensus_server::ConsensusServer::new(ConsensusService::new(registry))
-                    .max_decoding_message_size(256 << 20)
-                    .max_encoding_message_size(256 << 20),
-            );
-        // Small RPCs must not wait for Nagle's algorithm.
-        let incoming = tokio_stream::StreamExt::map(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            |s| {
-                if let Ok(s) = &s {
-                    let _ = s.set_nodelay(true);
-                }
-                s
-            },
-        );
-        tasks.push(tokio::spawn(async move {
-            let r = server
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                })
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "tablet server RPC listener failed");
-            }
-        }));
+            .add_service(consensus_server(registry));
+        tasks.push(spawn_rpc_server(
+            listener,
+            router,
+            stop_rx.clone(),
+            "tablet server",
+        ));
 
         let mut rx = stop_rx.clone();
         let svc = service.clone();

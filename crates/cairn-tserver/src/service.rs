@@ -54,6 +54,13 @@ impl TabletService {
         self.scanners.lock().len()
     }
 
+    /// The replica of `tablet_id`, which must be the ready leader.
+    fn leader_replica(&self, tablet_id: &str) -> Result<Arc<TabletReplica>> {
+        let replica = self.manager.get(tablet_id)?;
+        replica.group.check_leader_ready()?;
+        Ok(replica)
+    }
+
     fn observe(&self, ts: u64) {
         if ts > 0 {
             self.manager.clock().update(HybridTime(ts));
@@ -263,11 +270,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
     ) -> Result<Response<pb::WriteResponse>, Status> {
         let req = request.into_inner();
         self.observe(req.propagated_timestamp);
-        let replica = self.manager.get(&req.tablet_id)?;
-        replica
-            .group
-            .check_leader_ready()
-            .map_err(TserverError::from)?;
+        let replica = self.leader_replica(&req.tablet_id)?;
         let schema = replica.tablet().schema();
         let ops = row_ops(&schema, &req.batches)?;
         let (ts, errs) = replica.write(ops).await?;
@@ -384,11 +387,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         request: Request<pb::SafeIndexRequest>,
     ) -> Result<Response<pb::SafeIndexResponse>, Status> {
         let req = request.into_inner();
-        let replica = self.manager.get(&req.tablet_id)?;
-        replica
-            .group
-            .check_leader_ready()
-            .map_err(TserverError::from)?;
+        let replica = self.leader_replica(&req.tablet_id)?;
         let tablet = replica.tablet();
         let ts = HybridTime(req.timestamp);
         tokio::task::spawn_blocking(move || tablet.snapshot_for(ReadMode::Snapshot(ts)))
@@ -405,11 +404,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         request: Request<pb::AlterSchemaRequest>,
     ) -> Result<Response<pb::AlterSchemaResponse>, Status> {
         let req = request.into_inner();
-        let replica = self.manager.get(&req.tablet_id)?;
-        replica
-            .group
-            .check_leader_ready()
-            .map_err(TserverError::from)?;
+        let replica = self.leader_replica(&req.tablet_id)?;
         let steps: Vec<cairn_common::AlterOp> = serde_json::from_slice(&req.steps_json)
             .map_err(|e| TserverError::InvalidArgument(format!("malformed alter steps: {e}")))?;
         let version = replica.tablet().schema().version();

@@ -261,20 +261,7 @@ async fn follower_catches_up_and_restart_keeps_everything() {
     insert_range(&c, &t, 500..1500).await;
     cl.start_tserver(2).await;
     let live = cl.ts_addrs.clone();
-    wait_for(
-        Duration::from_secs(30),
-        "the stopped follower to catch up",
-        || {
-            let c = c.clone();
-            let t = t.clone();
-            let live = live.clone();
-            async move {
-                let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &live).await });
-                matches!(h.await, Ok(1500))
-            }
-        },
-    )
-    .await;
+    wait_replicas_agree(&c, &t, &live, 1500, "the stopped follower to catch up").await;
     // Restart everything: all data is there.
     cl.restart_all().await;
     let c = cl.client().await;
@@ -325,16 +312,7 @@ async fn dead_tserver_is_rereplicated() {
         },
     )
     .await;
-    wait_for(Duration::from_secs(30), "the new replica to agree", || {
-        let c = c.clone();
-        let t = t.clone();
-        let live = live.clone();
-        async move {
-            let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &live).await });
-            matches!(h.await, Ok(300))
-        }
-    })
-    .await;
+    wait_replicas_agree(&c, &t, &live, 300, "the new replica to agree").await;
     // The dead server comes back: its evicted replica is an orphan and is deleted.
     cl.start_tserver(victim).await;
     let addr = cl.ts_addrs[victim].clone();
@@ -378,18 +356,12 @@ async fn lagging_follower_gets_a_tablet_copy() {
     c.scan(&t).count().await.unwrap();
     cl.start_tserver(1).await;
     let live = cl.ts_addrs.clone();
-    wait_for(
-        Duration::from_secs(60),
+    wait_replicas_agree(
+        &c,
+        &t,
+        &live,
+        1000,
         "the lagging follower to install a tablet copy",
-        || {
-            let c = c.clone();
-            let t = t.clone();
-            let live = live.clone();
-            async move {
-                let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &live).await });
-                matches!(h.await, Ok(1000))
-            }
-        },
     )
     .await;
     assert!(
@@ -398,20 +370,7 @@ async fn lagging_follower_gets_a_tablet_copy() {
     );
     // The copied replica serves snapshot reads and keeps up with new writes.
     insert_batched(&c, &t, 1000..1100, 10).await;
-    wait_for(
-        Duration::from_secs(30),
-        "the copied replica to keep up",
-        || {
-            let c = c.clone();
-            let t = t.clone();
-            let live = cl.ts_addrs.clone();
-            async move {
-                let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &live).await });
-                matches!(h.await, Ok(1100))
-            }
-        },
-    )
-    .await;
+    wait_replicas_agree(&c, &t, &cl.ts_addrs, 1100, "the copied replica to keep up").await;
     cl.restart_all().await;
     let c = cl.client().await;
     let t = c.open_table("t").await.unwrap();

@@ -58,21 +58,7 @@ fn start_cluster(n_masters: usize, n_tservers: usize) -> ProcCluster {
 
 async fn connect(c: &ProcCluster, live_tservers: usize) -> Client {
     let client = Client::connect(&c.master_addrs).await.unwrap();
-    wait_for(
-        Duration::from_secs(30),
-        "tablet servers to register",
-        || {
-            let client = client.clone();
-            async move {
-                client
-                    .list_tablet_servers()
-                    .await
-                    .map(|v| v.iter().filter(|s| s.live).count() >= live_tservers)
-                    .unwrap_or(false)
-            }
-        },
-    )
-    .await;
+    wait_live_servers(&client, live_tservers, Duration::from_secs(30)).await;
     client
 }
 
@@ -180,19 +166,12 @@ async fn kill_leader_during_writes_then_restart_everything() {
     ids2.sort_unstable();
     assert_eq!(ids2, ids, "data after restarting every process differs");
     let all: Vec<String> = cl.tservers.iter().map(|p| p.addr.clone()).collect();
-    wait_for(
-        Duration::from_secs(30),
+    wait_replicas_agree(
+        &c,
+        &t,
+        &all,
+        ids.len() as u64,
         "all three replicas to agree after restart",
-        || {
-            let c = c.clone();
-            let t = t.clone();
-            let all = all.clone();
-            let n = ids.len() as u64;
-            async move {
-                let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &all).await });
-                matches!(h.await, Ok(x) if x == n)
-            }
-        },
     )
     .await;
 }
@@ -213,20 +192,7 @@ async fn master_failover_keeps_ddl_working() {
     cl.masters[i].kill9();
     // DDL goes on through the new leader; nothing is lost or duplicated.
     let c = Client::connect(&cl.master_addrs).await.unwrap();
-    wait_for(
-        Duration::from_secs(30),
-        "the tablet server to register with the new leader",
-        || {
-            let c = c.clone();
-            async move {
-                c.list_tablet_servers()
-                    .await
-                    .map(|v| v.iter().any(|s| s.live))
-                    .unwrap_or(false)
-            }
-        },
-    )
-    .await;
+    wait_live_servers(&c, 1, Duration::from_secs(30)).await;
     c.create_table(table_spec("b", 2, 1)).await.unwrap();
     let t = c.open_table("a").await.unwrap();
     insert_range(&c, &t, 0..100).await;
@@ -288,16 +254,7 @@ async fn cli_tools_on_cairn_local() {
     let c = Client::connect(std::slice::from_ref(&master))
         .await
         .unwrap();
-    wait_for(Duration::from_secs(30), "cairn local to start", || {
-        let c = c.clone();
-        async move {
-            c.list_tablet_servers()
-                .await
-                .map(|v| v.iter().any(|s| s.live))
-                .unwrap_or(false)
-        }
-    })
-    .await;
+    wait_live_servers(&c, 1, Duration::from_secs(30)).await;
     let m = master.as_str();
     let (ok, out) = cairn(&[
         "table",

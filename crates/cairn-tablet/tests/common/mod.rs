@@ -67,3 +67,17 @@ pub fn rows_of(schema: &Schema, batches: &[RecordBatch]) -> Vec<Vec<Value>> {
     }
     out
 }
+
+/// Every row of the tablet (latest), in key order.
+pub fn ordered_rows(t: &std::sync::Arc<cairn_tablet::Tablet>) -> Vec<Vec<Value>> {
+    let schema = t.schema();
+    let batches = t
+        .scan(cairn_tablet::ScanSpec {
+            ordered: true,
+            ..Default::default()
+        })
+        .unwrap()
+        .collect_all()
+        .unwrap();
+    rows_of(&schema, &batches)
+}

@@ -113,22 +113,37 @@ impl InProc {
     }
 
     pub async fn wait_live(&self, n: usize) {
-        let c = self.client().await;
-        wait_for(
-            Duration::from_secs(20),
-            "tablet servers to register",
-            || {
-                let c = c.clone();
-                async move {
-                    c.list_tablet_servers()
-                        .await
-                        .map(|v| v.iter().filter(|s| s.live).count() >= n)
-                        .unwrap_or(false)
-                }
-            },
-        )
-        .await;
+        wait_live_servers(&self.client().await, n, Duration::from_secs(20)).await;
     }
+}
+
+/// Waits until at least `n` tablet servers heartbeat the leader master.
+pub async fn wait_live_servers(c: &Client, n: usize, timeout: Duration) {
+    wait_for(timeout, "tablet servers to register", || {
+        let c = c.clone();
+        async move {
+            c.list_tablet_servers()
+                .await
+                .map(|v| v.iter().filter(|s| s.live).count() >= n)
+                .unwrap_or(false)
+        }
+    })
+    .await;
+}
+
+/// Waits until every replica among `live` agrees with its leader and the table holds
+/// `rows` rows (replicas may still be catching up meanwhile).
+pub async fn wait_replicas_agree(c: &Client, t: &Table, live: &[String], rows: u64, what: &str) {
+    wait_for(Duration::from_secs(60), what, || {
+        let c = c.clone();
+        let t = t.clone();
+        let live = live.to_vec();
+        async move {
+            let h = tokio::spawn(async move { check_replicas_agree(&c, &t, &live).await });
+            matches!(h.await, Ok(n) if n == rows)
+        }
+    })
+    .await;
 }
 
 /// Polls `f` until it returns true, panicking after `timeout`.
