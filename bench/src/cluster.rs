@@ -92,6 +92,10 @@ fn loadgen_on_local(
             master.clone(),
             "--tserver-port".into(),
             ts_port.to_string(),
+            "--pg-addr".into(),
+            String::new(),
+            "--flight-sql-addr".into(),
+            String::new(),
         ],
         &work.join(format!("local-{tservers}.log")),
     )?;

@@ -39,6 +39,7 @@ use cairn_tablet::{
 use clap::{Parser, Subcommand};
 
 mod cluster;
+mod tpch;
 use indicatif::{ProgressBar, ProgressStyle};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
@@ -77,6 +78,9 @@ enum Command {
     /// Cluster figures: loadgen at replication 1 and 3 on `cairn local`, and the
     /// failover time after kill -9 of a tablet leader.
     Cluster(cluster::ClusterArgs),
+    /// TPC-H: the 22 queries on `cairn local` vs DataFusion on Parquet, and the load
+    /// time vs DuckDB.
+    Tpch(tpch::TpchArgs),
 }
 
 #[derive(clap::Args)]
@@ -104,6 +108,7 @@ fn main() {
     let result = match cli.command {
         Command::Storage(args) => storage(args),
         Command::Cluster(args) => cluster::cluster(args).map_err(|e| e.to_string().into()),
+        Command::Tpch(args) => tpch::tpch(args).map_err(|e| e.to_string().into()),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -40,6 +40,101 @@ impl RaftFlags {
     }
 }
 
+/// SQL front-end flags of `cairn master` and `cairn tserver` (off unless given).
+#[derive(Args, Clone, Debug)]
+pub struct SqlFlags {
+    /// Serve SQL over the PostgreSQL wire protocol here (e.g. 127.0.0.1:5433).
+    #[arg(long, env = "CAIRN_PG_ADDR")]
+    pub pg_addr: Option<String>,
+    /// Serve SQL over Arrow Flight SQL here (e.g. 127.0.0.1:50051).
+    #[arg(long, env = "CAIRN_FLIGHT_SQL_ADDR")]
+    pub flight_sql_addr: Option<String>,
+    #[command(flatten)]
+    pub auth: PgAuthFlags,
+}
+
+/// How PostgreSQL clients authenticate.
+#[derive(Args, Clone, Debug)]
+pub struct PgAuthFlags {
+    /// "trust" asks for no password (fit for loopback); "password" (cleartext) and
+    /// "md5" require --pg-password. The user name is always checked.
+    #[arg(long, env = "CAIRN_PG_AUTH", default_value = "trust", value_parser = ["trust", "password", "md5"])]
+    pub pg_auth: String,
+    /// The user PostgreSQL clients log in as.
+    #[arg(long, env = "CAIRN_PG_USER", default_value = "cairn")]
+    pub pg_user: String,
+    /// The password for --pg-auth password|md5.
+    #[arg(long, env = "CAIRN_PG_PASSWORD", hide_env_values = true)]
+    pub pg_password: Option<String>,
+}
+
+impl PgAuthFlags {
+    fn options(&self) -> Result<cairn_sql::pg::PgOptions, BoxError> {
+        let auth = match self.pg_auth.as_str() {
+            "password" => cairn_sql::pg::PgAuth::Password,
+            "md5" => cairn_sql::pg::PgAuth::Md5,
+            _ => cairn_sql::pg::PgAuth::Trust,
+        };
+        if auth != cairn_sql::pg::PgAuth::Trust && self.pg_password.is_none() {
+            return Err(format!("--pg-auth {} needs --pg-password", self.pg_auth).into());
+        }
+        Ok(cairn_sql::pg::PgOptions {
+            auth,
+            user: self.pg_user.clone(),
+            password: self.pg_password.clone(),
+        })
+    }
+}
+
+/// Starts the SQL front ends that have an address; returns what they listen on.
+async fn start_sql(
+    masters: &[String],
+    pg_addr: Option<&str>,
+    flight_addr: Option<&str>,
+    auth: &PgAuthFlags,
+) -> Result<Vec<String>, BoxError> {
+    let mut lines = vec![];
+    if pg_addr.is_none() && flight_addr.is_none() {
+        return Ok(lines);
+    }
+    let engine = cairn_sql::SqlEngine::connect(masters).await?;
+    if let Some(addr) = pg_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen for PostgreSQL clients on {addr}: {e}"))?;
+        let bound = listener.local_addr()?;
+        let opts = auth.options()?;
+        let e = engine.clone();
+        tokio::spawn(async move {
+            if let Err(err) = cairn_sql::pg::serve(e, listener, opts, std::future::pending()).await
+            {
+                eprintln!("PostgreSQL front end stopped: {err}");
+            }
+        });
+        lines.push(format!(
+            "  pgwire   {bound}  (psql -h {} -p {} -U {} cairn)",
+            bound.ip(),
+            bound.port(),
+            auth.pg_user
+        ));
+    }
+    if let Some(addr) = flight_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen for Flight SQL clients on {addr}: {e}"))?;
+        let bound = listener.local_addr()?;
+        tokio::spawn(async move {
+            if let Err(err) =
+                cairn_sql::flight::serve(engine, listener, std::future::pending()).await
+            {
+                eprintln!("Flight SQL front end stopped: {err}");
+            }
+        });
+        lines.push(format!("  flight   {bound}  (Flight SQL: grpc://{bound})"));
+    }
+    Ok(lines)
+}
+
 /// Flags of `cairn master`.
 #[derive(Args, Clone, Debug)]
 pub struct MasterArgs {
@@ -67,6 +162,8 @@ pub struct MasterArgs {
     pub web_addr: Option<String>,
     #[command(flatten)]
     pub raft: RaftFlags,
+    #[command(flatten)]
+    pub sql: SqlFlags,
 }
 
 impl MasterArgs {
@@ -114,6 +211,8 @@ pub struct TserverArgs {
     pub web_addr: Option<String>,
     #[command(flatten)]
     pub raft: RaftFlags,
+    #[command(flatten)]
+    pub sql: SqlFlags,
 }
 
 impl TserverArgs {
@@ -148,6 +247,14 @@ pub struct LocalArgs {
     /// Status page and Prometheus metrics of every server in the process (empty: off).
     #[arg(long, env = "CAIRN_WEB_ADDR", default_value = "127.0.0.1:8050")]
     pub web_addr: String,
+    /// SQL over the PostgreSQL wire protocol (empty: off).
+    #[arg(long, env = "CAIRN_PG_ADDR", default_value = "127.0.0.1:5433")]
+    pub pg_addr: String,
+    /// SQL over Arrow Flight SQL (empty: off).
+    #[arg(long, env = "CAIRN_FLIGHT_SQL_ADDR", default_value = "127.0.0.1:50051")]
+    pub flight_sql_addr: String,
+    #[command(flatten)]
+    pub auth: PgAuthFlags,
     #[command(flatten)]
     pub raft: RaftFlags,
 }
@@ -190,6 +297,21 @@ pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
         let bound = crate::web::serve(w, crate::web::WebState::of_master(&m)).await?;
         println!("status page http://{bound}/ and metrics http://{bound}/metrics");
     }
+    let masters = if args.masters.is_empty() {
+        vec![m.addr().to_string()]
+    } else {
+        args.masters.clone()
+    };
+    for line in start_sql(
+        &masters,
+        args.sql.pg_addr.as_deref(),
+        args.sql.flight_sql_addr.as_deref(),
+        &args.sql.auth,
+    )
+    .await?
+    {
+        println!("{line}");
+    }
     shutdown_signal().await;
     println!("shutting down");
     m.shutdown().await;
@@ -209,6 +331,16 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
     if let Some(w) = &args.web_addr {
         let bound = crate::web::serve(w, crate::web::WebState::default().with_tserver(&t)).await?;
         println!("status page http://{bound}/ and metrics http://{bound}/metrics");
+    }
+    for line in start_sql(
+        &args.masters,
+        args.sql.pg_addr.as_deref(),
+        args.sql.flight_sql_addr.as_deref(),
+        &args.sql.auth,
+    )
+    .await?
+    {
+        println!("{line}");
     }
     shutdown_signal().await;
     println!("shutting down");
@@ -242,6 +374,11 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         default_replicas: args.replicas,
         web_addr: None,
         raft: args.raft.clone(),
+        sql: SqlFlags {
+            pg_addr: None,
+            flight_sql_addr: None,
+            auth: args.auth.clone(),
+        },
     };
     let master = MasterServer::start(margs.options()).await?;
     let mut tservers = Vec::new();
@@ -254,6 +391,11 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
             scanner_ttl_secs: 60,
             web_addr: None,
             raft: args.raft.clone(),
+            sql: SqlFlags {
+                pg_addr: None,
+                flight_sql_addr: None,
+                auth: args.auth.clone(),
+            },
         };
         tservers.push(TabletServer::start(targs.options()).await?);
     }
@@ -275,8 +417,21 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
             Err(e) => eprintln!("warning: no web page: {e}"),
         }
     }
+    let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let pg = nonempty(&args.pg_addr);
+    let flight = nonempty(&args.flight_sql_addr);
+    for line in start_sql(
+        &[master.addr().to_string()],
+        pg.as_deref(),
+        flight.as_deref(),
+        &args.auth,
+    )
+    .await?
+    {
+        println!("{line}");
+    }
     println!(
-        "default replication factor {}; try:\n  cairn table create demo --columns 'id:int64,name:string?' --key id\n  cairn perf loadgen --table bench --rows 100000\n  cairn table scan bench --count\nPress Ctrl-C to stop.",
+        "default replication factor {}; try:\n  cairn sql -c \"CREATE TABLE demo (id BIGINT PRIMARY KEY, name TEXT)\"\n  cairn sql -c \"INSERT INTO demo VALUES (1, 'one'), (2, 'two')\"\n  cairn sql -c \"SELECT * FROM demo\"\n  (or psql, if installed: psql -h 127.0.0.1 -p 5433 -U cairn cairn)\nPress Ctrl-C to stop.",
         args.replicas
     );
     shutdown_signal().await;

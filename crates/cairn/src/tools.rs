@@ -23,6 +23,7 @@ pub mod insert;
 pub mod ksck;
 pub mod loadgen;
 pub mod parse;
+pub mod sql;
 pub mod table;
 
 /// The error of every tool: a message for the user (any error type converts with `?`).
@@ -92,6 +93,9 @@ pub enum Tool {
     /// Load generators and benchmarks.
     #[command(subcommand)]
     Perf(PerfCommand),
+    /// Run SQL: an interactive shell (history, multi-line statements ending in ';',
+    /// tables, timing), or `-c "SQL"` / `-f file.sql` to run statements and exit.
+    Sql(sql::SqlArgs),
 }
 
 /// `cairn table …`
@@ -138,6 +142,7 @@ pub async fn run(tool: Tool) -> ToolResult<()> {
         Tool::Table(c) => run_table(c).await,
         Tool::Cluster(c) => run_cluster(c).await,
         Tool::Perf(c) => run_perf(c).await,
+        Tool::Sql(a) => sql::run(a).await,
     }
 }
 

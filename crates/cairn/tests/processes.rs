@@ -247,6 +247,12 @@ async fn cli_tools_on_cairn_local() {
             master.clone(),
             "--tserver-port".into(),
             ts_port,
+            "--web-addr".into(),
+            "".into(),
+            "--pg-addr".into(),
+            format!("127.0.0.1:{}", free_port()),
+            "--flight-sql-addr".into(),
+            "".into(),
         ],
         master.clone(),
         dir.path().join("local.log"),
@@ -293,6 +299,21 @@ async fn cli_tools_on_cairn_local() {
     );
     let (ok, out) = cairn(&["table", "scan", "orders", "--masters", m, "--count"]);
     assert!(ok && out.trim().ends_with("500"), "{out}");
+    // The same table through SQL (`cairn sql`), as the README's first query does.
+    let (ok, out) = cairn(&[
+        "sql",
+        "--masters",
+        m,
+        "--no-timing",
+        "-c",
+        "SELECT count(*) AS n, sum(total) FROM orders WHERE id < 10;",
+    ]);
+    assert!(
+        ok && out.contains("| 10 ") && out.contains("(1 row)"),
+        "{out}"
+    );
+    let (ok, out) = cairn(&["sql", "--masters", m, "-c", "SELECT * FROM missing"]);
+    assert!(!ok && out.contains("missing"), "{out}");
     let (ok, out) = cairn(&[
         "table",
         "scan",

@@ -1,0 +1,149 @@
+//! The DataFusion catalog of a Cairn cluster: catalog `cairn`, schema `public`.
+//!
+//! Table names come from the master. DataFusion asks for them synchronously
+//! (`table_names`, `table_exist`), so [`CairnSchema`] keeps a cache that the session
+//! refreshes before every statement (at most once a second, and always after DDL).
+//! Tables are opened lazily in `table()`: one `GetTable` call, kept for a short while
+//! so that a statement that names a table several times opens it once. Row estimates
+//! for statistics come from the tablet servers' tablet reports, cached per table.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_client::Client;
+use cairn_proto::ListTabletsRequest;
+use datafusion::catalog::{SchemaProvider, TableProvider};
+use datafusion::common::{DataFusionError, Result};
+use parking_lot::Mutex;
+
+use crate::error::{SqlError, df_err};
+use crate::provider::CairnTable;
+
+/// How long a table list or an opened table is reused.
+const TABLE_CACHE_TTL: Duration = Duration::from_secs(1);
+/// How long row estimates are reused.
+const STATS_TTL: Duration = Duration::from_secs(10);
+
+/// Row estimates per tablet id, and when they were fetched, per table id.
+type StatsCache = HashMap<String, (Instant, Arc<HashMap<String, u64>>)>;
+
+/// Schema `public` of catalog `cairn`: the cluster's tables.
+#[derive(Debug)]
+pub struct CairnSchema {
+    client: Client,
+    names: Mutex<(Option<Instant>, Vec<String>)>,
+    opened: Mutex<HashMap<String, (Instant, Arc<CairnTable>)>>,
+    stats: Mutex<StatsCache>,
+}
+
+impl CairnSchema {
+    /// The schema of the cluster `client` talks to.
+    pub fn new(client: Client) -> Self {
+        CairnSchema {
+            client,
+            names: Mutex::new((None, vec![])),
+            opened: Mutex::new(HashMap::new()),
+            stats: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Fetches the table list from the master if it is older than a second (or
+    /// always, with `force`).
+    pub async fn refresh(&self, force: bool) -> Result<(), SqlError> {
+        if !force
+            && let Some(at) = self.names.lock().0
+            && at.elapsed() < TABLE_CACHE_TTL
+        {
+            return Ok(());
+        }
+        let tables = self.client.list_tables().await?;
+        let mut names: Vec<String> = tables.into_iter().map(|t| t.name).collect();
+        names.sort();
+        *self.names.lock() = (Some(Instant::now()), names);
+        Ok(())
+    }
+
+    /// Forgets cached tables (after DDL).
+    pub fn invalidate(&self) {
+        self.names.lock().0 = None;
+        self.opened.lock().clear();
+    }
+
+    /// Row estimates per tablet of table `table_id`, from the tablet servers.
+    async fn tablet_rows(&self, table_id: &str) -> Arc<HashMap<String, u64>> {
+        if let Some((at, rows)) = self.stats.lock().get(table_id)
+            && at.elapsed() < STATS_TTL
+        {
+            return rows.clone();
+        }
+        let mut rows = HashMap::new();
+        let servers = self.client.list_tablet_servers().await.unwrap_or_default();
+        for s in servers.iter().filter(|s| s.live) {
+            let Ok(mut stub) = self.client.tablet_server(&s.addr).await else {
+                continue;
+            };
+            let mut req = tonic::Request::new(ListTabletsRequest {});
+            req.set_timeout(Duration::from_secs(2));
+            let Ok(resp) = stub.list_tablets(req).await else {
+                continue;
+            };
+            for t in resp.into_inner().tablets {
+                if t.table_id == table_id && t.role == cairn_proto::RaftRole::Leader as i32 {
+                    rows.insert(t.tablet_id, t.num_rows_estimate);
+                }
+            }
+        }
+        let rows = Arc::new(rows);
+        self.stats
+            .lock()
+            .insert(table_id.to_string(), (Instant::now(), rows.clone()));
+        rows
+    }
+}
+
+#[async_trait::async_trait]
+impl SchemaProvider for CairnSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.names.lock().1.clone()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
+        if let Some((at, t)) = self.opened.lock().get(name)
+            && at.elapsed() < TABLE_CACHE_TTL
+        {
+            return Ok(Some(t.clone()));
+        }
+        let table = match self.client.open_table(name).await {
+            Ok(t) => t,
+            Err(cairn_client::ClientError::TableNotFound(_)) => return Ok(None),
+            Err(e) => return Err(df_err(e)),
+        };
+        let rows = self.tablet_rows(&table.id).await;
+        let provider = Arc::new(CairnTable::new(self.client.clone(), table, rows));
+        self.opened
+            .lock()
+            .insert(name.to_string(), (Instant::now(), provider.clone()));
+        Ok(Some(provider))
+    }
+
+    fn register_table(
+        &self,
+        name: String,
+        _table: Arc<dyn TableProvider>,
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        Err(df_err(SqlError::unsupported(format!(
+            "cannot register '{name}' as a Cairn table: create it with CREATE TABLE"
+        ))))
+    }
+
+    fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        Err(df_err(SqlError::unsupported(format!(
+            "cannot deregister '{name}': drop it with DROP TABLE"
+        ))))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.names.lock().1.iter().any(|n| n == name)
+    }
+}

@@ -1,0 +1,38 @@
+//! # cairn-sql — SQL for Cairn
+//!
+//! Cairn answers SQL itself (Kudu needed Impala for that). This crate puts Apache
+//! DataFusion on top of `cairn-client`, so SQL works the same on `cairn local` and on
+//! a cluster:
+//!
+//! - [`catalog`]: catalog `cairn`, schema `public`, the cluster's tables, kept in sync
+//!   with the master.
+//! - [`provider`] / [`scan`] / [`pushdown`]: a `TableProvider` per table with exact
+//!   predicate, projection and limit pushdown, partition pruning, one DataFusion
+//!   partition per tablet, and one snapshot per statement.
+//! - [`write`] / [`copy`]: INSERT, UPSERT, UPDATE, DELETE and COPY FROM as batched
+//!   keyed row operations.
+//! - [`parser`] / [`ddl`]: Cairn's SQL dialect (PostgreSQL plus `PARTITION BY HASH …
+//!   PARTITIONS n`, `RANGE`, `WITH (replicas = n)`, `UPSERT INTO`, `FOR SYSTEM_TIME AS
+//!   OF`) and its translation into table specs.
+//! - [`session`]: [`SqlEngine`] (shared per process) and [`SqlSession`] (one per
+//!   connection) run statements and prepared statements.
+//! - [`options`]: `SET cairn.…` settings.
+//! - [`error`]: [`SqlError`] with PostgreSQL SQLSTATE codes.
+
+pub mod catalog;
+pub mod copy;
+pub mod ddl;
+pub mod error;
+pub mod flight;
+pub mod options;
+pub mod parser;
+pub mod pg;
+pub mod provider;
+pub mod pushdown;
+pub mod scan;
+pub mod session;
+pub mod types;
+pub mod write;
+
+pub use error::{Result, SqlError};
+pub use session::{CATALOG, Prepared, QueryResult, SCHEMA, SqlEngine, SqlSession};

@@ -1,0 +1,156 @@
+//! Cairn's session settings (`SET cairn.…`) and the per-statement context.
+//!
+//! Settings live in DataFusion's config under the `cairn` prefix, so `SET
+//! cairn.read_timestamp = '…'` and `SHOW cairn.read_timestamp` work like any other
+//! setting. [`StatementContext`] carries what one statement decides for all of its
+//! scans and writes: the snapshot every tablet is read at and how INSERT treats
+//! existing keys.
+
+use std::sync::Arc;
+
+use cairn_common::HybridTime;
+use datafusion::common::extensions_options;
+use datafusion::config::ConfigExtension;
+
+use crate::error::{Result, SqlError};
+
+extensions_options! {
+    /// Settings of a SQL session under the `cairn.` prefix.
+    pub struct CairnOptions {
+        /// Read every table at this point in time: a timestamp such as
+        /// '2026-01-02 03:04:05.123456' (UTC) or a raw HybridTime number. Empty: read
+        /// the latest data.
+        pub read_timestamp: String, default = String::new()
+        /// Hash buckets for a table created without PARTITION BY (0: twice the number
+        /// of live tablet servers, at least 2).
+        pub default_hash_buckets: u32, default = 0
+        /// Replicas per tablet for a table created without WITH (replicas = n) (0: the
+        /// master's default).
+        pub default_replicas: u32, default = 0
+        /// Rows per write request of INSERT, UPDATE, DELETE and COPY.
+        pub write_batch_rows: usize, default = 1000
+    }
+}
+
+impl ConfigExtension for CairnOptions {
+    const PREFIX: &'static str = "cairn";
+}
+
+/// How INSERT treats a row whose primary key exists already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum InsertMode {
+    /// Fail the statement (SQLSTATE 23505).
+    #[default]
+    Insert,
+    /// Replace the existing row (`UPSERT INTO`, `INSERT OR REPLACE`).
+    Upsert,
+    /// Keep the existing row and skip the new one (`ON CONFLICT DO NOTHING`).
+    Ignore,
+}
+
+/// What one statement decides for all its scans and writes; attached to the
+/// statement's session state as a config extension.
+#[derive(Debug, Default)]
+pub struct StatementContext {
+    /// A fixed snapshot (`AS OF` / `cairn.read_timestamp`), if any.
+    pub fixed_snapshot: Option<u64>,
+    /// The snapshot chosen by the first tablet scanned, shared by every other scan of
+    /// the statement.
+    pub chosen_snapshot: tokio::sync::Mutex<Option<u64>>,
+    /// How INSERT treats existing keys.
+    pub insert_mode: InsertMode,
+}
+
+impl StatementContext {
+    /// A context for one statement.
+    pub fn new(fixed_snapshot: Option<u64>, insert_mode: InsertMode) -> Arc<Self> {
+        Arc::new(StatementContext {
+            fixed_snapshot,
+            chosen_snapshot: tokio::sync::Mutex::new(fixed_snapshot),
+            insert_mode,
+        })
+    }
+}
+
+/// Parses a point in time given to `cairn.read_timestamp` or `AS OF`: a raw
+/// HybridTime (an integer of more than 16 digits), microseconds since the epoch
+/// (fewer digits), or a timestamp string (UTC unless it carries an offset).
+pub fn parse_read_timestamp(s: &str) -> Result<u64> {
+    let t = s.trim();
+    if let Ok(n) = t.parse::<u64>() {
+        return Ok(if t.len() > 16 {
+            n
+        } else {
+            HybridTime::from_micros(n).0
+        });
+    }
+    let micros = parse_timestamp_micros(t).ok_or_else(|| {
+        SqlError::other(
+            "22007",
+            format!(
+                "cannot read '{s}' as a point in time: use a timestamp like \
+                 '2026-01-02 03:04:05.123456' (UTC) or a HybridTime number"
+            ),
+        )
+    })?;
+    if micros < 0 {
+        return Err(SqlError::other(
+            "22008",
+            format!("'{s}' is before 1970: Cairn keeps no history that old"),
+        ));
+    }
+    // The last HybridTime of that microsecond: everything written up to and
+    // including it is visible.
+    Ok(HybridTime::from_parts(micros as u64, (1 << cairn_common::clock::LOGICAL_BITS) - 1).0)
+}
+
+/// Microseconds since the epoch of a timestamp string (UTC unless it has an offset).
+pub fn parse_timestamp_micros(s: &str) -> Option<i64> {
+    use chrono::{DateTime, NaiveDate, NaiveDateTime};
+    let s = s.trim();
+    if let Ok(dt) = DateTime::parse_from_rfc3339(s) {
+        return Some(dt.timestamp_micros());
+    }
+    for f in ["%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%d %H:%M:%S%#z"] {
+        if let Ok(dt) = DateTime::parse_from_str(s, f) {
+            return Some(dt.timestamp_micros());
+        }
+    }
+    for f in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ] {
+        if let Ok(dt) = NaiveDateTime::parse_from_str(s, f) {
+            return Some(dt.and_utc().timestamp_micros());
+        }
+    }
+    NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|dt| dt.and_utc().timestamp_micros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_timestamps_parse() {
+        let ht = parse_read_timestamp("1970-01-01 00:00:01").unwrap();
+        assert_eq!(HybridTime(ht).physical_micros(), 1_000_000);
+        assert_eq!(HybridTime(ht).logical(), 4095);
+        let ht = parse_read_timestamp("1970-01-01T00:00:02+00:00").unwrap();
+        assert_eq!(HybridTime(ht).physical_micros(), 2_000_000);
+        assert_eq!(
+            parse_read_timestamp("12345678901234567890").unwrap(),
+            12345678901234567890
+        );
+        assert_eq!(
+            HybridTime(parse_read_timestamp("5").unwrap()).physical_micros(),
+            5
+        );
+        assert!(parse_read_timestamp("yesterday").is_err());
+        assert!(parse_read_timestamp("1960-01-01").is_err());
+    }
+}

@@ -1,0 +1,669 @@
+//! The per-connection pgwire handlers: simple and extended query protocol over one
+//! [`SqlSession`].
+//!
+//! A query string is split into statements ([`super::sqltext`]); session statements are
+//! answered by [`super::local`], everything else runs on the session one statement at a
+//! time. A read-only statement the engine rejects is tried once more after
+//! `datafusion-pg-catalog`'s [`PostgresCompatibilityParser`] rewrote it: that is how
+//! psql's `\d`, pgJDBC's `DatabaseMetaData` and similar catalog queries (with
+//! `OPERATOR(pg_catalog.~)`, `::regclass`, `COLLATE`, `= ANY(array)`, ...) work
+//! without the engine's parser knowing those forms.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+
+use arrow::array::StringArray;
+use arrow::datatypes::{DataType as ArrowType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use bytes::Bytes;
+use datafusion::common::ScalarValue;
+use datafusion::config::ExtensionOptions;
+use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
+use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use futures::{Sink, SinkExt, TryStreamExt};
+use parking_lot::Mutex;
+use pgwire::api::auth::StartupHandler;
+use pgwire::api::cancel::CancelHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{FieldInfo, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::{Entry, PortalStore};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionManager, DEFAULT_NAME, PgWireServerHandlers,
+    RandomPidSecretKeyGenerator, Type,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::cancel::CancelRequest;
+use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
+use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
+use tokio::sync::watch;
+
+use super::PgOptions;
+use super::encode::{fields, pg_error, query_response, wire_schema};
+use super::local::{Local, Vars, classify, show_column};
+use super::params::decode_params;
+use super::sqltext::{Tok, split_statements, tokens};
+use crate::error::SqlError;
+use crate::options::CairnOptions;
+use crate::session::{Prepared, QueryResult, SqlEngine, SqlSession};
+
+/// A connection's process id and secret key, as sent in a cancel request.
+pub(crate) type CancelKey = (i32, Bytes);
+
+/// What all connections of one server share.
+pub(crate) struct Shared {
+    /// The engine sessions are made from.
+    pub(crate) engine: SqlEngine,
+    /// Authentication settings.
+    pub(crate) opts: PgOptions,
+    /// pgwire's registry of connections, for cancel requests during `do_query`.
+    pub(crate) manager: Arc<ConnectionManager>,
+    /// Cancel signals of live connections by (pid, secret key), for cancel requests
+    /// while rows stream.
+    pub(crate) cancels: Mutex<HashMap<CancelKey, Arc<watch::Sender<u64>>>>,
+    /// Process ids and secret keys for new connections.
+    pub(crate) pids: RandomPidSecretKeyGenerator,
+    /// Rewrites PostgreSQL catalog queries into forms DataFusion plans.
+    pub(crate) compat: PostgresCompatibilityParser,
+}
+
+impl Shared {
+    pub(crate) fn new(engine: SqlEngine, opts: PgOptions) -> Self {
+        Shared {
+            engine,
+            opts,
+            manager: Arc::new(ConnectionManager::new()),
+            cancels: Mutex::new(HashMap::new()),
+            pids: RandomPidSecretKeyGenerator::default(),
+            compat: PostgresCompatibilityParser::new(),
+        }
+    }
+}
+
+/// One connection's state.
+pub(crate) struct Conn {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) session: SqlSession,
+    pub(crate) vars: Vars,
+    /// Bumped by a cancel request for this connection.
+    pub(crate) cancel: Arc<watch::Sender<u64>>,
+    /// The salt sent to an MD5-authenticating client.
+    pub(crate) md5_salt: Mutex<Option<[u8; 4]>>,
+}
+
+impl Conn {
+    fn new(shared: Arc<Shared>) -> Self {
+        let session = shared.engine.session();
+        let version = format!(
+            "PostgreSQL {} on {}-{}, Cairn {} (Apache DataFusion)",
+            super::SERVER_VERSION,
+            std::env::consts::ARCH,
+            std::env::consts::OS,
+            env!("CARGO_PKG_VERSION"),
+        );
+        // Tools parse `SELECT version()` expecting PostgreSQL's format.
+        session.context().register_udf(create_udf(
+            "version",
+            vec![],
+            ArrowType::Utf8,
+            Volatility::Immutable,
+            Arc::new(move |_| {
+                Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                    version.clone(),
+                ))))
+            }),
+        ));
+        Conn {
+            shared,
+            session,
+            vars: Vars::default(),
+            cancel: Arc::new(watch::channel(0).0),
+            md5_salt: Mutex::new(None),
+        }
+    }
+
+    /// The compatibility parser's rewrite of a read-only statement, if it changes it.
+    fn rewrite(&self, sql: &str) -> Option<String> {
+        if !read_only(sql) {
+            return None;
+        }
+        let statements = self.shared.compat.parse(sql).ok()?;
+        let [statement] = statements.as_slice() else {
+            return None;
+        };
+        let rewritten = statement.to_string();
+        let plain = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .ok()
+            .and_then(|s| s.first().map(|s| s.to_string()));
+        (plain.as_deref() != Some(rewritten.as_str())).then_some(rewritten)
+    }
+
+    /// Runs (or prepares) one statement with `run`. A catalog query runs in its
+    /// rewritten form first (falling back to the original); any other read-only
+    /// statement the engine rejects is tried once more in rewritten form. The
+    /// original's error is reported when both fail.
+    async fn with_rewrite<T, F, Fut>(&self, sql: &str, run: F) -> Result<T, SqlError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: Future<Output = Result<T, SqlError>>,
+    {
+        if mentions_catalog(sql)
+            && let Some(rewritten) = self.rewrite(sql)
+        {
+            match run(rewritten.clone()).await {
+                Ok(r) => return Ok(r),
+                Err(e) => {
+                    tracing::debug!(%sql, %rewritten, error = %e, "the rewritten catalog query failed");
+                }
+            }
+            return run(sql.to_string()).await;
+        }
+        match run(sql.to_string()).await {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                let code = e.sqlstate();
+                if ["08", "23", "40", "53", "57"]
+                    .iter()
+                    .any(|c| code.starts_with(c))
+                {
+                    return Err(e);
+                }
+                let Some(rewritten) = self.rewrite(sql) else {
+                    return Err(e);
+                };
+                tracing::debug!(%sql, %rewritten, error = %e, "retrying a rewritten query");
+                run(rewritten).await.map_err(|e2| {
+                    tracing::debug!(error = %e2, "the rewritten query failed too");
+                    e
+                })
+            }
+        }
+    }
+
+    /// Runs one statement on the session (see [`Conn::with_rewrite`]).
+    async fn execute(&self, sql: &str) -> Result<Vec<QueryResult>, SqlError> {
+        self.with_rewrite(sql, |s| async move { self.session.execute(&s).await })
+            .await
+    }
+
+    /// Prepares one statement (see [`Conn::with_rewrite`]).
+    async fn prepare(&self, sql: &str) -> Result<Prepared, SqlError> {
+        self.with_rewrite(sql, |s| async move { self.session.prepare(&s).await })
+            .await
+    }
+
+    /// Whether a statement is answered here, given the variables known now.
+    fn local(&self, sql: &str) -> Option<Local> {
+        match classify(sql)? {
+            Local::Show(name) if self.show_value(&name).is_none() => None,
+            other => Some(other),
+        }
+    }
+
+    /// The value `SHOW name` reports: a PostgreSQL variable, or a setting of the
+    /// session (`cairn.…` or `datafusion.…`).
+    fn show_value(&self, name: &str) -> Option<String> {
+        if let Some(v) = self.vars.get(name) {
+            return Some(v);
+        }
+        let state = self.session.context().state();
+        let options = state.config_options();
+        if let Some(key) = name.strip_prefix("cairn.") {
+            let cairn = options.extensions.get::<CairnOptions>()?;
+            return cairn
+                .entries()
+                .into_iter()
+                .find(|e| e.key == key || e.key == name)
+                .map(|e| e.value.unwrap_or_default());
+        }
+        options
+            .entries()
+            .into_iter()
+            .find(|e| e.key == name)
+            .map(|e| e.value.unwrap_or_default())
+    }
+
+    /// Runs a statement answered by the front end.
+    fn run_local(&self, local: &Local, format: &Format) -> PgWireResult<Response> {
+        let user_error = |m: String| pg_error(&SqlError::other("22023", m));
+        Ok(match local {
+            Local::Begin(tag) => Response::TransactionStart(Tag::new(tag)),
+            Local::Commit => Response::TransactionEnd(Tag::new("COMMIT")),
+            Local::Rollback => Response::TransactionEnd(Tag::new("ROLLBACK")),
+            Local::Set { name, value } => {
+                self.vars.set(name, value.clone()).map_err(user_error)?;
+                Response::Execution(Tag::new("SET"))
+            }
+            Local::Reset(None) => {
+                self.vars.reset_all();
+                Response::Execution(Tag::new("RESET"))
+            }
+            Local::Reset(Some(name)) => {
+                self.vars.set(name, None).map_err(user_error)?;
+                Response::Execution(Tag::new("RESET"))
+            }
+            Local::Show(name) => {
+                let value = self.show_value(name).unwrap_or_default();
+                let schema = show_schema(name);
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(StringArray::from(vec![value]))],
+                )
+                .map_err(|e| pg_error(&e.into()))?;
+                let stream = MemoryStream::try_new(vec![batch], schema.clone(), None)
+                    .map_err(|e| pg_error(&e.into()))?;
+                let mut resp = query_response(&schema, Box::pin(stream), format, None)?;
+                resp.set_command_tag("SHOW");
+                Response::Query(resp)
+            }
+            Local::Noop(tag) => Response::Execution(Tag::new(tag)),
+        })
+    }
+
+    /// The wire response for a statement's result. `described` is the schema the
+    /// client was told (extended protocol); rows are sent with its types.
+    fn response(
+        &self,
+        result: QueryResult,
+        format: &Format,
+        cancel: Option<watch::Receiver<u64>>,
+        described: Option<&Schema>,
+    ) -> PgWireResult<Response> {
+        Ok(match result {
+            QueryResult::Rows { schema, stream } => {
+                let schema = match described {
+                    Some(d) if d.fields().len() == schema.fields().len() => {
+                        // Columns described as `Null` (`SELECT $1`) go as what they are.
+                        let fields: Vec<_> = d
+                            .fields()
+                            .iter()
+                            .zip(schema.fields())
+                            .map(|(d, actual)| {
+                                if d.data_type() == &ArrowType::Null {
+                                    actual.clone()
+                                } else {
+                                    d.clone()
+                                }
+                            })
+                            .collect();
+                        Arc::new(Schema::new(fields))
+                    }
+                    _ => schema,
+                };
+                Response::Query(query_response(&schema, stream, format, cancel)?)
+            }
+            QueryResult::Count { tag, rows } => {
+                let t = Tag::new(tag).with_rows(usize::try_from(rows).unwrap_or(usize::MAX));
+                Response::Execution(if tag == "INSERT" { t.with_oid(0) } else { t })
+            }
+            QueryResult::Done { tag } if tag.is_empty() => Response::EmptyQuery,
+            QueryResult::Done { tag } => match tag.as_str() {
+                "BEGIN" => Response::TransactionStart(Tag::new(&tag)),
+                "COMMIT" | "ROLLBACK" => Response::TransactionEnd(Tag::new(&tag)),
+                _ => Response::Execution(Tag::new(&tag)),
+            },
+        })
+    }
+
+    /// Runs one statement of a simple query. Rows of statements that are not the
+    /// last are read at once, so that statements run in order.
+    async fn run_simple(
+        &self,
+        sql: &str,
+        last: bool,
+        cancel: &watch::Receiver<u64>,
+    ) -> PgWireResult<Vec<Response>> {
+        if let Some(local) = self.local(sql) {
+            return Ok(vec![self.run_local(&local, &Format::UnifiedText)?]);
+        }
+        let results = self.execute(sql).await.map_err(|e| pg_error(&e))?;
+        let n = results.len();
+        let mut out = Vec::with_capacity(n);
+        for (i, r) in results.into_iter().enumerate() {
+            let r = if last && i + 1 == n {
+                r
+            } else {
+                materialize(r).await.map_err(|e| pg_error(&e))?
+            };
+            out.push(self.response(r, &Format::UnifiedText, Some(cancel.clone()), None)?);
+        }
+        if out.is_empty() {
+            out.push(Response::EmptyQuery);
+        }
+        Ok(out)
+    }
+}
+
+/// Whether a statement only reads (a query): only those are ever rewritten, so a
+/// retry never repeats a write.
+fn read_only(sql: &str) -> bool {
+    matches!(
+        tokens(sql, 1).first(),
+        Some(Tok::Word(w)) if matches!(w.as_str(), "select" | "with" | "show" | "values" | "table")
+    )
+}
+
+/// Whether a statement reads PostgreSQL's catalog (`pg_…` tables and functions,
+/// `information_schema`, `::regclass` and friends): drivers' and psql's metadata
+/// queries, which the compatibility parser is made for.
+fn mentions_catalog(sql: &str) -> bool {
+    tokens(sql, usize::MAX).iter().any(|t| match t {
+        Tok::Word(w) => {
+            w.starts_with("pg_")
+                || w == "information_schema"
+                || matches!(
+                    w.as_str(),
+                    "regclass" | "regtype" | "regproc" | "regnamespace"
+                )
+        }
+        _ => false,
+    })
+}
+
+/// Reads all rows of a result into memory.
+async fn materialize(r: QueryResult) -> Result<QueryResult, SqlError> {
+    match r {
+        QueryResult::Rows { schema, stream } => {
+            let batches: Vec<RecordBatch> = stream.try_collect().await?;
+            Ok(QueryResult::Rows {
+                stream: Box::pin(MemoryStream::try_new(batches, schema.clone(), None)?),
+                schema,
+            })
+        }
+        other => Ok(other),
+    }
+}
+
+/// The one text column of `SHOW name`.
+fn show_schema(name: &str) -> Arc<Schema> {
+    Arc::new(Schema::new(vec![Field::new(
+        show_column(name),
+        ArrowType::Utf8,
+        true,
+    )]))
+}
+
+/// Whether a prepared engine statement returns rows to the client: DML reports a
+/// count in its command tag, not rows.
+fn returns_rows(p: &Prepared) -> bool {
+    if p.schema.fields().is_empty() {
+        return false;
+    }
+    !matches!(
+        tokens(&p.sql, 1).first(),
+        Some(Tok::Word(w)) if matches!(w.as_str(), "insert" | "update" | "delete" | "upsert" | "merge" | "copy" | "create" | "drop" | "alter" | "truncate")
+    )
+}
+
+/// A statement of the extended query protocol.
+#[derive(Clone, Debug)]
+pub(crate) enum PgStatement {
+    /// Prepared by the engine.
+    Engine {
+        /// The engine's prepared statement.
+        prepared: Arc<Prepared>,
+        /// Whether it returns rows (see [`returns_rows`]).
+        rows: bool,
+    },
+    /// Answered by the front end.
+    Local(Local),
+}
+
+/// The extended protocol's parser: prepares statements on the connection's session.
+pub(crate) struct CairnParser {
+    conn: Arc<Conn>,
+}
+
+#[async_trait]
+impl QueryParser for CairnParser {
+    type Statement = PgStatement;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<PgStatement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let statements = split_statements(sql);
+        let sql = match statements.as_slice() {
+            [] => return Ok(None),
+            [one] => *one,
+            _ => {
+                return Err(pg_error(&SqlError::other(
+                    "42601",
+                    "cannot insert multiple commands into a prepared statement",
+                )));
+            }
+        };
+        if let Some(local) = self.conn.local(sql) {
+            return Ok(Some(PgStatement::Local(local)));
+        }
+        let prepared = self.conn.prepare(sql).await.map_err(|e| pg_error(&e))?;
+        Ok(Some(PgStatement::Engine {
+            rows: returns_rows(&prepared),
+            prepared: Arc::new(prepared),
+        }))
+    }
+
+    fn get_parameter_types(&self, stmt: &PgStatement) -> PgWireResult<Vec<Type>> {
+        Ok(match stmt {
+            PgStatement::Local(_) => vec![],
+            PgStatement::Engine { prepared, .. } => prepared
+                .param_types
+                .iter()
+                .map(|t| {
+                    t.as_ref()
+                        .and_then(|t| arrow_pg::datatypes::into_pg_type(t).ok())
+                        .filter(|t| *t != Type::UNKNOWN)
+                        .unwrap_or(Type::TEXT)
+                })
+                .collect(),
+        })
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &PgStatement,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        let format = column_format.unwrap_or(&Format::UnifiedText);
+        match stmt {
+            PgStatement::Local(Local::Show(name)) => fields(&show_schema(name), format),
+            PgStatement::Local(_) | PgStatement::Engine { rows: false, .. } => Ok(vec![]),
+            PgStatement::Engine { prepared, .. } => fields(&wire_schema(&prepared.schema), format),
+        }
+    }
+}
+
+/// The handlers of one connection.
+pub(crate) struct ConnHandler {
+    pub(crate) conn: Arc<Conn>,
+    parser: Arc<CairnParser>,
+}
+
+#[async_trait]
+impl SimpleQueryHandler for ConnHandler {
+    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statements = split_statements(query);
+        if statements.is_empty() {
+            return Ok(vec![Response::EmptyQuery]);
+        }
+        let cancel = self.conn.cancel.subscribe();
+        let n = statements.len();
+        let mut out = Vec::with_capacity(n);
+        for (i, sql) in statements.iter().enumerate() {
+            match self.conn.run_simple(sql, i + 1 == n, &cancel).await {
+                Ok(r) => out.extend(r),
+                Err(e) => {
+                    // Like PostgreSQL: the error ends the query string.
+                    out.push(Response::Error(Box::new(ErrorInfo::from(e))));
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for ConnHandler {
+    type Statement = PgStatement;
+    type QueryParser = CairnParser;
+
+    fn query_parser(&self) -> Arc<CairnParser> {
+        self.parser.clone()
+    }
+
+    /// Like pgwire's, except that a statement with parameters but no result columns
+    /// is described with `NoData` after its `ParameterDescription` (as PostgreSQL
+    /// does), not with an empty `RowDescription`: pgJDBC's `executeUpdate` takes the
+    /// latter for a result set and fails.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = PgStatement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == TARGET_TYPE_BYTE_STATEMENT {
+            let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+            if let Some(Entry::Value(stmt)) = client.portal_store().get_statement(name) {
+                let described = self.do_describe_statement(client, &stmt).await?;
+                let types = described.parameters.iter().map(|t| t.oid()).collect();
+                client
+                    .send(PgWireBackendMessage::ParameterDescription(
+                        ParameterDescription::new(types),
+                    ))
+                    .await?;
+                let last = if described.fields.is_empty() {
+                    PgWireBackendMessage::NoData(NoData::new())
+                } else {
+                    PgWireBackendMessage::RowDescription(RowDescription::new(
+                        described.fields.iter().map(Into::into).collect(),
+                    ))
+                };
+                client.send(last).await?;
+                return Ok(());
+            }
+        }
+        self._on_describe(client, message).await
+    }
+
+    async fn do_query<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<PgStatement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = PgStatement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let cancel = self.conn.cancel.subscribe();
+        match &portal.statement.statement {
+            PgStatement::Local(local) => self.conn.run_local(local, &portal.result_column_format),
+            PgStatement::Engine { prepared, rows } => {
+                let params = decode_params(
+                    &portal.parameters,
+                    &portal.parameter_format,
+                    &portal.statement.parameter_types,
+                    &prepared.param_types,
+                )
+                .map_err(|e| pg_error(&e))?;
+                let result = self
+                    .conn
+                    .session
+                    .execute_prepared(prepared, params)
+                    .await
+                    .map_err(|e| pg_error(&e))?;
+                let described = rows.then_some(prepared.schema.as_ref());
+                self.conn.response(
+                    result,
+                    &portal.result_column_format,
+                    Some(cancel),
+                    described,
+                )
+            }
+        }
+    }
+}
+
+/// Answers cancel requests (which arrive on a connection of their own).
+pub(crate) struct CairnCancel {
+    shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl CancelHandler for CairnCancel {
+    async fn on_cancel_request(&self, request: CancelRequest) {
+        let key = (request.pid, request.secret_key.to_bytes());
+        let signal = self.shared.cancels.lock().get(&key).cloned();
+        if let Some(signal) = signal {
+            tracing::debug!(pid = request.pid, "cancel request");
+            // Stops a statement still in `do_query` (pgwire answers 57014) ...
+            self.shared
+                .manager
+                .cancel(request.pid, &request.secret_key)
+                .await;
+            // ... and one whose rows are streaming.
+            signal.send_modify(|v| *v += 1);
+        }
+    }
+}
+
+/// Everything pgwire needs for one connection.
+pub(crate) struct CairnHandlers {
+    handler: Arc<ConnHandler>,
+    cancel: Arc<CairnCancel>,
+}
+
+impl CairnHandlers {
+    /// Handlers with a fresh session for a new connection.
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        let conn = Arc::new(Conn::new(shared.clone()));
+        CairnHandlers {
+            handler: Arc::new(ConnHandler {
+                parser: Arc::new(CairnParser { conn: conn.clone() }),
+                conn,
+            }),
+            cancel: Arc::new(CairnCancel { shared }),
+        }
+    }
+}
+
+impl PgWireServerHandlers for CairnHandlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        self.handler.clone()
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        self.cancel.clone()
+    }
+}

@@ -1,0 +1,194 @@
+//! The PostgreSQL front end: psql, psycopg, pgJDBC and other PostgreSQL clients talk to
+//! Cairn over the PostgreSQL wire protocol (v3, served by `pgwire`).
+//!
+//! [`serve`] accepts connections on a listener; each connection gets its own
+//! [`SqlSession`](crate::SqlSession), so `SET cairn.…` settings are per connection.
+//!
+//! - **Simple query protocol**: the query string is split into statements, which run
+//!   one after the other; an error ends the string, like in PostgreSQL.
+//! - **Extended query protocol** (Parse/Bind/Describe/Execute): statements are prepared
+//!   once with `$n` parameters. Parameter types come from the client where it declares
+//!   them and from the engine's inference otherwise (`text` where neither knows).
+//!   Parameters and results may be text or binary, per the client's format codes;
+//!   `Execute` with a row limit suspends the portal.
+//! - **Session statements** (`SET application_name …`, `SET extra_float_digits …`,
+//!   `SHOW TRANSACTION ISOLATION LEVEL`, `BEGIN`/`COMMIT`/`ROLLBACK`, `SAVEPOINT`,
+//!   `DISCARD ALL`) are answered by the front end itself. `SET` of PostgreSQL
+//!   variables is accepted and shown by `SHOW`, but changes nothing. Cairn has no
+//!   multi-statement transactions: every statement commits on its own, and `ROLLBACK`
+//!   undoes nothing.
+//! - **Catalog queries** of psql (`\dt`, `\d t`, `\l`) and drivers read the
+//!   `pg_catalog` the engine installs. A read-only statement the engine rejects is
+//!   retried once after `datafusion-pg-catalog`'s compatibility rewrite.
+//! - **Errors** carry the SQLSTATE of [`SqlError::sqlstate`](crate::SqlError::sqlstate).
+//! - **Cancel requests** (`pg_cancel_backend`-style, e.g. psycopg's `conn.cancel()` or
+//!   psql's Ctrl-C) abort the running statement with SQLSTATE 57014, also while its
+//!   rows are streaming.
+//! - **Authentication** per [`PgAuth`]: one user ([`PgOptions::user`]), with no
+//!   password, a cleartext password or an MD5-hashed one. Another user name is refused
+//!   with SQLSTATE 28000. Any database name is accepted. There is no TLS: a client
+//!   asking for it is told the server does not support it and continues in plain text
+//!   (psql's default `sslmode=prefer`).
+//!
+//! The server reports itself as PostgreSQL [`SERVER_VERSION`], with UTF8 encoding,
+//! `DateStyle` ISO, integer datetimes and time zone UTC.
+
+mod auth;
+mod encode;
+mod handlers;
+mod local;
+mod params;
+mod sqltext;
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use crate::session::SqlEngine;
+use handlers::{CairnHandlers, Shared};
+
+/// The PostgreSQL version Cairn reports (`server_version`, `SHOW server_version`,
+/// `version()`): clients enable features by it, and Cairn's catalog follows 16.
+pub const SERVER_VERSION: &str = "16.0 (Cairn)";
+/// [`SERVER_VERSION`] as a number (`SHOW server_version_num`).
+pub const SERVER_VERSION_NUM: &str = "160000";
+
+/// How clients authenticate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PgAuth {
+    /// No password is asked for (the user name must still match). Meant for a server
+    /// that listens on loopback only.
+    #[default]
+    Trust,
+    /// The client sends the password in clear text (use only on trusted networks:
+    /// there is no TLS).
+    Password,
+    /// The client sends an MD5 hash of user, password and a per-connection salt.
+    Md5,
+}
+
+/// Settings of the PostgreSQL front end.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// How clients authenticate.
+    pub auth: PgAuth,
+    /// The only user name accepted.
+    pub user: String,
+    /// The password, required by [`PgAuth::Password`] and [`PgAuth::Md5`].
+    pub password: Option<String>,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            auth: PgAuth::Trust,
+            user: "cairn".into(),
+            password: None,
+        }
+    }
+}
+
+/// Binds a listener for [`serve`] (`"127.0.0.1:5433"`; port 0 picks a free one).
+pub async fn bind(addr: &str) -> io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Serves PostgreSQL clients on `listener` until `shutdown` completes; then stops
+/// accepting and closes every open connection.
+///
+/// Fails at once if `opts` asks for a password but has none.
+pub async fn serve(
+    engine: SqlEngine,
+    listener: TcpListener,
+    opts: PgOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    if opts.auth != PgAuth::Trust && opts.password.is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "PostgreSQL password authentication needs a password",
+        ));
+    }
+    let shared = Arc::new(Shared::new(engine, opts));
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((socket, peer)) => {
+                    let _ = socket.set_nodelay(true);
+                    let handlers = CairnHandlers::new(shared.clone());
+                    connections.spawn(async move {
+                        if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                            tracing::debug!(%peer, error = %e, "PostgreSQL connection ended");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!(error = %e, "PostgreSQL listener cannot accept");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+    connections.shutdown().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Serves a running cluster for trying clients by hand:
+    ///
+    /// ```text
+    /// CAIRN_MASTERS=127.0.0.1:7051 CAIRN_PG_PORT=5433 \
+    ///   cargo test -p cairn-sql --lib pg::tests::serve_cluster -- --ignored --nocapture
+    /// ```
+    ///
+    /// `CAIRN_PG_AUTH` (`trust`, `password`, `md5`) and `CAIRN_PG_PASSWORD` pick the
+    /// authentication; `CAIRN_PG_SECONDS` how long to serve (default 3600).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[ignore = "needs a running cluster: set CAIRN_MASTERS"]
+    async fn serve_cluster() {
+        let env = |k: &str| std::env::var(k).ok();
+        let masters: Vec<String> = env("CAIRN_MASTERS")
+            .unwrap_or_else(|| "127.0.0.1:7051".into())
+            .split(',')
+            .map(str::to_string)
+            .collect();
+        let port = env("CAIRN_PG_PORT").unwrap_or_else(|| "5433".into());
+        let seconds: u64 = env("CAIRN_PG_SECONDS")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(3600);
+        let auth = match env("CAIRN_PG_AUTH").as_deref() {
+            Some("password") => PgAuth::Password,
+            Some("md5") => PgAuth::Md5,
+            _ => PgAuth::Trust,
+        };
+        let opts = PgOptions {
+            auth,
+            password: env("CAIRN_PG_PASSWORD"),
+            ..PgOptions::default()
+        };
+        let engine = SqlEngine::connect(&masters)
+            .await
+            .expect("connect to the cluster");
+        let listener = bind(&format!("127.0.0.1:{port}")).await.expect("bind");
+        eprintln!("serving PostgreSQL on 127.0.0.1:{port} for {seconds} s");
+        serve(
+            engine,
+            listener,
+            opts,
+            tokio::time::sleep(std::time::Duration::from_secs(seconds)),
+        )
+        .await
+        .expect("serve");
+    }
+}

@@ -1,0 +1,316 @@
+//! `CairnTable`: a Cairn table as a DataFusion `TableProvider`.
+//!
+//! Reads become a [`CairnScanExec`] with exact pushdown of what the tablets evaluate
+//! (see [`crate::pushdown`]), projection and limit pushdown and partition pruning;
+//! the primary key is declared as a constraint and per-tablet row estimates as
+//! statistics. Writes (INSERT, UPSERT, UPDATE, DELETE) become a [`CairnWriteExec`]:
+//! UPDATE and DELETE first scan the matching rows' keys (with the same pushdown), then
+//! send keyed mutations in batches.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use cairn_client::{Client, Table};
+use cairn_common::ColumnPredicate;
+use datafusion::catalog::Session;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Constraint, Constraints, Result};
+use datafusion::datasource::{TableProvider, TableType, provider_as_source};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder, TableProviderFilterPushDown, cast, col};
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::error::{SqlError, df_err};
+use crate::options::{CairnOptions, InsertMode, StatementContext, parse_read_timestamp};
+use crate::pushdown::{pushdown_kind, translate};
+use crate::scan::{CairnScanExec, ScanSpec};
+use crate::types::value_to_scalar;
+use crate::write::{CairnWriteExec, WriteKind};
+
+/// A Cairn table for DataFusion.
+#[derive(Debug, Clone)]
+pub struct CairnTable {
+    client: Client,
+    table: Table,
+    schema: SchemaRef,
+    constraints: Constraints,
+    defaults: HashMap<String, Expr>,
+    /// Estimated rows per tablet id (from the tablet servers' reports).
+    tablet_rows: Arc<HashMap<String, u64>>,
+}
+
+impl CairnTable {
+    /// A provider for an open table; `tablet_rows` are row estimates per tablet.
+    pub fn new(client: Client, table: Table, tablet_rows: Arc<HashMap<String, u64>>) -> Self {
+        let schema = table.schema.to_arrow();
+        let constraints = Constraints::new_unverified(vec![Constraint::PrimaryKey(
+            table.schema.key_indexes().to_vec(),
+        )]);
+        let defaults = table
+            .schema
+            .columns()
+            .iter()
+            .filter_map(|c| {
+                c.default.as_ref().map(|v| {
+                    (
+                        c.name.clone(),
+                        Expr::Literal(value_to_scalar(v, &c.data_type), None),
+                    )
+                })
+            })
+            .collect();
+        CairnTable {
+            client,
+            table,
+            schema,
+            constraints,
+            defaults,
+            tablet_rows,
+        }
+    }
+
+    /// The Cairn table behind this provider.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    fn options(state: &dyn Session) -> CairnOptions {
+        state
+            .config_options()
+            .extensions
+            .get::<CairnOptions>()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The statement's context, or a fresh one for plans made outside a Cairn session.
+    fn statement(state: &dyn Session) -> Result<Arc<StatementContext>> {
+        if let Some(ctx) = state.config().get_extension::<StatementContext>() {
+            return Ok(ctx);
+        }
+        let opts = Self::options(state);
+        let fixed = if opts.read_timestamp.is_empty() {
+            None
+        } else {
+            Some(parse_read_timestamp(&opts.read_timestamp).map_err(df_err)?)
+        };
+        Ok(StatementContext::new(fixed, InsertMode::Insert))
+    }
+
+    /// The plan producing the key columns (then `extra` expressions) of the rows
+    /// matching `filters`.
+    async fn matching_rows(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+        extra: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let source = provider_as_source(Arc::new(self.clone()));
+        let mut b = LogicalPlanBuilder::scan(self.table.name.clone(), source, None)?;
+        let filters: Vec<Expr> = filters.into_iter().map(unqualify).collect::<Result<_>>()?;
+        if let Some(pred) = filters.into_iter().reduce(Expr::and) {
+            b = b.filter(pred)?;
+        }
+        let mut exprs: Vec<Expr> = self
+            .table
+            .schema
+            .key_indexes()
+            .iter()
+            .map(|&i| {
+                col(datafusion::common::Column::new_unqualified(
+                    self.table.schema.column(i).name.clone(),
+                ))
+            })
+            .collect();
+        exprs.extend(extra);
+        let plan = b.project(exprs)?.build()?;
+        state.create_physical_plan(&plan).await
+    }
+
+    fn write_exec(
+        &self,
+        state: &dyn Session,
+        kind: WriteKind,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> Arc<dyn ExecutionPlan> {
+        let batch_rows = Self::options(state).write_batch_rows;
+        Arc::new(CairnWriteExec::new(
+            self.client.clone(),
+            self.table.clone(),
+            kind,
+            input,
+            batch_rows,
+        ))
+    }
+}
+
+/// Removes table qualifiers from column references.
+fn unqualify(e: Expr) -> Result<Expr> {
+    e.transform_up(|e| {
+        Ok(match e {
+            Expr::Column(c) if c.relation.is_some() => Transformed::yes(Expr::Column(
+                datafusion::common::Column::new_unqualified(c.name),
+            )),
+            other => Transformed::no(other),
+        })
+    })
+    .map(|t| t.data)
+}
+
+#[async_trait::async_trait]
+impl TableProvider for CairnTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn constraints(&self) -> Option<&Constraints> {
+        Some(&self.constraints)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        self.defaults.get(column)
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let schema = &self.table.schema;
+        let indexes: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..schema.num_columns()).collect(),
+        };
+        let columns: Vec<String> = indexes
+            .iter()
+            .map(|&i| schema.column(i).name.clone())
+            .collect();
+        let out_schema = Arc::new(self.schema.project(&indexes)?);
+        let mut predicates: Vec<ColumnPredicate> = vec![];
+        for f in filters {
+            if let Some(t) = translate(f, schema) {
+                predicates.extend(t.predicates);
+            }
+        }
+        let locations = self
+            .client
+            .table_locations(&self.table, false)
+            .await
+            .map_err(df_err)?;
+        let parts: Vec<_> = locations.iter().map(|t| t.partition.clone()).collect();
+        let keep = self
+            .table
+            .partition_schema
+            .prune(schema, &parts, &predicates)
+            .map_err(|e| df_err(SqlError::from(e)))?;
+        let tablets: Vec<_> = keep.into_iter().map(|i| locations[i].clone()).collect();
+        let tablet_rows = tablets
+            .iter()
+            .map(|t| self.tablet_rows.get(&t.tablet_id).copied())
+            .collect();
+        Ok(Arc::new(CairnScanExec::new(ScanSpec {
+            client: self.client.clone(),
+            table: self.table.clone(),
+            tablets,
+            total_tablets: locations.len(),
+            tablet_rows,
+            columns,
+            predicates,
+            limit,
+            statement: Self::statement(state)?,
+            schema: out_schema,
+        })))
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|f| pushdown_kind(&translate(f, &self.table.schema)))
+            .collect())
+    }
+
+    fn statistics(&self) -> Option<datafusion::common::Statistics> {
+        let rows: u64 = self.tablet_rows.values().sum();
+        let mut s = datafusion::common::Statistics::new_unknown(&self.schema);
+        s.num_rows = datafusion::common::stats::Precision::Inexact(rows as usize);
+        Some(s)
+    }
+
+    async fn insert_into(
+        &self,
+        state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let mode = match insert_op {
+            InsertOp::Append => Self::statement(state)?.insert_mode,
+            InsertOp::Replace => InsertMode::Upsert,
+            InsertOp::Overwrite => {
+                return Err(df_err(SqlError::unsupported(
+                    "INSERT OVERWRITE is not supported: DELETE the rows, then INSERT",
+                )));
+            }
+        };
+        Ok(self.write_exec(state, WriteKind::Insert(mode), input))
+    }
+
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = self.matching_rows(state, filters, vec![]).await?;
+        Ok(self.write_exec(state, WriteKind::Delete, input))
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let schema = &self.table.schema;
+        let mut columns = vec![];
+        let mut exprs = vec![];
+        for (name, e) in assignments {
+            let i = schema
+                .index_of(&name)
+                .map_err(|e| df_err(SqlError::from(e)))?;
+            if schema.is_key_column(i) {
+                return Err(df_err(SqlError::unsupported(format!(
+                    "cannot UPDATE primary key column '{name}': DELETE the row and INSERT \
+                     it with the new key"
+                ))));
+            }
+            let t = schema.column(i).data_type.to_arrow();
+            exprs.push(cast(unqualify(e)?, t).alias(name.clone()));
+            columns.push(name);
+        }
+        if columns.is_empty() {
+            // Every assignment was `col = col`: nothing changes.
+            let input = self
+                .matching_rows(
+                    state,
+                    vec![Expr::Literal(
+                        datafusion::common::ScalarValue::Boolean(Some(false)),
+                        None,
+                    )],
+                    vec![],
+                )
+                .await?;
+            return Ok(self.write_exec(state, WriteKind::Delete, input));
+        }
+        let input = self.matching_rows(state, filters, exprs).await?;
+        Ok(self.write_exec(state, WriteKind::Update { columns }, input))
+    }
+}

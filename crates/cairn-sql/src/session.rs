@@ -1,0 +1,664 @@
+//! [`SqlEngine`] and [`SqlSession`]: running SQL statements against a Cairn cluster.
+//!
+//! An engine holds what all sessions share: the cluster client, the catalog and a
+//! template DataFusion state with Cairn's settings and the PostgreSQL catalog
+//! (`pg_catalog`, for psql and drivers). A session is one connection's state: its
+//! `SET` settings and prepared statements. Each statement is parsed by Cairn's parser
+//! ([`crate::parser`]); DDL and COPY run here, everything else is planned by
+//! DataFusion with a fresh [`StatementContext`] (one snapshot per statement).
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType as ArrowType, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use cairn_client::{Client, CreateTableSpec};
+use cairn_common::DataType;
+use datafusion::catalog::{
+    CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
+};
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::context::SessionState;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan, WriteOp};
+use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::physical_plan::{SendableRecordBatchStream, collect, execute_stream};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast;
+
+use crate::catalog::CairnSchema;
+use crate::copy::{CopyFormat, CopySource, copy_from};
+use crate::ddl;
+use crate::error::{Result, SqlError};
+use crate::options::{CairnOptions, InsertMode, StatementContext, parse_read_timestamp};
+use crate::parser::{self, CairnStatement};
+use crate::write::{WriteKind, write_rows};
+
+/// The catalog name Cairn tables live in (also the PostgreSQL database name).
+pub const CATALOG: &str = "cairn";
+/// The schema Cairn tables live in.
+pub const SCHEMA: &str = "public";
+
+/// What a statement returns.
+pub enum QueryResult {
+    /// Rows (SELECT, EXPLAIN, SHOW, ...).
+    Rows {
+        /// Their schema.
+        schema: SchemaRef,
+        /// The rows, produced as they are read.
+        stream: SendableRecordBatchStream,
+    },
+    /// A count of affected rows with the PostgreSQL command tag (`INSERT`, `UPDATE`,
+    /// `DELETE`, `COPY`, `SELECT` for CREATE TABLE AS).
+    Count {
+        /// The command tag.
+        tag: &'static str,
+        /// Rows affected.
+        rows: u64,
+    },
+    /// A statement without rows (`CREATE TABLE`, `SET`, ...) and its command tag.
+    Done {
+        /// The command tag.
+        tag: String,
+    },
+}
+
+impl std::fmt::Debug for QueryResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QueryResult::Rows { schema, .. } => write!(f, "Rows({schema:?})"),
+            QueryResult::Count { tag, rows } => write!(f, "{tag} {rows}"),
+            QueryResult::Done { tag } => write!(f, "{tag}"),
+        }
+    }
+}
+
+impl QueryResult {
+    /// Reads all rows of a `Rows` result (none for the others).
+    pub async fn collect(self) -> Result<Vec<RecordBatch>> {
+        match self {
+            QueryResult::Rows { stream, .. } => {
+                use futures::TryStreamExt;
+                Ok(stream.try_collect().await?)
+            }
+            _ => Ok(vec![]),
+        }
+    }
+}
+
+/// A statement parsed and planned once, executed many times with parameters
+/// (extended query protocol, Flight SQL prepared statements).
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// The SQL text.
+    pub sql: String,
+    statement: Option<CairnStatement>,
+    plan: Option<LogicalPlan>,
+    insert_mode: InsertMode,
+    fixed_snapshot: Option<u64>,
+    /// Parameter types (`$1`, `$2`, ...), `None` where DataFusion cannot infer one.
+    pub param_types: Vec<Option<ArrowType>>,
+    /// The schema of the rows it returns (empty for statements without rows).
+    pub schema: SchemaRef,
+}
+
+struct EngineInner {
+    client: Client,
+    schema: Arc<CairnSchema>,
+    template: SessionState,
+}
+
+/// Shared SQL machinery for one cluster; cheap to clone.
+#[derive(Clone)]
+pub struct SqlEngine {
+    inner: Arc<EngineInner>,
+}
+
+impl std::fmt::Debug for SqlEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlEngine").finish_non_exhaustive()
+    }
+}
+
+/// What `pg_catalog` reports about roles.
+#[derive(Clone, Debug)]
+struct PgContext;
+
+impl datafusion_pg_catalog::pg_catalog::context::PgCatalogContextProvider for PgContext {}
+
+impl SqlEngine {
+    /// An engine on a connected client.
+    pub fn new(client: Client) -> Result<Self> {
+        let schema = Arc::new(CairnSchema::new(client.clone()));
+        let catalog = MemoryCatalogProvider::new();
+        catalog.register_schema(SCHEMA, schema.clone())?;
+        let catalogs = MemoryCatalogProviderList::new();
+        catalogs.register_catalog(CATALOG.to_string(), Arc::new(catalog));
+        let mut config = SessionConfig::new()
+            .with_default_catalog_and_schema(CATALOG, SCHEMA)
+            .with_create_default_catalog_and_schema(false)
+            .with_information_schema(true)
+            .with_option_extension(CairnOptions::default());
+        let opts = config.options_mut();
+        opts.sql_parser.map_string_types_to_utf8view = false;
+        opts.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_catalog_list(Arc::new(catalogs))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        datafusion_pg_catalog::setup_pg_catalog(&ctx, CATALOG, PgContext).map_err(|e| *e)?;
+        Ok(SqlEngine {
+            inner: Arc::new(EngineInner {
+                client,
+                schema,
+                template: ctx.state(),
+            }),
+        })
+    }
+
+    /// Connects to the masters and builds an engine.
+    pub async fn connect(masters: &[String]) -> Result<Self> {
+        Self::new(Client::connect(masters).await?)
+    }
+
+    /// The cluster client.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// A new session (one per connection).
+    pub fn session(&self) -> SqlSession {
+        let state = SessionStateBuilder::new_from_existing(self.inner.template.clone()).build();
+        SqlSession {
+            engine: self.clone(),
+            ctx: SessionContext::new_with_state(state),
+        }
+    }
+}
+
+/// One connection's SQL state.
+pub struct SqlSession {
+    engine: SqlEngine,
+    ctx: SessionContext,
+}
+
+impl std::fmt::Debug for SqlSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlSession").finish_non_exhaustive()
+    }
+}
+
+impl SqlSession {
+    /// The DataFusion context of this session.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The engine this session belongs to.
+    pub fn engine(&self) -> &SqlEngine {
+        &self.engine
+    }
+
+    /// Runs every statement of `sql` in order. When there are several, the rows of
+    /// all but the last are read before the next statement starts.
+    pub async fn execute(&self, sql: &str) -> Result<Vec<QueryResult>> {
+        let statements = parser::parse_sql(sql)?;
+        let n = statements.len();
+        let mut out = Vec::with_capacity(n);
+        for (i, s) in statements.into_iter().enumerate() {
+            let r = self.run(s).await?;
+            let r = match r {
+                QueryResult::Rows { schema, stream } if i + 1 < n => {
+                    let batches = collect_stream(stream).await?;
+                    QueryResult::Rows {
+                        stream: Box::pin(MemoryStream::try_new(batches, schema.clone(), None)?),
+                        schema,
+                    }
+                }
+                other => other,
+            };
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    /// Runs one statement and reads all its rows.
+    pub async fn query(&self, sql: &str) -> Result<Vec<RecordBatch>> {
+        let mut all = vec![];
+        for r in self.execute(sql).await? {
+            all = r.collect().await?;
+        }
+        Ok(all)
+    }
+
+    /// Parses and plans one statement with `$n` parameters.
+    pub async fn prepare(&self, sql: &str) -> Result<Prepared> {
+        let mut statements = parser::parse_sql(sql)?;
+        if statements.len() > 1 {
+            return Err(SqlError::other(
+                "42601",
+                "cannot prepare several statements at once: send them one by one",
+            ));
+        }
+        let empty = Arc::new(arrow::datatypes::Schema::empty());
+        let Some(statement) = statements.pop() else {
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                statement: None,
+                plan: None,
+                insert_mode: InsertMode::Insert,
+                fixed_snapshot: None,
+                param_types: vec![],
+                schema: empty,
+            });
+        };
+        match statement {
+            CairnStatement::Query {
+                statement,
+                insert_mode,
+                as_of,
+            } => {
+                let fixed = self.fixed_snapshot(as_of.as_ref()).await?;
+                let mode = insert_mode_of(insert_mode);
+                let state = self.statement_state(fixed, mode);
+                self.engine.inner.schema.refresh(false).await?;
+                let plan = state.statement_to_plan(statement).await?;
+                let types = plan.get_parameter_types()?;
+                let mut params: Vec<(usize, Option<ArrowType>)> = types
+                    .into_iter()
+                    .filter_map(|(k, v)| {
+                        k.trim_start_matches('$')
+                            .parse::<usize>()
+                            .ok()
+                            .map(|i| (i, v))
+                    })
+                    .collect();
+                params.sort_by_key(|(i, _)| *i);
+                let count = params.last().map(|(i, _)| *i).unwrap_or(0);
+                let mut param_types = vec![None; count];
+                for (i, t) in params {
+                    param_types[i - 1] = t;
+                }
+                let schema = match &plan {
+                    LogicalPlan::Dml(_) => crate::write::count_schema(),
+                    p if returns_rows(p) => Arc::new(p.schema().as_arrow().clone()),
+                    _ => empty,
+                };
+                Ok(Prepared {
+                    sql: sql.to_string(),
+                    statement: None,
+                    plan: Some(plan),
+                    insert_mode: mode,
+                    fixed_snapshot: fixed,
+                    param_types,
+                    schema,
+                })
+            }
+            other => Ok(Prepared {
+                sql: sql.to_string(),
+                statement: Some(other),
+                plan: None,
+                insert_mode: InsertMode::Insert,
+                fixed_snapshot: None,
+                param_types: vec![],
+                schema: empty,
+            }),
+        }
+    }
+
+    /// Executes a prepared statement with parameter values (one per `$n`).
+    pub async fn execute_prepared(
+        &self,
+        p: &Prepared,
+        params: Vec<ScalarValue>,
+    ) -> Result<QueryResult> {
+        if let Some(s) = &p.statement {
+            return self.run(s.clone()).await;
+        }
+        let Some(plan) = &p.plan else {
+            return Ok(QueryResult::Done { tag: String::new() });
+        };
+        if params.len() != p.param_types.len() {
+            return Err(SqlError::other(
+                "08P01",
+                format!(
+                    "the statement has {} parameters but {} values were bound",
+                    p.param_types.len(),
+                    params.len()
+                ),
+            ));
+        }
+        let plan = if params.is_empty() {
+            plan.clone()
+        } else {
+            plan.clone().with_param_values(ParamValues::from(params))?
+        };
+        let state = self.statement_state(p.fixed_snapshot, p.insert_mode);
+        self.run_plan(state, plan).await
+    }
+
+    /// The snapshot fixed by `AS OF` or `cairn.read_timestamp`, if any.
+    async fn fixed_snapshot(&self, as_of: Option<&ast::Expr>) -> Result<Option<u64>> {
+        if let Some(e) = as_of {
+            return Ok(Some(self.eval_as_of(e).await?));
+        }
+        let opts = self.options();
+        if opts.read_timestamp.is_empty() {
+            Ok(None)
+        } else {
+            Ok(Some(parse_read_timestamp(&opts.read_timestamp)?))
+        }
+    }
+
+    /// The HybridTime of an `AS OF` expression: a literal, or any constant
+    /// expression DataFusion evaluates (`now() - interval '1 minute'`).
+    async fn eval_as_of(&self, e: &ast::Expr) -> Result<u64> {
+        if let Some(text) = literal_text(e) {
+            return parse_read_timestamp(&text);
+        }
+        let bad = || {
+            SqlError::other(
+                "22007",
+                format!(
+                    "AS OF needs a point in time, e.g. FOR SYSTEM_TIME AS OF \
+                     '2026-01-02 03:04:05' or now() - interval '1 minute' (got {e})"
+                ),
+            )
+        };
+        let batches = self
+            .ctx
+            .sql(&format!("SELECT {e}"))
+            .await?
+            .collect()
+            .await?;
+        let b = batches
+            .first()
+            .filter(|b| b.num_rows() == 1)
+            .ok_or_else(bad)?;
+        let v = ScalarValue::try_from_array(b.column(0), 0)?;
+        let micros = match v {
+            ScalarValue::TimestampNanosecond(Some(x), _) => x.div_euclid(1000),
+            ScalarValue::TimestampMicrosecond(Some(x), _) => x,
+            ScalarValue::TimestampMillisecond(Some(x), _) => x * 1000,
+            ScalarValue::TimestampSecond(Some(x), _) => x * 1_000_000,
+            ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => {
+                return parse_read_timestamp(&s);
+            }
+            ScalarValue::Int64(Some(n)) => return parse_read_timestamp(&n.to_string()),
+            _ => return Err(bad()),
+        };
+        parse_read_timestamp(&micros.to_string())
+    }
+
+    fn options(&self) -> CairnOptions {
+        self.ctx
+            .state()
+            .config_options()
+            .extensions
+            .get::<CairnOptions>()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// This session's state with a fresh statement context.
+    fn statement_state(&self, fixed: Option<u64>, mode: InsertMode) -> SessionState {
+        let mut state = self.ctx.state();
+        state
+            .config_mut()
+            .set_extension(StatementContext::new(fixed, mode));
+        state
+    }
+
+    async fn run(&self, statement: CairnStatement) -> Result<QueryResult> {
+        let schema = &self.engine.inner.schema;
+        match statement {
+            CairnStatement::Query {
+                statement,
+                insert_mode,
+                as_of,
+            } => {
+                let fixed = self.fixed_snapshot(as_of.as_ref()).await?;
+                let state = self.statement_state(fixed, insert_mode_of(insert_mode));
+                schema.refresh(false).await?;
+                let plan = state.statement_to_plan(statement).await?;
+                self.run_plan(state, plan).await
+            }
+            CairnStatement::CreateTable(ct) => self.create_table(ct).await,
+            CairnStatement::DropTable { names, if_exists } => {
+                for n in &names {
+                    self.engine.client().drop_table(n, if_exists).await?;
+                }
+                schema.invalidate();
+                Ok(QueryResult::Done {
+                    tag: "DROP TABLE".into(),
+                })
+            }
+            CairnStatement::AlterTable { name, ops } => {
+                let ops = ddl::alter_ops(&ops)?;
+                self.engine.client().alter_table(&name, ops).await?;
+                schema.invalidate();
+                Ok(QueryResult::Done {
+                    tag: "ALTER TABLE".into(),
+                })
+            }
+            CairnStatement::Copy(c) => {
+                let table = self.engine.client().open_table(&c.table).await?;
+                let format = match c.format {
+                    parser::CopyFormat::Csv => CopyFormat::Csv,
+                    parser::CopyFormat::Parquet => CopyFormat::Parquet,
+                };
+                let src = CopySource {
+                    path: c.path,
+                    format,
+                    columns: c.columns,
+                    header: c.header,
+                    delimiter: c.delimiter,
+                };
+                let rows = copy_from(
+                    self.engine.client().clone(),
+                    table,
+                    src,
+                    self.options().write_batch_rows,
+                )
+                .await?;
+                Ok(QueryResult::Count { tag: "COPY", rows })
+            }
+        }
+    }
+
+    async fn run_plan(&self, state: SessionState, plan: LogicalPlan) -> Result<QueryResult> {
+        match &plan {
+            LogicalPlan::Dml(d) => {
+                let tag = match d.op {
+                    WriteOp::Insert(_) => "INSERT",
+                    WriteOp::Update => "UPDATE",
+                    WriteOp::Delete => "DELETE",
+                    WriteOp::Truncate => "TRUNCATE",
+                    _ => "MERGE",
+                };
+                let physical = state.create_physical_plan(&plan).await?;
+                let batches = collect(physical, state.task_ctx()).await?;
+                let rows = batches
+                    .first()
+                    .and_then(|b| {
+                        b.column(0)
+                            .as_any()
+                            .downcast_ref::<arrow::array::UInt64Array>()
+                            .map(|a| a.value(0))
+                    })
+                    .unwrap_or(0);
+                let tag = if tag == "MERGE" || tag == "TRUNCATE" {
+                    return Err(SqlError::unsupported(format!("{tag} is not supported")));
+                } else {
+                    tag
+                };
+                Ok(QueryResult::Count { tag, rows })
+            }
+            LogicalPlan::Ddl(d) => {
+                let what = match d {
+                    DdlStatement::CreateView(_) => "CREATE VIEW",
+                    DdlStatement::CreateCatalogSchema(_) | DdlStatement::CreateCatalog(_) => {
+                        "CREATE SCHEMA"
+                    }
+                    DdlStatement::DropView(_) => "DROP VIEW",
+                    _ => "",
+                };
+                if what.is_empty() || what != "CREATE VIEW" && what != "DROP VIEW" {
+                    return Err(SqlError::unsupported(format!(
+                        "{} is not supported by Cairn",
+                        d.name()
+                    )));
+                }
+                Err(SqlError::unsupported(format!(
+                    "{what} is not supported yet: query the tables directly"
+                )))
+            }
+            LogicalPlan::Statement(s) => {
+                let tag = match s {
+                    datafusion::logical_expr::Statement::SetVariable(_) => "SET",
+                    datafusion::logical_expr::Statement::ResetVariable(_) => "RESET",
+                    datafusion::logical_expr::Statement::TransactionStart(_) => "BEGIN",
+                    datafusion::logical_expr::Statement::TransactionEnd(_) => "COMMIT",
+                    _ => "",
+                };
+                match tag {
+                    // Every statement commits on its own: transactions are accepted
+                    // so that drivers that wrap statements in them work.
+                    "BEGIN" | "COMMIT" => Ok(QueryResult::Done { tag: tag.into() }),
+                    "SET" | "RESET" => {
+                        self.ctx.execute_logical_plan(plan).await?.collect().await?;
+                        Ok(QueryResult::Done { tag: tag.into() })
+                    }
+                    _ => Err(SqlError::unsupported(format!(
+                        "{} is not supported",
+                        s.name()
+                    ))),
+                }
+            }
+            _ => {
+                let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+                let physical = state.create_physical_plan(&plan).await?;
+                let stream = execute_stream(physical, state.task_ctx())?;
+                Ok(QueryResult::Rows { schema, stream })
+            }
+        }
+    }
+
+    async fn create_table(&self, ct: parser::CreateTable) -> Result<QueryResult> {
+        let client = self.engine.client();
+        let opts = self.options();
+        let buckets = if opts.default_hash_buckets > 0 {
+            opts.default_hash_buckets
+        } else {
+            let live = client
+                .list_tablet_servers()
+                .await?
+                .iter()
+                .filter(|s| s.live)
+                .count() as u32;
+            (2 * live).max(2)
+        };
+        let spec_of = |def: ddl::TableDef| {
+            let replicas = def.replicas.unwrap_or(opts.default_replicas);
+            CreateTableSpec::new(def.name, def.schema)
+                .partition(def.partition)
+                .range_bounds(def.range_bounds)
+                .replicas(replicas)
+                .if_not_exists(def.if_not_exists)
+        };
+        let Some(query) = ct.query.clone() else {
+            let def = ddl::table_def(&ct, None, buckets)?;
+            client.create_table(spec_of(def)).await?;
+            self.engine.inner.schema.invalidate();
+            return Ok(QueryResult::Done {
+                tag: "CREATE TABLE".into(),
+            });
+        };
+        // CREATE TABLE ... AS SELECT: plan the query, create the table with its
+        // column types, then write its rows.
+        let state = self.statement_state(self.fixed_snapshot(None).await?, InsertMode::Insert);
+        self.engine.inner.schema.refresh(false).await?;
+        let plan = state
+            .statement_to_plan(DFStatement::Statement(Box::new(ast::Statement::Query(
+                query,
+            ))))
+            .await?;
+        let mut columns = vec![];
+        for f in plan.schema().fields() {
+            columns.push((f.name().clone(), ctas_type(f.data_type())?, f.is_nullable()));
+        }
+        let def = ddl::table_def(&ct, Some(&columns), buckets)?;
+        let name = def.name.clone();
+        client.create_table(spec_of(def)).await?;
+        self.engine.inner.schema.invalidate();
+        let table = client.open_table(&name).await?;
+        let physical = state.create_physical_plan(&plan).await?;
+        let stream = execute_stream(physical, state.task_ctx())?;
+        let rows = write_rows(
+            client.clone(),
+            table,
+            WriteKind::Insert(InsertMode::Insert),
+            stream,
+            opts.write_batch_rows,
+        )
+        .await?;
+        Ok(QueryResult::Count {
+            tag: "SELECT",
+            rows,
+        })
+    }
+}
+
+/// Whether a plan produces rows for the client.
+fn returns_rows(p: &LogicalPlan) -> bool {
+    !matches!(
+        p,
+        LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Dml(_)
+    )
+}
+
+fn insert_mode_of(m: parser::InsertMode) -> InsertMode {
+    match m {
+        parser::InsertMode::Insert => InsertMode::Insert,
+        parser::InsertMode::Upsert => InsertMode::Upsert,
+        parser::InsertMode::InsertIgnore => InsertMode::Ignore,
+    }
+}
+
+/// The Cairn column type for a query column of CREATE TABLE AS.
+fn ctas_type(t: &ArrowType) -> Result<DataType> {
+    Ok(match t {
+        ArrowType::UInt8 => DataType::Int16,
+        ArrowType::UInt16 => DataType::Int32,
+        ArrowType::UInt32 | ArrowType::UInt64 => DataType::Int64,
+        ArrowType::Float16 => DataType::Float,
+        ArrowType::Timestamp(_, _) => DataType::Timestamp,
+        ArrowType::Null => DataType::String,
+        other => DataType::from_arrow(other)?,
+    })
+}
+
+/// The text of a literal `AS OF` expression.
+fn literal_text(e: &ast::Expr) -> Option<String> {
+    match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => {
+                Some(s.clone())
+            }
+            ast::Value::Number(n, _) => Some(n.clone()),
+            _ => None,
+        },
+        ast::Expr::TypedString(ts) => match &ts.value.value {
+            ast::Value::SingleQuotedString(s) => Some(s.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+async fn collect_stream(stream: SendableRecordBatchStream) -> Result<Vec<RecordBatch>> {
+    use futures::TryStreamExt;
+    Ok(stream.try_collect().await?)
+}

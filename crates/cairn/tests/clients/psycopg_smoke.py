@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""psycopg 3 smoke test of Cairn's PostgreSQL front end.
+
+Run: python psycopg_smoke.py [PORT]   (default: $CAIRN_PG_PORT, then 5433)
+
+Checks parameters (text and binary), executemany, the Python types of fetched values
+(int, float, str, Decimal, date, datetime, None) in text and binary results, row
+counts, SQLSTATEs of errors (23505 duplicate key, 42P01 unknown table), transactions,
+and conn.cancel() of a long query (57014). Tables get unique names and are dropped at
+the end. Exits non-zero on the first failure.
+"""
+
+import datetime
+import decimal
+import os
+import sys
+import threading
+import time
+import uuid
+
+import psycopg
+from psycopg import errors
+
+UTC = datetime.timezone.utc
+
+
+def port():
+    if len(sys.argv) > 1:
+        return int(sys.argv[1])
+    return int(os.environ.get("CAIRN_PG_PORT", "5433"))
+
+
+def connect(**kwargs):
+    return psycopg.connect(
+        host="127.0.0.1",
+        port=port(),
+        user=os.environ.get("CAIRN_PG_USER", "cairn"),
+        password=os.environ.get("CAIRN_PG_PASSWORD"),
+        dbname="cairn",
+        connect_timeout=10,
+        **kwargs,
+    )
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def expect_error(cur, sql, params, sqlstate):
+    try:
+        cur.execute(sql, params)
+    except psycopg.Error as e:
+        check(e.sqlstate == sqlstate, f"{sql!r}: expected SQLSTATE {sqlstate}, got {e.sqlstate}: {e}")
+        return e
+    raise AssertionError(f"{sql!r}: expected SQLSTATE {sqlstate}, but it succeeded")
+
+
+ROW1 = (
+    1,
+    "alice",
+    1.5,
+    decimal.Decimal("12.34"),
+    datetime.date(2024, 2, 29),
+    datetime.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC),
+    7,
+)
+ROW2 = (
+    2,
+    "bob",
+    -2.25,
+    decimal.Decimal("-0.05"),
+    datetime.date(1999, 12, 31),
+    datetime.datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC),
+    -3,
+)
+ROW3 = (3, None, None, None, None, None, None)
+
+
+def check_rows(rows, how):
+    check(rows == [ROW1, ROW2, ROW3], f"{how}: unexpected rows {rows!r}")
+    r1 = rows[0]
+    types = [type(v) for v in r1]
+    expected = [int, str, float, decimal.Decimal, datetime.date, datetime.datetime, int]
+    check(types == expected, f"{how}: unexpected types {types}")
+    check(r1[5].utcoffset() == datetime.timedelta(0), f"{how}: timestamp not in UTC: {r1[5]!r}")
+
+
+def basic(table):
+    with connect(autocommit=True) as conn:
+        check(conn.info.parameter_status("server_encoding") == "UTF8", "server_encoding")
+        check(conn.info.parameter_status("integer_datetimes") == "on", "integer_datetimes")
+        cur = conn.cursor()
+        cur.execute("SET application_name = 'psycopg_smoke'")
+        cur.execute("SHOW transaction_isolation")
+        check(cur.fetchone()[0] == "read committed", "SHOW transaction_isolation")
+        cur.execute("SELECT version()")
+        check(cur.fetchone()[0].startswith("PostgreSQL "), "version()")
+
+        cur.execute(
+            f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name VARCHAR, score DOUBLE, "
+            "price DECIMAL(10, 2), born DATE, seen TIMESTAMP, small INT)"
+        )
+
+        # Parameters bound server-side (extended protocol), in text.
+        cur.execute(f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s, %s, %s)", ROW1)
+        check(cur.rowcount == 1, f"INSERT rowcount {cur.rowcount}")
+        cur.executemany(
+            f"INSERT INTO {table} (id, name, score, price, born, seen, small) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            [ROW2, ROW3],
+        )
+        check(cur.rowcount == 2, f"executemany rowcount {cur.rowcount}")
+
+        select = f"SELECT id, name, score, price, born, seen, small FROM {table} ORDER BY id"
+        cur.execute(select)
+        check_rows(cur.fetchall(), "text results")
+        check([d.name for d in cur.description][:3] == ["id", "name", "score"], "description")
+
+        # Binary results.
+        bcur = conn.cursor(binary=True)
+        bcur.execute(select)
+        check_rows(bcur.fetchall(), "binary results")
+
+        # Binary parameters (%b) of several types.
+        cur.execute(
+            f"SELECT id FROM {table} WHERE id = %b AND name = %b AND price = %b AND born = %b AND seen = %b",
+            (1, "alice", decimal.Decimal("12.34"), datetime.date(2024, 2, 29), ROW1[5]),
+        )
+        check(cur.fetchall() == [(1,)], "binary parameters")
+        cur.execute(f"SELECT name FROM {table} WHERE id = %s", (2,))
+        check(cur.fetchone() == ("bob",), "text parameter in WHERE")
+        cur.execute(f"SELECT count(*) FROM {table} WHERE name IS NULL")
+        check(cur.fetchone() == (1,), "IS NULL")
+
+        # A simple-protocol query (no parameters) with several statements.
+        cur.execute(f"SELECT 1; SELECT count(*) FROM {table}", prepare=False)
+
+        # UPDATE / DELETE counts.
+        cur.execute(f"UPDATE {table} SET score = %s WHERE id = %s", (9.5, 1))
+        check(cur.rowcount == 1, f"UPDATE rowcount {cur.rowcount}")
+        cur.execute(f"SELECT score FROM {table} WHERE id = 1")
+        check(cur.fetchone() == (9.5,), "UPDATE result")
+        cur.execute(f"DELETE FROM {table} WHERE id = %s", (3,))
+        check(cur.rowcount == 1, f"DELETE rowcount {cur.rowcount}")
+
+        # SQLSTATEs.
+        e = expect_error(cur, f"INSERT INTO {table} (id, name) VALUES (%s, %s)", (1, "again"), "23505")
+        check(isinstance(e, errors.UniqueViolation), f"duplicate key: {type(e)}")
+        e = expect_error(cur, "SELECT * FROM no_such_table_psycopg_smoke", None, "42P01")
+        check(isinstance(e, errors.UndefinedTable), f"unknown table: {type(e)}")
+        # The connection stays usable.
+        cur.execute("SELECT 1")
+        check(cur.fetchone() == (1,), "SELECT 1 after errors")
+
+    # Without autocommit psycopg wraps statements in BEGIN ... COMMIT.
+    with connect() as conn:
+        cur = conn.cursor()
+        cur.execute(f"INSERT INTO {table} (id, name) VALUES (%s, %s)", (10, "tx"))
+        conn.commit()
+        cur.execute(f"SELECT name FROM {table} WHERE id = 10")
+        check(cur.fetchone() == ("tx",), "row inserted in a transaction")
+        try:
+            cur.execute("SELECT * FROM no_such_table_psycopg_smoke")
+            raise AssertionError("expected an error")
+        except errors.UndefinedTable:
+            conn.rollback()
+        cur.execute(f"SELECT count(*) FROM {table}")
+        check(cur.fetchone() == (3,), "count after rollback")
+        conn.commit()
+
+
+def cancel(big):
+    with connect(autocommit=True) as conn:
+        cur = conn.cursor()
+        cur.execute(f"CREATE TABLE {big} (id BIGINT PRIMARY KEY)")
+        values = ", ".join(f"({i})" for i in range(2000))
+        cur.execute(f"INSERT INTO {big} VALUES {values}")
+        check(cur.rowcount == 2000, f"big INSERT rowcount {cur.rowcount}")
+
+        timer = threading.Timer(1.0, conn.cancel)
+        timer.start()
+        started = time.monotonic()
+        try:
+            cur.execute(
+                f"SELECT count(*) FROM {big} a, {big} b, {big} c WHERE a.id + b.id + c.id >= 0"
+            )
+            raise AssertionError("the 8e9-row cross join finished: expected it to be canceled")
+        except errors.QueryCanceled as e:
+            check(e.sqlstate == "57014", f"cancel SQLSTATE {e.sqlstate}")
+        finally:
+            timer.cancel()
+        elapsed = time.monotonic() - started
+        check(elapsed < 30, f"cancel took {elapsed:.1f} s")
+        cur.execute("SELECT 1")
+        check(cur.fetchone() == (1,), "SELECT 1 after cancel")
+
+
+def main():
+    suffix = uuid.uuid4().hex[:12]
+    table = f"psycopg_smoke_{suffix}"
+    big = f"psycopg_smoke_big_{suffix}"
+    try:
+        basic(table)
+        cancel(big)
+    finally:
+        try:
+            with connect(autocommit=True) as conn:
+                for t in (table, big):
+                    conn.execute(f"DROP TABLE IF EXISTS {t}")
+        except psycopg.Error as e:
+            print(f"cleanup failed: {e}", file=sys.stderr)
+    print("psycopg_smoke.py: OK")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+//! DDL, DML, pushdown, snapshots, COPY and errors through `SqlSession`.
+
+use crate::{count, err, q, sql_cluster};
+
+fn row(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ddl_dml_pushdown_snapshots_and_errors() {
+    let (_cl, engine) = sql_cluster(1).await;
+    let s = engine.session();
+
+    // DDL: default partitioning, explicit hash + range, replicas.
+    q(
+        &s,
+        "CREATE TABLE kv (k VARCHAR(64) PRIMARY KEY, v BIGINT, note TEXT)",
+    )
+    .await;
+    q(
+        &s,
+        "CREATE TABLE ev (host STRING NOT NULL, ts TIMESTAMP NOT NULL, cpu DOUBLE, \
+         amount DECIMAL(10,2), day DATE, PRIMARY KEY (host, ts)) \
+         PARTITION BY HASH (host) PARTITIONS 3 WITH (replicas = 1)",
+    )
+    .await;
+    assert_eq!(
+        q(&s, "SHOW TABLES")
+            .await
+            .iter()
+            .filter(|r| r[1] == "public")
+            .count(),
+        2
+    );
+    let e = err(&s, "CREATE TABLE kv (k INT PRIMARY KEY)").await;
+    assert_eq!(e.sqlstate(), "42P07", "{e}");
+    let e = err(&s, "CREATE TABLE nopk (a INT, b INT)").await;
+    assert_eq!(e.sqlstate(), "42P16", "{e}");
+
+    // INSERT, duplicate keys, UPSERT, ON CONFLICT DO NOTHING.
+    assert_eq!(
+        count(
+            &s,
+            "INSERT INTO kv VALUES ('a', 1, 'x'), ('b', 2, NULL), ('c', 3, 'z')"
+        )
+        .await,
+        3
+    );
+    let e = err(&s, "INSERT INTO kv VALUES ('a', 9, 'dup')").await;
+    assert_eq!(e.sqlstate(), "23505", "{e}");
+    assert_eq!(
+        count(&s, "UPSERT INTO kv VALUES ('a', 10, 'up'), ('d', 4, 'new')").await,
+        2
+    );
+    count(
+        &s,
+        "INSERT INTO kv VALUES ('a', 99, 'ignored') ON CONFLICT DO NOTHING",
+    )
+    .await;
+    assert_eq!(
+        q(&s, "SELECT k, v, note FROM kv ORDER BY k").await,
+        vec![
+            row(&["a", "10", "up"]),
+            row(&["b", "2", "NULL"]),
+            row(&["c", "3", "z"]),
+            row(&["d", "4", "new"]),
+        ]
+    );
+    let before_update = engine.client().last_timestamp();
+
+    // UPDATE and DELETE report affected rows.
+    assert_eq!(
+        count(&s, "UPDATE kv SET v = v * 100, note = 'big' WHERE v >= 3").await,
+        3
+    );
+    assert_eq!(count(&s, "DELETE FROM kv WHERE k = 'b'").await, 1);
+    assert_eq!(
+        q(&s, "SELECT k, v FROM kv ORDER BY k").await,
+        vec![row(&["a", "1000"]), row(&["c", "300"]), row(&["d", "400"])]
+    );
+    let e = err(&s, "UPDATE kv SET k = 'zz' WHERE k = 'a'").await;
+    assert_eq!(e.sqlstate(), "0A000", "{e}");
+
+    // Snapshot reads: the state before the UPDATE.
+    let old = vec![
+        row(&["a", "10"]),
+        row(&["b", "2"]),
+        row(&["c", "3"]),
+        row(&["d", "4"]),
+    ];
+    assert_eq!(
+        q(
+            &s,
+            &format!("SELECT k, v FROM kv FOR SYSTEM_TIME AS OF {before_update} ORDER BY k")
+        )
+        .await,
+        old
+    );
+    q(&s, &format!("SET cairn.read_timestamp = '{before_update}'")).await;
+    assert_eq!(q(&s, "SELECT k, v FROM kv ORDER BY k").await, old);
+    q(&s, "SET cairn.read_timestamp = ''").await;
+    assert_eq!(q(&s, "SELECT count(*) FROM kv").await, vec![row(&["3"])]);
+
+    // Types: timestamps, decimals, dates, doubles; pushdown with EXPLAIN.
+    count(
+        &s,
+        "INSERT INTO ev VALUES \
+         ('h1', TIMESTAMP '2026-01-01 00:00:00', 0.5, 12.34, DATE '2026-01-01'), \
+         ('h1', TIMESTAMP '2026-01-01 00:01:00', 0.7, 1.00, DATE '2026-01-01'), \
+         ('h2', TIMESTAMP '2026-01-01 00:00:00', NULL, NULL, NULL)",
+    )
+    .await;
+    assert_eq!(
+        q(
+            &s,
+            "SELECT host, sum(amount), max(cpu), count(day) FROM ev GROUP BY host ORDER BY host"
+        )
+        .await,
+        vec![
+            row(&["h1", "13.34", "0.7", "2"]),
+            row(&["h2", "NULL", "NULL", "0"])
+        ]
+    );
+    let plan = q(
+        &s,
+        "EXPLAIN SELECT ts FROM ev WHERE host = 'h1' AND amount > 5",
+    )
+    .await;
+    let text = plan
+        .iter()
+        .map(|r| r.join(" "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        text.contains("CairnScanExec: table=ev, tablets=1 of 3"),
+        "{text}"
+    );
+    assert!(text.contains("host = \"h1\""), "{text}");
+    assert!(
+        !text.contains("FilterExec"),
+        "exact pushdown keeps no filter: {text}"
+    );
+    assert_eq!(
+        q(
+            &s,
+            "SELECT host, amount FROM ev WHERE host = 'h1' AND amount > 5"
+        )
+        .await,
+        vec![row(&["h1", "12.34"])]
+    );
+    // Same answers when DataFusion evaluates the filter (expressions are not pushed).
+    let plan = q(
+        &s,
+        "EXPLAIN SELECT host, amount FROM ev WHERE lower(host) = 'h1' AND abs(amount) > 5",
+    )
+    .await;
+    let text = plan
+        .iter()
+        .map(|r| r.join(" "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        text.contains("FilterExec") && !text.contains("predicates="),
+        "{text}"
+    );
+    assert_eq!(
+        q(
+            &s,
+            "SELECT host, amount FROM ev WHERE lower(host) = 'h1' AND abs(amount) > 5"
+        )
+        .await,
+        vec![row(&["h1", "12.34"])]
+    );
+    assert_eq!(
+        q(&s, "SELECT host FROM ev WHERE cpu IS NULL").await,
+        vec![row(&["h2"])]
+    );
+
+    // CREATE TABLE AS SELECT and joins.
+    assert_eq!(
+        count(
+            &s,
+            "CREATE TABLE kv2 PRIMARY KEY (k) AS SELECT k, v + 1 AS w FROM kv"
+        )
+        .await,
+        3
+    );
+    assert_eq!(
+        q(
+            &s,
+            "SELECT kv.k, w - v FROM kv JOIN kv2 ON kv.k = kv2.k ORDER BY kv.k"
+        )
+        .await,
+        vec![row(&["a", "1"]), row(&["c", "1"]), row(&["d", "1"])]
+    );
+
+    // ALTER TABLE: add, rename, drop columns.
+    q(&s, "ALTER TABLE kv ADD COLUMN extra INT").await;
+    q(&s, "ALTER TABLE kv RENAME COLUMN note TO comment").await;
+    assert_eq!(
+        q(&s, "SELECT k, comment, extra FROM kv WHERE k = 'a'").await,
+        vec![row(&["a", "big", "NULL"])]
+    );
+    q(&s, "ALTER TABLE kv DROP COLUMN extra").await;
+    let e = err(&s, "SELECT extra FROM kv").await;
+    assert_eq!(e.sqlstate(), "42703", "{e}");
+
+    // COPY from CSV.
+    let csv = _cl.dir.path().join("rows.csv");
+    std::fs::write(&csv, "k,v,comment\nx1,1,one\nx2,2,\nx3,3,three\n").unwrap();
+    assert_eq!(
+        count(
+            &s,
+            &format!(
+                "COPY kv FROM '{}' WITH (FORMAT csv, HEADER true)",
+                csv.display()
+            )
+        )
+        .await,
+        3
+    );
+    assert_eq!(
+        q(&s, "SELECT count(*) FROM kv WHERE k >= 'x'").await,
+        vec![row(&["3"])]
+    );
+    let e = err(&s, "COPY kv FROM '/nonexistent/file.csv'").await;
+    assert_eq!(e.sqlstate(), "58P01", "{e}");
+
+    // Errors: unknown table, syntax.
+    let e = err(&s, "SELECT * FROM nope").await;
+    assert_eq!(e.sqlstate(), "42P01", "{e}");
+    let e = err(&s, "SELEKT 1").await;
+    assert_eq!(e.sqlstate(), "42601", "{e}");
+
+    // DROP TABLE.
+    q(&s, "DROP TABLE kv2").await;
+    let e = err(&s, "SELECT * FROM kv2").await;
+    assert_eq!(e.sqlstate(), "42P01", "{e}");
+    q(&s, "DROP TABLE IF EXISTS kv2").await;
+}

@@ -1,0 +1,137 @@
+//! Real clients against the SQL front ends: `psql`, Python `psycopg` 3, the pgJDBC
+//! driver, and the Python ADBC Flight SQL driver. The scripts live in
+//! `tests/clients/`. A client that is not installed skips its part, except under CI
+//! (`CI=true`), where `.ci/run` installs them all and a missing one fails the test.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::{common::free_port, sql_cluster};
+
+fn scripts() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// The Python with psycopg and the ADBC driver: $CAIRN_PYTHON or the CI venv.
+fn python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("CAIRN_PYTHON") {
+        return Some(PathBuf::from(p));
+    }
+    let venv = PathBuf::from(std::env::var_os("HOME")?).join(".cache/cairn-venv/bin/python");
+    venv.exists().then_some(venv)
+}
+
+fn available(program: &Path) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs a client; returns false if it is not installed (and not required).
+fn run_client(what: &str, program: &Path, args: &[&str]) -> bool {
+    if !available(program) {
+        assert!(
+            std::env::var("CI").is_err(),
+            "{what}: {} is not installed (CI must install it: see .ci/run)",
+            program.display()
+        );
+        eprintln!("skipping {what}: {} is not installed", program.display());
+        return false;
+    }
+    let out = Command::new(program).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed:\n--- stdout\n{}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn psql_psycopg_jdbc_and_adbc() {
+    let (_cl, engine) = sql_cluster(1).await;
+    let pg_port = free_port();
+    let flight_port = free_port();
+    let pg = tokio::net::TcpListener::bind(("127.0.0.1", pg_port))
+        .await
+        .unwrap();
+    let flight = tokio::net::TcpListener::bind(("127.0.0.1", flight_port))
+        .await
+        .unwrap();
+    tokio::spawn(cairn_sql::pg::serve(
+        engine.clone(),
+        pg,
+        cairn_sql::pg::PgOptions::default(),
+        std::future::pending(),
+    ));
+    tokio::spawn(cairn_sql::flight::serve(
+        engine.clone(),
+        flight,
+        std::future::pending(),
+    ));
+    let port = pg_port.to_string();
+    let dir = scripts();
+    let smoke = dir.join("smoke.sql");
+    let results = [
+        (
+            "psql",
+            run_client(
+                "psql",
+                Path::new("psql"),
+                &[
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-X",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-U",
+                    "cairn",
+                    "-f",
+                    smoke.to_str().unwrap(),
+                    "cairn",
+                ],
+            ),
+        ),
+        (
+            "jdbc",
+            run_client(
+                "pgJDBC",
+                Path::new("java"),
+                &[
+                    "-cp",
+                    "/usr/share/java/postgresql.jar",
+                    dir.join("JdbcSmoke.java").to_str().unwrap(),
+                    &port,
+                ],
+            ),
+        ),
+    ];
+    let py = python();
+    let mut ran = results.iter().filter(|(_, r)| *r).count();
+    match &py {
+        Some(py) => {
+            ran += run_client(
+                "psycopg",
+                py,
+                &[dir.join("psycopg_smoke.py").to_str().unwrap(), &port],
+            ) as usize;
+            ran += run_client(
+                "ADBC Flight SQL",
+                py,
+                &[
+                    dir.join("adbc_smoke.py").to_str().unwrap(),
+                    &flight_port.to_string(),
+                ],
+            ) as usize;
+        }
+        None => assert!(
+            std::env::var("CI").is_err(),
+            "no Python venv with psycopg and adbc-driver-flightsql (see .ci/run)"
+        ),
+    }
+    eprintln!("{ran} clients ran");
+}

@@ -1,0 +1,184 @@
+//! All 22 TPC-H queries at scale factor 0.01 on Cairn tables partitioned by their
+//! keys, checked against DataFusion on in-memory copies of the same rows.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema};
+use cairn_sql::write::{WriteKind, write_rows};
+use datafusion::datasource::MemTable;
+use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::prelude::SessionContext;
+
+use crate::{sql_cluster, strings};
+
+const SF: f64 = 0.01;
+
+/// The TPC-H tables in load order: name and Cairn DDL (bench/tpch/schema.sql).
+fn ddl() -> Vec<(String, String)> {
+    let path = format!("{}/../../bench/tpch/schema.sql", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(path)
+        .unwrap()
+        .split(';')
+        .map(|s| {
+            s.lines()
+                .filter(|l| !l.starts_with("--"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            let name = s.split_whitespace().nth(2).unwrap().to_string();
+            (name, s)
+        })
+        .collect()
+}
+
+/// The rows of one TPC-H table with strings as Utf8 (Cairn's string type).
+fn generate(table: &str) -> Vec<RecordBatch> {
+    use tpchgen::generators::*;
+    use tpchgen_arrow::*;
+    let batches: Vec<RecordBatch> = match table {
+        "nation" => NationArrow::new(NationGenerator::new(SF, 1, 1))
+            .collect::<Result<_, _>>()
+            .unwrap(),
+        "region" => RegionArrow::new(RegionGenerator::new(SF, 1, 1))
+            .collect::<Result<_, _>>()
+            .unwrap(),
+        "part" => PartArrow::new(PartGenerator::new(SF, 1, 1))
+            .collect::<Result<_, _>>()
+            .unwrap(),
+        "supplier" => SupplierArrow::new(SupplierGenerator::new(SF, 1, 1))
+            .collect::<Result<_, _>>()
+            .unwrap(),
+        "partsupp" => PartSuppArrow::new(PartSuppGenerator::new(SF, 1, 1))
+            .collect::<Result<_, _>>()
+            .unwrap(),
+        "customer" => CustomerArrow::new(CustomerGenerator::new(SF, 1, 1))
+            .collect::<Result<_, _>>()
+            .unwrap(),
+        "orders" => OrderArrow::new(OrderGenerator::new(SF, 1, 1))
+            .collect::<Result<_, _>>()
+            .unwrap(),
+        "lineitem" => LineItemArrow::new(LineItemGenerator::new(SF, 1, 1))
+            .collect::<Result<_, _>>()
+            .unwrap(),
+        other => panic!("unknown table {other}"),
+    };
+    batches.iter().map(to_utf8).collect()
+}
+
+fn to_utf8(b: &RecordBatch) -> RecordBatch {
+    let fields: Vec<Field> = b
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            ArrowType::Utf8View | ArrowType::LargeUtf8 => {
+                f.as_ref().clone().with_data_type(ArrowType::Utf8)
+            }
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    let schema = Arc::new(ArrowSchema::new(fields));
+    let cols = b
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| arrow::compute::cast(c, f.data_type()).unwrap())
+        .collect();
+    RecordBatch::try_new(schema, cols).unwrap()
+}
+
+fn query(n: usize) -> String {
+    let path = format!(
+        "{}/../../bench/tpch/queries/q{n}.sql",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let sql = std::fs::read_to_string(&path).unwrap();
+    // At scale factors other than 1, q11's fraction is 0.0001 / SF (spec 2.4.11.3).
+    if n == 11 {
+        sql.replace("0.0001", &format!("{}", 0.0001 / SF))
+    } else {
+        sql
+    }
+}
+
+/// Rows as sorted strings with floats rounded, for order-insensitive comparison.
+fn normalized(batches: &[RecordBatch]) -> Vec<Vec<String>> {
+    let mut rows: Vec<Vec<String>> = strings(batches)
+        .into_iter()
+        .map(|r| {
+            r.into_iter()
+                .map(|c| match c.parse::<f64>() {
+                    Ok(f) if c.contains('.') || c.contains('e') => format!("{:.4e}", f),
+                    _ => c,
+                })
+                .collect()
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tpch_sf001_all_queries_match_datafusion() {
+    let (_cl, engine) = sql_cluster(1).await;
+    let s = engine.session();
+    let reference = SessionContext::new();
+    for (name, ddl) in ddl() {
+        let name = name.as_str();
+        s.query(&ddl).await.unwrap_or_else(|e| panic!("{ddl}: {e}"));
+        let batches = generate(name);
+        let schema = batches[0].schema();
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        reference
+            .register_table(
+                name,
+                Arc::new(MemTable::try_new(schema.clone(), vec![batches.clone()]).unwrap()),
+            )
+            .unwrap();
+        let table = engine.client().open_table(name).await.unwrap();
+        let stream = Box::pin(MemoryStream::try_new(batches, schema, None).unwrap());
+        let written = write_rows(
+            engine.client().clone(),
+            table,
+            WriteKind::Insert(cairn_sql::options::InsertMode::Insert),
+            stream,
+            1000,
+        )
+        .await
+        .unwrap();
+        assert_eq!(written as usize, rows, "{name}");
+    }
+    let mut failures = vec![];
+    for n in 1..=22 {
+        let sql = query(n);
+        let want = reference.sql(&sql).await.unwrap().collect().await.unwrap();
+        let got = match s.query(&sql).await {
+            Ok(b) => b,
+            Err(e) => {
+                failures.push(format!("q{n}: {e}"));
+                continue;
+            }
+        };
+        let (w, g) = (normalized(&want), normalized(&got));
+        if w.is_empty() && n != 20 {
+            failures.push(format!("q{n}: the reference answer is empty"));
+        }
+        if w != g {
+            failures.push(format!(
+                "q{n}: {} rows expected, {} got; first expected {:?}, got {:?}",
+                w.len(),
+                g.len(),
+                w.first(),
+                g.first()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "TPC-H mismatches:\n{}",
+        failures.join("\n")
+    );
+}
