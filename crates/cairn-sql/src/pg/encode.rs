@@ -31,9 +31,11 @@ pub(crate) fn column_format(format: &Format, idx: usize) -> FieldFormat {
 }
 
 /// The Arrow type a column is sent as, where arrow-pg needs another one than the
-/// engine's (`Int8` has no PostgreSQL type: it goes as `int2`).
+/// engine's: `Int8` has no PostgreSQL type and goes as `int2`; a column of unknown
+/// type (`SELECT NULL`, `SELECT $1`) goes as `text`, like in PostgreSQL.
 fn wire_type(t: &ArrowType) -> Option<ArrowType> {
     match t {
+        ArrowType::Null => Some(ArrowType::Utf8),
         ArrowType::Int8 => Some(ArrowType::Int16),
         ArrowType::Float16 => Some(ArrowType::Float32),
         ArrowType::Dictionary(_, v) => Some(wire_type(v).unwrap_or_else(|| (**v).clone())),
@@ -248,6 +250,24 @@ mod tests {
         let rows: Vec<_> = resp.data_rows().collect().await;
         assert_eq!(rows.len(), 2);
         assert!(rows.iter().all(|r| r.is_ok()));
+    }
+
+    #[tokio::test]
+    async fn columns_of_unknown_type_go_as_text() {
+        // Described as `SELECT $1` (Null), executed with an int2 value.
+        let described = Schema::new(vec![Field::new("x", ArrowType::Null, true)]);
+        let actual = Arc::new(Schema::new(vec![Field::new("x", ArrowType::Int16, true)]));
+        let batch = RecordBatch::try_new(
+            actual.clone(),
+            vec![Arc::new(arrow::array::Int16Array::from(vec![5]))],
+        )
+        .unwrap();
+        let stream = Box::pin(MemoryStream::try_new(vec![batch], actual, None).unwrap());
+        let mut resp = query_response(&described, stream, &Format::UnifiedBinary, None).unwrap();
+        assert_eq!(resp.row_schema()[0].datatype(), &Type::TEXT);
+        let rows: Vec<_> = resp.data_rows().collect().await;
+        assert_eq!(rows.len(), 1);
+        assert!(rows[0].is_ok());
     }
 
     #[tokio::test]

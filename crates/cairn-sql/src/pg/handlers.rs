@@ -280,25 +280,10 @@ impl Conn {
         Ok(match result {
             QueryResult::Rows { schema, stream } => {
                 let schema = match described {
-                    Some(d) if d.fields().len() == schema.fields().len() => {
-                        // Columns described as `Null` (`SELECT $1`) go as what they are.
-                        let fields: Vec<_> = d
-                            .fields()
-                            .iter()
-                            .zip(schema.fields())
-                            .map(|(d, actual)| {
-                                if d.data_type() == &ArrowType::Null {
-                                    actual.clone()
-                                } else {
-                                    d.clone()
-                                }
-                            })
-                            .collect();
-                        Arc::new(Schema::new(fields))
-                    }
-                    _ => schema,
+                    Some(d) if d.fields().len() == schema.fields().len() => d,
+                    _ => schema.as_ref(),
                 };
-                Response::Query(query_response(&schema, stream, format, cancel)?)
+                Response::Query(query_response(schema, stream, format, cancel)?)
             }
             QueryResult::Count { tag, rows } => {
                 let t = Tag::new(tag).with_rows(usize::try_from(rows).unwrap_or(usize::MAX));
