@@ -3,11 +3,13 @@
 //!
 //! A query string is split into statements ([`super::sqltext`]); session statements are
 //! answered by [`super::local`], everything else runs on the session one statement at a
-//! time. A read-only statement the engine rejects is tried once more after
-//! `datafusion-pg-catalog`'s [`PostgresCompatibilityParser`] rewrote it: that is how
-//! psql's `\d`, pgJDBC's `DatabaseMetaData` and similar catalog queries (with
-//! `OPERATOR(pg_catalog.~)`, `::regclass`, `COLLATE`, `= ANY(array)`, ...) work
-//! without the engine's parser knowing those forms.
+//! time. Catalog queries (they name `pg_…` relations or functions,
+//! `information_schema` or `reg…` types) first run as rewritten by
+//! `datafusion-pg-catalog`'s [`PostgresCompatibilityParser`], falling back to the text
+//! as sent; any other read-only statement the engine rejects is tried once more in
+//! rewritten form. That is how psql's `\d`, pgJDBC's `DatabaseMetaData` and similar
+//! queries (with `OPERATOR(pg_catalog.~)`, `::regclass`, `COLLATE`, `= ANY(array)`, ...)
+//! work without the engine's parser knowing those forms. Writes are never rewritten.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -132,18 +134,7 @@ impl Conn {
 
     /// The compatibility parser's rewrite of a read-only statement, if it changes it.
     fn rewrite(&self, sql: &str) -> Option<String> {
-        if !read_only(sql) {
-            return None;
-        }
-        let statements = self.shared.compat.parse(sql).ok()?;
-        let [statement] = statements.as_slice() else {
-            return None;
-        };
-        let rewritten = statement.to_string();
-        let plain = Parser::parse_sql(&PostgreSqlDialect {}, sql)
-            .ok()
-            .and_then(|s| s.first().map(|s| s.to_string()));
-        (plain.as_deref() != Some(rewritten.as_str())).then_some(rewritten)
+        rewrite_sql(&self.shared.compat, sql)
     }
 
     /// Runs (or prepares) one statement with `run`. A catalog query runs in its
@@ -325,6 +316,22 @@ impl Conn {
         }
         Ok(out)
     }
+}
+
+/// The compatibility parser's rewrite of a read-only statement, if it changes it.
+fn rewrite_sql(compat: &PostgresCompatibilityParser, sql: &str) -> Option<String> {
+    if !read_only(sql) {
+        return None;
+    }
+    let statements = compat.parse(sql).ok()?;
+    let [statement] = statements.as_slice() else {
+        return None;
+    };
+    let rewritten = statement.to_string();
+    let plain = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .ok()
+        .and_then(|s| s.first().map(|s| s.to_string()));
+    (plain.as_deref() != Some(rewritten.as_str())).then_some(rewritten)
 }
 
 /// Whether a statement only reads (a query): only those are ever rewritten, so a
@@ -650,5 +657,55 @@ impl PgWireServerHandlers for CairnHandlers {
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
         self.cancel.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_queries_are_rewritten() {
+        assert!(read_only("SELECT 1"));
+        assert!(read_only("  with x as (select 1) select * from x"));
+        assert!(!read_only(
+            "INSERT INTO t SELECT * FROM pg_catalog.pg_class"
+        ));
+        assert!(!read_only("DELETE FROM t"));
+        let compat = PostgresCompatibilityParser::new();
+        assert_eq!(
+            rewrite_sql(&compat, "DELETE FROM t WHERE x = 'a'::regclass"),
+            None
+        );
+    }
+
+    #[test]
+    fn catalog_queries_are_recognised() {
+        assert!(mentions_catalog("SELECT * FROM pg_catalog.pg_class"));
+        assert!(mentions_catalog("select 'pg_class'::regclass"));
+        assert!(mentions_catalog("SELECT * FROM information_schema.tables"));
+        assert!(!mentions_catalog("SELECT 'pg_class' FROM t"));
+        assert!(!mentions_catalog("SELECT a FROM t"));
+    }
+
+    #[test]
+    fn psql_and_jdbc_catalog_queries_are_rewritten() {
+        let compat = PostgresCompatibilityParser::new();
+        // psql 15's first query of `\d t`.
+        let psql = "SELECT c.oid, n.nspname, c.relname FROM pg_catalog.pg_class c \
+                    LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                    WHERE c.relname OPERATOR(pg_catalog.~) '^(t)$' COLLATE pg_catalog.default \
+                    AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY 2, 3";
+        let rewritten = rewrite_sql(&compat, psql).expect("rewritten");
+        assert!(!rewritten.contains("OPERATOR"), "{rewritten}");
+        assert!(!rewritten.contains("COLLATE"), "{rewritten}");
+        // From pgJDBC's getTables.
+        let jdbc = "SELECT c.relname FROM pg_catalog.pg_class c \
+                    LEFT JOIN pg_catalog.pg_description d ON (c.oid = d.objoid \
+                    AND d.objsubid = 0 AND d.classoid = 'pg_class'::regclass)";
+        let rewritten = rewrite_sql(&compat, jdbc).expect("rewritten");
+        assert!(!rewritten.contains("regclass"), "{rewritten}");
+        // Nothing to rewrite.
+        assert_eq!(rewrite_sql(&compat, "SELECT a FROM t"), None);
     }
 }

@@ -16,10 +16,13 @@
 //!   `DISCARD ALL`) are answered by the front end itself. `SET` of PostgreSQL
 //!   variables is accepted and shown by `SHOW`, but changes nothing. Cairn has no
 //!   multi-statement transactions: every statement commits on its own, and `ROLLBACK`
-//!   undoes nothing.
-//! - **Catalog queries** of psql (`\dt`, `\d t`, `\l`) and drivers read the
-//!   `pg_catalog` the engine installs. A read-only statement the engine rejects is
-//!   retried once after `datafusion-pg-catalog`'s compatibility rewrite.
+//!   undoes nothing. The transaction status reported to the client follows
+//!   PostgreSQL's (in a transaction, failed after an error until `ROLLBACK`), but
+//!   statements after an error still run.
+//! - **Catalog queries** of psql (`\dt`, `\d t`, `\l`) and drivers (pgJDBC's
+//!   `getTables`, `pg_type` lookups) read the `pg_catalog` the engine installs, after
+//!   `datafusion-pg-catalog`'s compatibility rewrite (`::regclass`,
+//!   `OPERATOR(pg_catalog.~)`, ...).
 //! - **Errors** carry the SQLSTATE of [`SqlError::sqlstate`](crate::SqlError::sqlstate).
 //! - **Cancel requests** (`pg_cancel_backend`-style, e.g. psycopg's `conn.cancel()` or
 //!   psql's Ctrl-C) abort the running statement with SQLSTATE 57014, also while its
