@@ -98,8 +98,17 @@ pub struct Prepared {
     fixed_snapshot: Option<u64>,
     /// Parameter types (`$1`, `$2`, ...), `None` where DataFusion cannot infer one.
     pub param_types: Vec<Option<ArrowType>>,
-    /// The schema of the rows it returns (empty for statements without rows).
+    /// The schema of the rows it returns (empty for statements without rows; the
+    /// one-column `count` schema for DML).
     pub schema: SchemaRef,
+}
+
+impl Prepared {
+    /// Whether executing it yields rows ([`QueryResult::Rows`]) rather than a count
+    /// or a command tag.
+    pub fn returns_rows(&self) -> bool {
+        self.plan.as_ref().is_some_and(returns_rows)
+    }
 }
 
 struct EngineInner {

@@ -104,32 +104,14 @@ impl Registry {
     /// Keeps a result for one `DoGet`; returns its handle.
     pub fn put_result(&self, result: PendingResult) -> Bytes {
         let handle = self.handle('r');
-        let now = Instant::now();
         // Dropped outside the lock: dropping a stream may stop a query.
-        let mut evicted = vec![];
-        {
-            let mut map = self.results.lock();
-            let ttl = self.result_ttl;
-            let expired: Vec<Bytes> = map
-                .iter()
-                .filter(|(_, (at, _))| now.duration_since(*at) >= ttl)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in expired {
-                evicted.extend(map.remove(&k));
-            }
-            while map.len() >= self.max_results {
-                let Some(oldest) = map
-                    .iter()
-                    .min_by_key(|(_, (at, _))| *at)
-                    .map(|(k, _)| k.clone())
-                else {
-                    break;
-                };
-                evicted.extend(map.remove(&oldest));
-            }
-            map.insert(handle.clone(), (now, result));
-        }
+        let evicted = insert_bounded(
+            &mut self.results.lock(),
+            handle.clone(),
+            result,
+            self.result_ttl,
+            self.max_results,
+        );
         drop(evicted);
         handle
     }
@@ -143,31 +125,13 @@ impl Registry {
     /// Keeps a prepared statement; returns its handle.
     pub fn put_prepared(&self, entry: PreparedEntry) -> Bytes {
         let handle = self.handle('p');
-        let now = Instant::now();
-        let mut evicted = vec![];
-        {
-            let mut map = self.prepared.lock();
-            let ttl = self.prepared_ttl;
-            let expired: Vec<Bytes> = map
-                .iter()
-                .filter(|(_, (at, _))| now.duration_since(*at) >= ttl)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in expired {
-                evicted.extend(map.remove(&k));
-            }
-            while map.len() >= self.max_prepared {
-                let Some(oldest) = map
-                    .iter()
-                    .min_by_key(|(_, (at, _))| *at)
-                    .map(|(k, _)| k.clone())
-                else {
-                    break;
-                };
-                evicted.extend(map.remove(&oldest));
-            }
-            map.insert(handle.clone(), (now, Arc::new(entry)));
-        }
+        let evicted = insert_bounded(
+            &mut self.prepared.lock(),
+            handle.clone(),
+            Arc::new(entry),
+            self.prepared_ttl,
+            self.max_prepared,
+        );
         drop(evicted);
         handle
     }
@@ -195,6 +159,40 @@ impl Registry {
     pub fn len(&self) -> (usize, usize) {
         (self.results.lock().len(), self.prepared.lock().len())
     }
+}
+
+/// Inserts `value` under `handle`, first evicting entries older than `ttl` and then the
+/// oldest ones until fewer than `max` remain. Returns the evicted values so the caller
+/// can drop them after releasing the lock.
+fn insert_bounded<V>(
+    map: &mut HashMap<Bytes, (Instant, V)>,
+    handle: Bytes,
+    value: V,
+    ttl: Duration,
+    max: usize,
+) -> Vec<(Instant, V)> {
+    let now = Instant::now();
+    let mut evicted = vec![];
+    let expired: Vec<Bytes> = map
+        .iter()
+        .filter(|(_, (at, _))| now.duration_since(*at) >= ttl)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in expired {
+        evicted.extend(map.remove(&k));
+    }
+    while map.len() >= max {
+        let Some(oldest) = map
+            .iter()
+            .min_by_key(|(_, (at, _))| *at)
+            .map(|(k, _)| k.clone())
+        else {
+            break;
+        };
+        evicted.extend(map.remove(&oldest));
+    }
+    map.insert(handle, (now, value));
+    evicted
 }
 
 #[cfg(test)]

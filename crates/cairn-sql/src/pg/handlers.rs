@@ -383,18 +383,6 @@ fn show_schema(name: &str) -> Arc<Schema> {
     )]))
 }
 
-/// Whether a prepared engine statement returns rows to the client: DML reports a
-/// count in its command tag, not rows.
-fn returns_rows(p: &Prepared) -> bool {
-    if p.schema.fields().is_empty() {
-        return false;
-    }
-    !matches!(
-        tokens(&p.sql, 1).first(),
-        Some(Tok::Word(w)) if matches!(w.as_str(), "insert" | "update" | "delete" | "upsert" | "merge" | "copy" | "create" | "drop" | "alter" | "truncate")
-    )
-}
-
 /// A statement of the extended query protocol.
 #[derive(Clone, Debug)]
 pub(crate) enum PgStatement {
@@ -402,7 +390,7 @@ pub(crate) enum PgStatement {
     Engine {
         /// The engine's prepared statement.
         prepared: Arc<Prepared>,
-        /// Whether it returns rows (see [`returns_rows`]).
+        /// Whether it returns rows (see [`Prepared::returns_rows`]).
         rows: bool,
     },
     /// Answered by the front end.
@@ -443,7 +431,7 @@ impl QueryParser for CairnParser {
         }
         let prepared = self.conn.prepare(sql).await.map_err(|e| pg_error(&e))?;
         Ok(Some(PgStatement::Engine {
-            rows: returns_rows(&prepared),
+            rows: prepared.returns_rows(),
             prepared: Arc::new(prepared),
         }))
     }
