@@ -105,21 +105,34 @@ async fn rpc_paths_bad_input_alter_and_drop() {
     );
     assert_eq!(c.scan(&t).count().await.unwrap(), 999);
 
-    // Malformed RPC bytes: rejected, the server keeps serving.
-    let locs = c.table_locations(&t, true).await.unwrap();
-    let leader = locs[0].leader_addr().unwrap().to_string();
+    // Malformed RPC bytes: rejected, the server keeps serving. (Asked again if the
+    // leader moved between reading the locations and the write.)
+    let mut locs = c.table_locations(&t, true).await.unwrap();
+    let mut bad = tonic::Status::unknown("not sent");
+    let mut leader = String::new();
+    for _ in 0..100 {
+        if let Some(a) = locs[0].leader_addr() {
+            leader = a.to_string();
+            let mut raw = c.tablet_server(&leader).await.unwrap();
+            bad = raw
+                .write(cairn_proto::WriteRequest {
+                    tablet_id: locs[0].tablet_id.clone(),
+                    batches: vec![cairn_proto::RowBatch {
+                        op_kinds: vec![0u8].into(),
+                        arrow_ipc: vec![1u8, 2, 3, 4].into(),
+                    }],
+                    propagated_timestamp: 0,
+                })
+                .await
+                .unwrap_err();
+            if bad.code() != tonic::Code::FailedPrecondition {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        locs = c.table_locations(&t, true).await.unwrap();
+    }
     let mut raw = c.tablet_server(&leader).await.unwrap();
-    let bad = raw
-        .write(cairn_proto::WriteRequest {
-            tablet_id: locs[0].tablet_id.clone(),
-            batches: vec![cairn_proto::RowBatch {
-                op_kinds: vec![0u8].into(),
-                arrow_ipc: vec![1u8, 2, 3, 4].into(),
-            }],
-            propagated_timestamp: 0,
-        })
-        .await
-        .unwrap_err();
     assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
     let mut cons =
         cairn_proto::consensus_client::ConsensusClient::connect(format!("http://{leader}"))
@@ -158,16 +171,28 @@ async fn rpc_paths_bad_input_alter_and_drop() {
     }
     assert_eq!(check_replicas_agree(&c, &t, &cl.ts_addrs).await, 999);
 
-    // Leader step-down: another replica takes over, nothing is lost.
-    let l0 = &locs[0];
-    let old_leader = l0.leader_addr().unwrap().to_string();
-    let mut lc = c.tablet_server(&old_leader).await.unwrap();
-    lc.step_down(cairn_proto::StepDownRequest {
-        tablet_id: l0.tablet_id.clone(),
-    })
-    .await
-    .unwrap();
-    let tablet0 = l0.tablet_id.clone();
+    // Leader step-down: another replica takes over, nothing is lost. Leadership may
+    // have moved since the locations above were read, so ask whoever leads now.
+    let tablet0 = locs[0].tablet_id.clone();
+    let mut old_leader = String::new();
+    for _ in 0..100 {
+        let fresh = c.table_locations(&t, true).await.unwrap();
+        let l0 = fresh.iter().find(|l| l.tablet_id == tablet0).unwrap();
+        if let Some(a) = l0.leader_addr() {
+            let mut lc = c.tablet_server(a).await.unwrap();
+            let r = lc
+                .step_down(cairn_proto::StepDownRequest {
+                    tablet_id: tablet0.clone(),
+                })
+                .await;
+            if r.is_ok() {
+                old_leader = a.to_string();
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!old_leader.is_empty(), "no leader accepted a step-down");
     wait_for(Duration::from_secs(20), "another replica to lead", || {
         let c = c.clone();
         let t = t.clone();

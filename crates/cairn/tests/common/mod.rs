@@ -238,44 +238,93 @@ pub async fn all_ids(c: &Client, t: &Table) -> Vec<i64> {
 
 /// Checksums of every replica of every tablet at one snapshot; asserts they agree
 /// among the given (live) servers. Returns total rows.
+///
+/// Leadership may move while the check runs (an election under a loaded CI machine);
+/// a tablet whose leader answers "not the leader" or is unreachable is checked again
+/// with fresh locations, for up to 30 seconds.
 pub async fn check_replicas_agree(c: &Client, t: &Table, live: &[String]) -> u64 {
-    let locs = c.table_locations(t, true).await.unwrap();
+    let tablets: Vec<String> = c
+        .table_locations(t, true)
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.tablet_id.clone())
+        .collect();
     let mut total = 0;
-    for l in locs.iter() {
-        let leader = l.leader_addr().expect("tablet has a leader").to_string();
-        let mut lc = c.tablet_server(&leader).await.unwrap();
-        let r = lc
-            .checksum(cairn_proto::ChecksumRequest {
-                tablet_id: l.tablet_id.clone(),
-                snapshot_timestamp: 0,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        total += r.rows;
-        for rep in &l.replicas {
-            if !live.contains(&rep.addr) || rep.addr == leader {
-                continue;
+    for tablet in tablets {
+        let t0 = Instant::now();
+        loop {
+            match checksum_tablet(c, t, &tablet, live).await {
+                Ok(rows) => {
+                    total += rows;
+                    break;
+                }
+                Err(s) if t0.elapsed() < Duration::from_secs(30) => {
+                    eprintln!("checksum of {tablet} retried: {s}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(s) => panic!("checksum of tablet {tablet} kept failing: {s}"),
             }
-            let mut rc = c.tablet_server(&rep.addr).await.unwrap();
-            let rr = rc
-                .checksum(cairn_proto::ChecksumRequest {
-                    tablet_id: l.tablet_id.clone(),
-                    snapshot_timestamp: r.snapshot_timestamp,
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            assert_eq!(
-                (rr.rows, rr.checksum),
-                (r.rows, r.checksum),
-                "replica {} of tablet {} disagrees with the leader",
-                rep.addr,
-                l.tablet_id
-            );
         }
     }
     total
+}
+
+/// One tablet's leader checksum, compared with every live follower at the same
+/// snapshot. `Err` is a transient RPC failure worth retrying; disagreement panics.
+async fn checksum_tablet(
+    c: &Client,
+    t: &Table,
+    tablet: &str,
+    live: &[String],
+) -> Result<u64, tonic::Status> {
+    let locs = c
+        .table_locations(t, true)
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let l = locs
+        .iter()
+        .find(|l| l.tablet_id == tablet)
+        .expect("tablet still exists");
+    let leader = l
+        .leader_addr()
+        .ok_or_else(|| tonic::Status::unavailable("tablet has no leader yet"))?
+        .to_string();
+    let mut lc = c
+        .tablet_server(&leader)
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let r = lc
+        .checksum(cairn_proto::ChecksumRequest {
+            tablet_id: tablet.to_string(),
+            snapshot_timestamp: 0,
+        })
+        .await?
+        .into_inner();
+    for rep in &l.replicas {
+        if !live.contains(&rep.addr) || rep.addr == leader {
+            continue;
+        }
+        let mut rc = c
+            .tablet_server(&rep.addr)
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let rr = rc
+            .checksum(cairn_proto::ChecksumRequest {
+                tablet_id: tablet.to_string(),
+                snapshot_timestamp: r.snapshot_timestamp,
+            })
+            .await?
+            .into_inner();
+        assert_eq!(
+            (rr.rows, rr.checksum),
+            (r.rows, r.checksum),
+            "replica {} of tablet {} disagrees with the leader",
+            rep.addr,
+            tablet
+        );
+    }
+    Ok(r.rows)
 }
 
 /// A free loopback port.
