@@ -49,8 +49,6 @@ fn run_client(what: &str, program: &Path, args: &[&str]) -> bool {
     true
 }
 
-// Not yet run in CI: the scripts were checked by hand only (run with `--ignored`).
-#[ignore]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn psql_psycopg_jdbc_and_adbc() {
     let (_cl, engine) = sql_cluster(1).await;
