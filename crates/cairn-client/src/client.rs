@@ -178,10 +178,50 @@ impl Client {
         if steps.is_empty() {
             return Ok(());
         }
-        let req = AlterTableRequest {
-            name: name.to_string(),
-            steps_json: to_json(&steps)?.into(),
-        };
+        self.send_alter(
+            name,
+            AlterTableRequest {
+                name: name.to_string(),
+                steps_json: to_json(&steps)?.into(),
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// Adds and drops range partitions of a range-partitioned table. Each bound pair is
+    /// `[lower, upper)` as encoded range keys (see
+    /// [`PartitionSchema::encode_range_key`](cairn_common::PartitionSchema::encode_range_key);
+    /// empty = unbounded). Drops happen first, so a range can be split or merged in one
+    /// call; the rows of a dropped range are deleted with its tablets. A new range must
+    /// not overlap a remaining one, and a dropped range must match an existing one
+    /// exactly.
+    pub async fn alter_range_partitions(
+        &self,
+        name: &str,
+        add: Vec<(Vec<u8>, Vec<u8>)>,
+        drop: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()> {
+        if add.is_empty() && drop.is_empty() {
+            return Ok(());
+        }
+        self.send_alter(
+            name,
+            AlterTableRequest {
+                name: name.to_string(),
+                add_range_partitions_json: to_json(&add)?.into(),
+                drop_range_partitions_json: to_json(&drop)?.into(),
+                ..Default::default()
+            },
+        )
+        .await?;
+        // The table's tablets changed: cached locations would route to dropped
+        // tablets and miss new ones.
+        self.shared.locations.write().clear();
+        Ok(())
+    }
+
+    async fn send_alter(&self, name: &str, req: AlterTableRequest) -> Result<()> {
         self.call_master(&format!("altering table '{name}'"), move |mut m, t| {
             let r = request(req.clone(), t);
             async move { m.alter_table(r).await }

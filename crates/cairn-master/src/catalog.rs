@@ -112,6 +112,17 @@ pub enum CatalogOp {
         /// The steps.
         steps: Vec<AlterOp>,
     },
+    /// Adds and drops range partitions: the dropped tablets leave the catalog (their
+    /// replicas become orphans the reconciler deletes); added tablets put the table
+    /// back in `Creating` until each has a leader.
+    AlterPartitions {
+        /// Table id.
+        id: String,
+        /// Tablets to add.
+        add: Vec<TabletEntry>,
+        /// Ids of tablets to drop.
+        drop: Vec<String>,
+    },
     /// Removes a table and its tablets.
     RemoveTable {
         /// Table id.
@@ -172,6 +183,43 @@ impl Catalog {
                 t.schema = schema;
                 t.pending_steps.extend(steps);
                 t.state = TableState::Altering;
+                t.version += 1;
+            }
+            CatalogOp::AlterPartitions { id, add, drop } => {
+                let t = self.tables.get(&id).ok_or("no such table")?;
+                if t.state == TableState::Deleting {
+                    return Err("the table is being dropped".into());
+                }
+                if let Some(d) = drop.iter().find(|d| !t.tablets.contains(d)) {
+                    return Err(format!("tablet {d} is not a tablet of the table"));
+                }
+                if let Some(a) = add.iter().find(|a| self.tablets.contains_key(&a.id)) {
+                    return Err(format!("tablet id {} is taken", a.id));
+                }
+                let t = self.tables.get_mut(&id).ok_or("no such table")?;
+                t.tablets.retain(|x| !drop.contains(x));
+                for d in &drop {
+                    self.tablets.remove(d);
+                }
+                if !add.is_empty() {
+                    t.state = TableState::Creating;
+                }
+                for a in add {
+                    t.tablets.push(a.id.clone());
+                    self.tablets.insert(a.id.clone(), a);
+                }
+                let tablets = &self.tablets;
+                t.tablets.sort_by(|a, b| {
+                    let key = |id: &String| {
+                        tablets.get(id).map(|e| {
+                            (
+                                e.partition.hash_buckets.clone(),
+                                e.partition.range_lower.clone(),
+                            )
+                        })
+                    };
+                    key(a).cmp(&key(b))
+                });
                 t.version += 1;
             }
             CatalogOp::RemoveTable { id } => {
@@ -348,8 +396,45 @@ mod tests {
         let reopened = CatalogSm::open(d.path()).unwrap();
         assert_eq!(reopened.snapshot(), sm.snapshot());
         assert_eq!(reopened.durable_index(), 2);
+        // Range partitions: drop the one tablet, add two; the table waits in Creating.
+        let tablet = |n: &str, lo: u8, hi: u8| TabletEntry {
+            id: n.into(),
+            table_id: "a".into(),
+            partition: Partition {
+                hash_buckets: vec![],
+                range_lower: vec![lo],
+                range_upper: vec![hi],
+            },
+            replicas: vec![],
+        };
+        let alter = CatalogOp::AlterPartitions {
+            id: "a".into(),
+            add: vec![tablet("a-t2", 5, 9), tablet("a-t1", 1, 5)],
+            drop: vec!["a-t0".into()],
+        };
+        let r: Result<(), String> =
+            serde_json::from_slice(&sm.apply(3, &enc(&alter)).unwrap()).unwrap();
+        assert!(r.is_ok(), "{r:?}");
+        let c = sm.snapshot();
+        assert_eq!(
+            c.tables["a"].tablets,
+            vec!["a-t1", "a-t2"],
+            "partition order"
+        );
+        assert_eq!(c.tables["a"].state, TableState::Creating);
+        assert!(!c.tablets.contains_key("a-t0"));
+        // Dropping a tablet that is not the table's: refused, nothing changes.
+        let bad = CatalogOp::AlterPartitions {
+            id: "a".into(),
+            add: vec![tablet("a-t3", 9, 10)],
+            drop: vec!["a-t0".into()],
+        };
+        let r: Result<(), String> =
+            serde_json::from_slice(&sm.apply(4, &enc(&bad)).unwrap()).unwrap();
+        assert!(r.unwrap_err().contains("not a tablet"));
+        assert_eq!(sm.snapshot(), c);
         // Remove drops the tablets too.
-        sm.apply(3, &enc(&CatalogOp::RemoveTable { id: "a".into() }))
+        sm.apply(5, &enc(&CatalogOp::RemoveTable { id: "a".into() }))
             .unwrap();
         assert!(sm.snapshot().tablets.is_empty());
     }

@@ -200,30 +200,8 @@ impl MasterService {
                 live.len()
             )));
         }
-        let mut load: HashMap<u64, usize> = live.iter().map(|(id, _, l)| (*id, *l)).collect();
         let table_id = new_id();
-        let mut tablets = Vec::new();
-        for p in partitions {
-            let mut cands: Vec<_> = live.iter().collect();
-            cands.sort_by_key(|(id, _, _)| (load[id], rand::random::<u32>()));
-            let chosen: Vec<Placement> = cands
-                .iter()
-                .take(replicas as usize)
-                .map(|(id, addr, _)| Placement {
-                    node_id: *id,
-                    addr: addr.clone(),
-                })
-                .collect();
-            for c in &chosen {
-                *load.entry(c.node_id).or_default() += 1;
-            }
-            tablets.push(TabletEntry {
-                id: new_id(),
-                table_id: table_id.clone(),
-                partition: p,
-                replicas: chosen,
-            });
-        }
+        let tablets = place_tablets(&table_id, partitions, replicas, &live);
         let table = TableEntry {
             id: table_id.clone(),
             name: name.clone(),
@@ -256,19 +234,113 @@ impl MasterService {
     }
 
     async fn alter_table_inner(&self, req: pb::AlterTableRequest) -> Result<()> {
+        let steps: Vec<cairn_common::AlterOp> = parse_json_list(&req.steps_json, "alter steps")?;
+        let add: Vec<(Vec<u8>, Vec<u8>)> =
+            parse_json_list(&req.add_range_partitions_json, "range partitions to add")?;
+        let drop: Vec<(Vec<u8>, Vec<u8>)> =
+            parse_json_list(&req.drop_range_partitions_json, "range partitions to drop")?;
+        if !steps.is_empty() {
+            self.alter_schema(&req.name, steps).await?;
+        }
+        if !add.is_empty() || !drop.is_empty() {
+            self.alter_range_partitions(&req.name, add, drop).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops and adds range partitions (see `Client::alter_range_partitions`).
+    async fn alter_range_partitions(
+        &self,
+        name: &str,
+        add: Vec<(Vec<u8>, Vec<u8>)>,
+        drop: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()> {
         let st = &self.state;
         st.check_leader()?;
         let _ddl = st.ddl.lock().await;
-        let steps: Vec<cairn_common::AlterOp> =
-            serde_json::from_slice(&req.steps_json).map_err(|e| bad_json("alter steps", e))?;
-        if steps.is_empty() {
-            return Ok(());
+        let t = self.running_table(name)?;
+        if t.partition_schema.range_columns.is_empty() {
+            return Err(MasterError::InvalidArgument(format!(
+                "table '{name}' is not range partitioned: only a table created with PARTITION BY RANGE (...) has range partitions to add or drop"
+            )));
         }
-        let t = st
-            .catalog
-            .read(|c| c.table_by_name(&req.name).cloned())
-            .filter(|t| t.state != TableState::Deleting)
-            .ok_or_else(|| MasterError::TableNotFound(req.name.clone()))?;
+        let entries: Vec<TabletEntry> = st.catalog.read(|c| {
+            t.tablets
+                .iter()
+                .filter_map(|id| c.tablets.get(id).cloned())
+                .collect()
+        });
+        let mut ranges: Vec<(Vec<u8>, Vec<u8>)> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e.partition.range_lower.clone(),
+                    e.partition.range_upper.clone(),
+                )
+            })
+            .collect();
+        ranges.sort();
+        ranges.dedup();
+        for d in &drop {
+            if !ranges.contains(d) {
+                return Err(MasterError::InvalidArgument(format!(
+                    "table '{name}' has no range partition {}: a dropped range must match an existing one exactly",
+                    show_range(d)
+                )));
+            }
+        }
+        ranges.retain(|r| !drop.contains(r));
+        let partitions = if add.is_empty() {
+            vec![]
+        } else {
+            // The overlap check runs over what remains plus what is added.
+            let mut all = ranges.clone();
+            all.extend(add.iter().cloned());
+            t.partition_schema
+                .create_partitions(&all)
+                .map_err(|e| match e {
+                    cairn_common::CommonError::InvalidPartitioning(m) => {
+                        MasterError::InvalidArgument(format!(
+                            "cannot add the range partition(s) to '{name}': {m}"
+                        ))
+                    }
+                    other => other.into(),
+                })?;
+            t.partition_schema.create_partitions(&add)?
+        };
+        let live = st.live_servers();
+        if !partitions.is_empty() && live.len() < t.replicas as usize {
+            return Err(MasterError::Unavailable(format!(
+                "the new tablets need {} replicas but only {} tablet servers are live",
+                t.replicas,
+                live.len()
+            )));
+        }
+        let added = place_tablets(&t.id, partitions, t.replicas, &live);
+        let dropped: Vec<String> = entries
+            .iter()
+            .filter(|e| {
+                drop.contains(&(
+                    e.partition.range_lower.clone(),
+                    e.partition.range_upper.clone(),
+                ))
+            })
+            .map(|e| e.id.clone())
+            .collect();
+        tracing::info!(table = %name, added = added.len(), dropped = dropped.len(), "altering range partitions");
+        st.propose(&CatalogOp::AlterPartitions {
+            id: t.id.clone(),
+            add: added,
+            drop: dropped,
+        })
+        .await?
+        .map_err(MasterError::InvalidArgument)?;
+        self.wait_running(&t).await
+    }
+
+    /// A visible table in state `Running` (DDL waits for the previous change).
+    fn running_table(&self, name: &str) -> Result<TableEntry> {
+        let t = self.visible_table(name)?;
         if t.state != TableState::Running {
             return Err(MasterError::Unavailable(format!(
                 "table '{}' is {}; retry when it is RUNNING",
@@ -276,6 +348,34 @@ impl MasterService {
                 t.state.name()
             )));
         }
+        Ok(t)
+    }
+
+    /// Waits (up to the DDL wait) for the table to be `Running` again.
+    async fn wait_running(&self, t: &TableEntry) -> Result<()> {
+        let id = t.id.clone();
+        let done = self
+            .state
+            .wait_catalog(self.state.opts.ddl_wait, |c| {
+                c.tables
+                    .get(&id)
+                    .is_some_and(|t| t.state == TableState::Running)
+            })
+            .await;
+        if !done {
+            return Err(MasterError::Unavailable(format!(
+                "the change to '{}' is recorded but not yet applied on every tablet; it will finish shortly",
+                t.name
+            )));
+        }
+        Ok(())
+    }
+
+    async fn alter_schema(&self, name: &str, steps: Vec<cairn_common::AlterOp>) -> Result<()> {
+        let st = &self.state;
+        st.check_leader()?;
+        let _ddl = st.ddl.lock().await;
+        let t = self.running_table(name)?;
         let mut schema = t.schema.to_schema()?;
         for s in &steps {
             schema = schema.altered(s)?;
@@ -287,21 +387,7 @@ impl MasterService {
         })
         .await?
         .map_err(MasterError::InvalidArgument)?;
-        let id = t.id.clone();
-        let done = st
-            .wait_catalog(st.opts.ddl_wait, |c| {
-                c.tables
-                    .get(&id)
-                    .is_some_and(|t| t.state == TableState::Running)
-            })
-            .await;
-        if !done {
-            return Err(MasterError::Unavailable(format!(
-                "the schema change of '{}' is recorded but not yet applied on every tablet; it will finish shortly",
-                t.name
-            )));
-        }
-        Ok(())
+        self.wait_running(&t).await
     }
 
     async fn drop_table_inner(&self, req: pb::DropTableRequest) -> Result<()> {
@@ -335,6 +421,60 @@ impl MasterService {
             .filter(|t| t.state != TableState::Deleting)
             .ok_or_else(|| MasterError::TableNotFound(name.to_string()))
     }
+}
+
+/// A JSON list from a request field; empty bytes are an empty list.
+fn parse_json_list<T: serde::de::DeserializeOwned>(b: &[u8], what: &str) -> Result<Vec<T>> {
+    if b.is_empty() {
+        return Ok(vec![]);
+    }
+    serde_json::from_slice(b).map_err(|e| bad_json(what, e))
+}
+
+/// `[lower, upper)` of encoded range keys, for messages.
+fn show_range(r: &(Vec<u8>, Vec<u8>)) -> String {
+    let hex = |b: &[u8]| {
+        if b.is_empty() {
+            "unbounded".to_string()
+        } else {
+            b.iter().map(|x| format!("{x:02x}")).collect()
+        }
+    };
+    format!("[{}, {})", hex(&r.0), hex(&r.1))
+}
+
+/// New tablets for `partitions`, each with `replicas` replicas on the least loaded live
+/// servers (ties broken at random).
+fn place_tablets(
+    table_id: &str,
+    partitions: Vec<cairn_common::Partition>,
+    replicas: u32,
+    live: &[(u64, String, usize)],
+) -> Vec<TabletEntry> {
+    let mut load: HashMap<u64, usize> = live.iter().map(|(id, _, l)| (*id, *l)).collect();
+    let mut tablets = Vec::new();
+    for p in partitions {
+        let mut cands: Vec<_> = live.iter().collect();
+        cands.sort_by_key(|(id, _, _)| (load[id], rand::random::<u32>()));
+        let chosen: Vec<Placement> = cands
+            .iter()
+            .take(replicas as usize)
+            .map(|(id, addr, _)| Placement {
+                node_id: *id,
+                addr: addr.clone(),
+            })
+            .collect();
+        for c in &chosen {
+            *load.entry(c.node_id).or_default() += 1;
+        }
+        tablets.push(TabletEntry {
+            id: new_id(),
+            table_id: table_id.to_string(),
+            partition: p,
+            replicas: chosen,
+        });
+    }
+    tablets
 }
 
 #[tonic::async_trait]

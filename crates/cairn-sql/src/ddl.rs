@@ -815,10 +815,17 @@ fn encode_bounds(
 ///
 /// `ADD` becomes [`AlterOp::AddColumn`] with the column's type, nullability and default;
 /// a NOT NULL column needs a DEFAULT (rows written before have to read as something).
-/// `IF [NOT] EXISTS` is not applied here (see [`alter_ops_for_schema`]). Adding and
-/// dropping range partitions is not supported yet (0A000).
+/// `IF [NOT] EXISTS` is not applied here (see [`alter_ops_for_schema`]). Range
+/// partition operations are left out: [`range_partition_changes`] turns those into
+/// bounds.
 pub fn alter_ops(ops: &[AlterColumn]) -> Result<Vec<AlterOp>, ParseError> {
     ops.iter()
+        .filter(|op| {
+            !matches!(
+                op,
+                AlterColumn::AddRangePartition { .. } | AlterColumn::DropRangePartition { .. }
+            )
+        })
         .map(|op| match op {
             AlterColumn::Add { column, .. } => {
                 let spec = column_spec(column, false)?;
@@ -836,12 +843,51 @@ pub fn alter_ops(ops: &[AlterColumn]) -> Result<Vec<AlterOp>, ParseError> {
                 to: to.clone(),
             }),
             AlterColumn::AddRangePartition { .. } | AlterColumn::DropRangePartition { .. } => {
-                Err(ParseError::unsupported(
-                    "adding and dropping range partitions is not supported yet",
-                ))
+                unreachable!("filtered out above")
             }
         })
         .collect()
+}
+
+/// The `ADD RANGE PARTITION` and `DROP RANGE PARTITION` operations of an `ALTER TABLE`,
+/// as `(add, drop)` lists of `[lower, upper)` encoded range keys for a table with
+/// this schema and partitioning. A table without range columns → 42P16.
+#[allow(clippy::type_complexity)]
+pub fn range_partition_changes(
+    ops: &[AlterColumn],
+    schema: &Schema,
+    partition: &PartitionSchema,
+) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>), ParseError> {
+    let (mut add, mut drop) = (vec![], vec![]);
+    for op in ops {
+        let (bounds, into) = match op {
+            AlterColumn::AddRangePartition { bounds } => (bounds, &mut add),
+            AlterColumn::DropRangePartition { bounds } => (bounds, &mut drop),
+            _ => continue,
+        };
+        if partition.range_columns.is_empty() {
+            return Err(ParseError::invalid_definition(
+                "the table is not range partitioned: only a table created with PARTITION BY RANGE (...) has range partitions to add or drop",
+            ));
+        }
+        let types: Vec<DataType> = partition
+            .range_columns
+            .iter()
+            .map(|c| {
+                let i = schema.index_of(c).map_err(common)?;
+                Ok(schema.column(i).data_type.clone())
+            })
+            .collect::<Result<_, ParseError>>()?;
+        let (lower, upper) = bounds;
+        into.push(encode_bounds(
+            partition,
+            &partition.range_columns,
+            &types,
+            lower,
+            upper,
+        )?);
+    }
+    Ok((add, drop))
 }
 
 /// [`alter_ops`] for a table whose current schema is `schema`: leaves out
@@ -1458,17 +1504,40 @@ mod tests {
         assert_eq!(e.sqlstate(), "42804");
         let e = alter_ops(&alter("ALTER TABLE t ADD n JSON")).expect_err("type");
         assert_eq!(e.sqlstate(), "0A000");
-        for sql in [
-            "ALTER TABLE t ADD RANGE PARTITION 10 <= VALUES < 20",
-            "ALTER TABLE t DROP RANGE PARTITION VALUE = 3",
-        ] {
-            let e = alter_ops(&alter(sql)).expect_err(sql);
-            assert_eq!(e.sqlstate(), "0A000");
-            assert_eq!(
-                e.message(),
-                "adding and dropping range partitions is not supported yet"
-            );
-        }
+        // Range partition operations are not column changes; they become bounds.
+        let ops = alter(
+            "ALTER TABLE t ADD RANGE PARTITION 10 <= VALUES < 20, DROP RANGE PARTITION VALUE = 3",
+        );
+        assert!(alter_ops(&ops).expect("no column ops").is_empty());
+        let schema = Schema::new(
+            vec![
+                ColumnSpec::new("k", DataType::Int64),
+                ColumnSpec::new("v", DataType::String).nullable(),
+            ],
+            &["k"],
+        )
+        .expect("schema");
+        let ranged = PartitionSchema {
+            hash_levels: vec![],
+            range_columns: vec!["k".into()],
+        };
+        let key = |v: i64| ranged.encode_range_key(&[Value::Int64(v)]).expect("key");
+        let (add, drop) = range_partition_changes(&ops, &schema, &ranged).expect("bounds");
+        assert_eq!(add, vec![(key(10), key(20))]);
+        let mut just_above_3 = key(3);
+        just_above_3.push(0);
+        assert_eq!(drop, vec![(key(3), just_above_3)]);
+        let e = range_partition_changes(
+            &alter("ALTER TABLE t ADD RANGE PARTITION 'x' <= VALUES < 20"),
+            &schema,
+            &ranged,
+        )
+        .expect_err("type");
+        assert_eq!(e.sqlstate(), "42804", "{}", e.message());
+        let e = range_partition_changes(&ops, &schema, &PartitionSchema::default())
+            .expect_err("not ranged");
+        assert_eq!(e.sqlstate(), "42P16");
+        assert!(e.message().contains("not range partitioned"));
     }
 
     #[test]

@@ -8,8 +8,12 @@
 //! checks them again) because NaN ordering differs. Everything else stays in
 //! DataFusion.
 
+use std::sync::Arc;
+
 use cairn_common::{ColumnPredicate, DataType, Schema, Value};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions as phys;
 
 use crate::types::scalar_to_value;
 
@@ -141,6 +145,104 @@ pub fn pushdown_kind(t: &Option<Translated>) -> TableProviderFilterPushDown {
     }
 }
 
+/// IN lists longer than this are not sent to the tablets (the bounds still are).
+pub const MAX_HINT_IN_LIST: usize = 4096;
+
+/// Predicates implied by a *physical* filter expression over a scan whose output
+/// columns are `columns` (by position): the tests of a conjunction that are a column
+/// compared with a literal or a column IN a list of literals. Other parts (OR, CASE,
+/// casts, hash-table lookups) are left out, so the result may select more rows than
+/// the expression but never fewer. This is how a DataFusion dynamic filter (a hash
+/// join's build-side bounds and key set, a TopK's threshold) narrows a tablet scan.
+/// Floating-point columns are left out (NaN and -0.0 order differently).
+pub fn implied_by_physical(
+    expr: &Arc<dyn PhysicalExpr>,
+    columns: &[String],
+    schema: &Schema,
+) -> Vec<ColumnPredicate> {
+    let mut out = vec![];
+    physical_conjuncts(expr, columns, schema, &mut out);
+    out
+}
+
+fn physical_conjuncts(
+    expr: &Arc<dyn PhysicalExpr>,
+    columns: &[String],
+    schema: &Schema,
+    out: &mut Vec<ColumnPredicate>,
+) {
+    if let Some(b) = expr.downcast_ref::<phys::BinaryExpr>() {
+        if *b.op() == Operator::And {
+            physical_conjuncts(b.left(), columns, schema, out);
+            physical_conjuncts(b.right(), columns, schema, out);
+            return;
+        }
+        let (c, lit, op) = match (
+            b.left().downcast_ref::<phys::Column>(),
+            b.right().downcast_ref::<phys::Literal>(),
+            b.left().downcast_ref::<phys::Literal>(),
+            b.right().downcast_ref::<phys::Column>(),
+        ) {
+            (Some(c), Some(l), _, _) => (c, l, *b.op()),
+            (_, _, Some(l), Some(c)) => match b.op().swap() {
+                Some(op) => (c, l, op),
+                None => return,
+            },
+            _ => return,
+        };
+        let Some((name, t)) = physical_column(c, columns, schema) else {
+            return;
+        };
+        let Some(v) = scalar_to_value(lit.value(), t) else {
+            return;
+        };
+        out.extend(match op {
+            Operator::Eq => Some(ColumnPredicate::eq(name, v)),
+            Operator::Lt => Some(ColumnPredicate::lt(name, v)),
+            Operator::LtEq => Some(ColumnPredicate::le(name, v)),
+            Operator::Gt => Some(ColumnPredicate::gt(name, v)),
+            Operator::GtEq => Some(ColumnPredicate::ge(name, v)),
+            _ => None,
+        });
+    } else if let Some(l) = expr.downcast_ref::<phys::InListExpr>() {
+        if l.negated() || l.list().is_empty() || l.list().len() > MAX_HINT_IN_LIST {
+            return;
+        }
+        let Some(c) = l.expr().downcast_ref::<phys::Column>() else {
+            return;
+        };
+        let Some((name, t)) = physical_column(c, columns, schema) else {
+            return;
+        };
+        let mut values = Vec::with_capacity(l.list().len());
+        for e in l.list() {
+            match e
+                .downcast_ref::<phys::Literal>()
+                .and_then(|lit| scalar_to_value(lit.value(), t))
+            {
+                Some(v) => values.push(v),
+                None => return,
+            }
+        }
+        out.push(ColumnPredicate::in_list(name, values));
+    }
+}
+
+/// The Cairn column behind a physical column of the scan's output, unless it is a
+/// floating-point column.
+fn physical_column<'a>(
+    c: &phys::Column,
+    columns: &'a [String],
+    schema: &'a Schema,
+) -> Option<(&'a str, &'a DataType)> {
+    let name = columns.get(c.index())?;
+    if name != c.name() {
+        return None;
+    }
+    let (name, t) = column(schema, name)?;
+    (!is_float(t)).then_some((name, t))
+}
+
 fn column<'a>(schema: &'a Schema, name: &'a str) -> Option<(&'a str, &'a DataType)> {
     let i = schema.index_of(name).ok()?;
     Some((name, &schema.column(i).data_type))
@@ -219,5 +321,50 @@ mod tests {
         fn null() -> datafusion::common::ScalarValue {
             datafusion::common::ScalarValue::Int64(None)
         }
+    }
+
+    #[test]
+    fn physical_filters_imply_conjuncts_and_drop_the_rest() {
+        use datafusion::common::ScalarValue;
+        let schema = schema();
+        // Scan output: s, k, d (by position).
+        let columns: Vec<String> = ["s", "k", "d"].iter().map(|c| c.to_string()).collect();
+        let k = Arc::new(phys::Column::new("k", 1)) as Arc<dyn PhysicalExpr>;
+        let d = Arc::new(phys::Column::new("d", 2)) as Arc<dyn PhysicalExpr>;
+        let lit = |v: i64| phys::lit(ScalarValue::Int64(Some(v)));
+        let bin = |l: Arc<dyn PhysicalExpr>, op, r: Arc<dyn PhysicalExpr>| {
+            Arc::new(phys::BinaryExpr::new(l, op, r)) as Arc<dyn PhysicalExpr>
+        };
+        let out = arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("s", arrow::datatypes::DataType::Utf8, true),
+            arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Int64, false),
+            arrow::datatypes::Field::new("d", arrow::datatypes::DataType::Float64, true),
+        ]);
+        let in_list = phys::in_list(k.clone(), vec![lit(3), lit(7)], &false, &out).unwrap();
+        let bounds = bin(
+            bin(k.clone(), Operator::GtEq, lit(3)),
+            Operator::And,
+            bin(lit(7), Operator::GtEq, k.clone()),
+        );
+        let e = bin(bounds, Operator::And, in_list);
+        assert_eq!(
+            implied_by_physical(&e, &columns, &schema),
+            vec![
+                ColumnPredicate::ge("k", Value::Int64(3)),
+                ColumnPredicate::le("k", Value::Int64(7)),
+                ColumnPredicate::in_list("k", vec![Value::Int64(3), Value::Int64(7)]),
+            ]
+        );
+        // OR, floats and a column at another position imply nothing.
+        let or = bin(
+            bin(k.clone(), Operator::Eq, lit(1)),
+            Operator::Or,
+            bin(k.clone(), Operator::Eq, lit(2)),
+        );
+        assert!(implied_by_physical(&or, &columns, &schema).is_empty());
+        let float = bin(d, Operator::Gt, phys::lit(ScalarValue::Float64(Some(1.0))));
+        assert!(implied_by_physical(&float, &columns, &schema).is_empty());
+        let moved = bin(Arc::new(phys::Column::new("k", 0)), Operator::Eq, lit(1));
+        assert!(implied_by_physical(&moved, &columns, &schema).is_empty());
     }
 }

@@ -15,12 +15,18 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use cairn_client::{Client, ReadMode, Table, TabletLocationInfo};
 use cairn_common::ColumnPredicate;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, Statistics};
 use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -31,6 +37,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::error::{SqlError, df_err};
 use crate::options::StatementContext;
+use crate::pushdown::implied_by_physical;
 
 /// What a scan reads: shared by all its partitions.
 #[derive(Debug)]
@@ -60,6 +67,11 @@ pub(crate) struct ScanSpec {
 pub struct CairnScanExec {
     spec: Arc<ScanSpec>,
     props: Arc<PlanProperties>,
+    /// Dynamic filters accepted from above (a hash join's build side, a TopK): read
+    /// when a tablet's scan opens, and what they imply is sent with the scan.
+    dynamic_filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// `output_rows` per partition (EXPLAIN ANALYZE).
+    metrics: ExecutionPlanMetricsSet,
 }
 
 impl CairnScanExec {
@@ -74,6 +86,8 @@ impl CairnScanExec {
         CairnScanExec {
             spec: Arc::new(spec),
             props: Arc::new(props),
+            dynamic_filters: vec![],
+            metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
@@ -115,6 +129,9 @@ impl DisplayAs for CairnScanExec {
         }
         if let Some(ts) = s.statement.fixed_snapshot {
             write!(f, ", snapshot={ts}")?;
+        }
+        for d in &self.dynamic_filters {
+            write!(f, ", dynamic_filter={d}")?;
         }
         Ok(())
     }
@@ -161,9 +178,52 @@ impl ExecutionPlan for CairnScanExec {
 
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
+        // The dynamic filters are this node's expressions: a hash join computes its
+        // filter only when a node below it holds the filter.
+        for d in &self.dynamic_filters {
+            if f(d)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
         Ok(TreeNodeRecursion::Continue)
+    }
+
+    /// Takes the dynamic filters (after the plan is final, phase `Post`). They are
+    /// hints: what they imply narrows the tablet scans, but they are reported as
+    /// pushed down only because their producer (hash join, TopK) stays correct
+    /// without them; static filters arrive through `TableProvider::scan` instead.
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let mut taken = vec![];
+        let verdicts: Vec<PushedDown> = child_pushdown_result
+            .parent_filters
+            .iter()
+            .map(|r| {
+                let dynamic = r
+                    .filter
+                    .downcast_ref::<DynamicFilterPhysicalExpr>()
+                    .is_some();
+                if phase == FilterPushdownPhase::Post && dynamic && !self.spec.columns.is_empty() {
+                    taken.push(r.filter.clone());
+                    PushedDown::Yes
+                } else {
+                    PushedDown::No
+                }
+            })
+            .collect();
+        let mut result = FilterPushdownPropagation::with_parent_pushdown_result(verdicts);
+        if !taken.is_empty() {
+            let mut node = self.clone();
+            node.dynamic_filters.extend(taken);
+            result = result.with_updated_node(Arc::new(node) as Arc<dyn ExecutionPlan>);
+        }
+        Ok(result)
     }
 
     fn with_new_children(
@@ -187,9 +247,16 @@ impl ExecutionPlan for CairnScanExec {
             )));
         };
         let spec = self.spec.clone();
-        let stream =
-            futures::stream::once(async move { open_tablet(spec, tablet).await }).try_flatten();
+        let dynamic = self.dynamic_filters.clone();
+        let output_rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        let stream = futures::stream::once(async move { open_tablet(spec, tablet, dynamic).await })
+            .try_flatten()
+            .inspect_ok(move |b| output_rows.add(b.num_rows()));
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 
     fn statistics_from_inputs(
@@ -215,8 +282,14 @@ impl ExecutionPlan for CairnScanExec {
 
 type BatchStream = futures::stream::BoxStream<'static, Result<RecordBatch>>;
 
-/// Opens the scan of one tablet and returns its batches.
-async fn open_tablet(spec: Arc<ScanSpec>, tablet: TabletLocationInfo) -> Result<BatchStream> {
+/// Opens the scan of one tablet and returns its batches. The dynamic filters are
+/// read now: the stream is opened on first poll, which for a hash join's probe side
+/// is after its build side is complete.
+async fn open_tablet(
+    spec: Arc<ScanSpec>,
+    tablet: TabletLocationInfo,
+    dynamic: Vec<Arc<dyn PhysicalExpr>>,
+) -> Result<BatchStream> {
     let mut builder = spec
         .client
         .scan(&spec.table)
@@ -238,6 +311,15 @@ async fn open_tablet(spec: Arc<ScanSpec>, tablet: TabletLocationInfo) -> Result<
     builder = builder.projection(columns);
     for p in &spec.predicates {
         builder = builder.predicate(p.clone());
+    }
+    for d in &dynamic {
+        let current = match d.downcast_ref::<DynamicFilterPhysicalExpr>() {
+            Some(d) => d.current()?,
+            None => d.clone(),
+        };
+        for p in implied_by_physical(&current, &spec.columns, &spec.table.schema) {
+            builder = builder.predicate(p);
+        }
     }
     if let Some(l) = spec.limit {
         builder = builder.limit(l as u64);

@@ -445,9 +445,17 @@ impl SqlSession {
                 })
             }
             CairnStatement::AlterTable { name, ops } => {
-                let ops = ddl::alter_ops(&ops)?;
-                self.engine.client().alter_table(&name, ops).await?;
+                let client = self.engine.client();
+                let table = client.open_table(&name).await?;
+                let steps = ddl::alter_ops_for_schema(&ops, &table.schema)?;
+                let (add, drop) =
+                    ddl::range_partition_changes(&ops, &table.schema, &table.partition_schema)?;
+                let mut altered = client.alter_table(&name, steps).await;
+                if altered.is_ok() {
+                    altered = client.alter_range_partitions(&name, add, drop).await;
+                }
                 schema.invalidate();
+                altered?;
                 Ok(QueryResult::Done {
                     tag: "ALTER TABLE".into(),
                 })

@@ -238,3 +238,47 @@ async fn ddl_dml_pushdown_snapshots_and_errors() {
     assert_eq!(e.sqlstate(), "42P01", "{e}");
     q(&s, "DROP TABLE IF EXISTS kv2").await;
 }
+
+/// A hash join's dynamic filter reaches the probe-side tablets: only the rows whose
+/// keys the build side holds leave the tablet servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn join_dynamic_filter_narrows_the_probe_scan() {
+    let (_cl, engine) = sql_cluster(1).await;
+    let s = engine.session();
+    q(
+        &s,
+        "CREATE TABLE big (id BIGINT PRIMARY KEY, v TEXT) PARTITION BY HASH (id) PARTITIONS 2",
+    )
+    .await;
+    q(&s, "CREATE TABLE small (k BIGINT PRIMARY KEY, ref BIGINT)").await;
+    q(
+        &s,
+        "INSERT INTO big SELECT value, 'v' || value FROM generate_series(1, 3000)",
+    )
+    .await;
+    q(&s, "INSERT INTO small VALUES (1, 10), (2, 2000), (3, 2999)").await;
+    let sql = "SELECT small.k, big.v FROM small JOIN big ON big.id = small.ref ORDER BY small.k";
+    assert_eq!(
+        q(&s, sql).await,
+        vec![
+            row(&["1", "v10"]),
+            row(&["2", "v2000"]),
+            row(&["3", "v2999"])
+        ]
+    );
+    let text = q(&s, &format!("EXPLAIN ANALYZE {sql}"))
+        .await
+        .iter()
+        .map(|r| r.join(" "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let big_scan = text
+        .lines()
+        .find(|l| l.contains("CairnScanExec: table=big"))
+        .unwrap_or_else(|| panic!("no scan of big: {text}"));
+    assert!(big_scan.contains("dynamic_filter="), "{big_scan}");
+    assert!(
+        big_scan.contains("output_rows=3,") || big_scan.contains("output_rows=3]"),
+        "{big_scan}"
+    );
+}
