@@ -125,6 +125,10 @@ async fn run(a: TpchArgs) -> BoxResult<()> {
         eprintln!("loaded {t} in {:.1} s", t0.elapsed().as_secs_f64());
     }
     let cairn_load = started.elapsed().as_secs_f64();
+    // The load leaves flushes and compactions running in `cairn local`; on a small
+    // machine they would steal the CPU from both systems' queries.
+    let settle = settle(_local.0.id(), Duration::from_secs(900)).await;
+    eprintln!("background maintenance settled after {settle:.0} s");
     let duckdb_load = duckdb_load(&data);
 
     let df = SessionContext::new();
@@ -173,6 +177,36 @@ async fn run(a: TpchArgs) -> BoxResult<()> {
         rows.push((n, c_time, d_time, same));
     }
     report(&a, cairn_load, duckdb_load, &rows)
+}
+
+/// CPU seconds a process has used (Linux `/proc`); `None` elsewhere.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start after ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Waits until process `pid` uses under 5% of a core over 3 seconds (or `max`
+/// passes); returns the seconds waited.
+async fn settle(pid: u32, max: Duration) -> f64 {
+    let t0 = Instant::now();
+    let window = Duration::from_secs(3);
+    while t0.elapsed() < max {
+        let Some(before) = cpu_seconds(pid) else {
+            break;
+        };
+        tokio::time::sleep(window).await;
+        let Some(after) = cpu_seconds(pid) else {
+            break;
+        };
+        if after - before < 0.05 * window.as_secs_f64() {
+            break;
+        }
+    }
+    t0.elapsed().as_secs_f64()
 }
 
 async fn connect(master: &str) -> BoxResult<SqlEngine> {
@@ -323,13 +357,16 @@ fn report(
          Machine: {} cores, {}. Cairn: `cairn local`, 1 tablet server, replicas 1, \
          tables hash-partitioned on their keys (bench/tpch/schema.sql), queried through an \
          embedded SQL engine. DataFusion 55.2.0 reads the same rows from Parquet files \
-         (Snappy) in the same process. One warm-up, median of {} runs.\n\n",
+         (Snappy) in the same process. One warm-up, median of {} runs. Cairn binary: `{}`; \
+         queries start once its background flushes and compactions after the load have \
+         settled.\n\n",
         a.sf,
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0),
         std::env::consts::ARCH,
-        a.runs
+        a.runs,
+        a.cairn.display()
     ));
     md.push_str("| query | Cairn (s) | DataFusion (s) | ratio Cairn/DataFusion | same answer |\n|---|---|---|---|---|\n");
     for (n, c, d, same) in rows {

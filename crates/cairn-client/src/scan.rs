@@ -207,18 +207,12 @@ impl ScanBuilder {
     }
 
     /// Opens the scan as a stream of batches. The stream ends after the first error.
+    /// The next batch is fetched while the caller works on the current one (see
+    /// [`ScanCursor::into_stream`]).
     pub async fn stream(
         self,
     ) -> Result<impl futures::Stream<Item = Result<RecordBatch>> + Send + 'static> {
-        let cursor = self.open(false).await?;
-        Ok(futures::stream::unfold(Some(cursor), |state| async move {
-            let mut cursor = state?;
-            match cursor.next_batch().await {
-                Ok(Some(b)) => Some((Ok(b), Some(cursor))),
-                Ok(None) => None,
-                Err(e) => Some((Err(e), None)),
-            }
-        }))
+        Ok(self.open(false).await?.into_stream())
     }
 
     /// Validates the scan and plans its tablets.
@@ -331,6 +325,9 @@ enum Event {
     End,
 }
 
+/// Batches a streaming scan fetches ahead of its consumer.
+pub const READ_AHEAD_BATCHES: usize = 2;
+
 /// An open scan, read batch by batch with [`ScanCursor::next_batch`]. Dropping it
 /// closes the server-side scanner.
 #[derive(Debug)]
@@ -366,6 +363,30 @@ impl ScanCursor {
                 }
             }
         }
+    }
+
+    /// The rest of the scan as a stream that reads ahead: a background task fetches
+    /// up to [`READ_AHEAD_BATCHES`] batches beyond the one the caller holds, so the
+    /// tablet server scans while the caller computes. Dropping the stream stops the
+    /// task. Ends after the first error.
+    pub fn into_stream(self) -> impl futures::Stream<Item = Result<RecordBatch>> + Send + 'static {
+        let (tx, rx) = tokio::sync::mpsc::channel(READ_AHEAD_BATCHES);
+        tokio::spawn(async move {
+            let mut cursor = self;
+            loop {
+                let next = cursor.next_batch().await;
+                let last = !matches!(next, Ok(Some(_)));
+                let item = match next {
+                    Ok(Some(b)) => Ok(b),
+                    Ok(None) => break,
+                    Err(e) => Err(e),
+                };
+                if tx.send(item).await.is_err() || last {
+                    break;
+                }
+            }
+        });
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) })
     }
 
     /// The schema the batches are expected to have (from the table's schema and the

@@ -83,6 +83,10 @@ impl fmt::Display for ColumnPredicate {
     }
 }
 
+/// IN lists up to this long are evaluated with one comparison pass per value; longer
+/// ones by binary search in the sorted list.
+const IN_LIST_SCAN_MAX: usize = 16;
+
 fn cmpv(a: &Value, b: &Value) -> Ordering {
     a.partial_cmp_same(b).unwrap_or(Ordering::Equal)
 }
@@ -256,6 +260,30 @@ impl ColumnPredicate {
                     (Some(a), None) | (None, Some(a)) => a,
                     (None, None) => arrow::compute::is_not_null(array)?,
                 }
+            }
+            // Long lists (a join's key set): binary search in the sorted list per row
+            // instead of one comparison pass per value.
+            PredicateOp::InList(vs) if vs.len() > IN_LIST_SCAN_MAX => {
+                let list = arrow::compute::sort(array_from_values(t, vs.iter())?.as_ref(), None)?;
+                let cmp = arrow::array::make_comparator(array, list.as_ref(), Default::default())?;
+                let n = list.len();
+                (0..array.len())
+                    .map(|i| {
+                        if array.is_null(i) {
+                            return Some(false);
+                        }
+                        let (mut lo, mut hi) = (0, n);
+                        while lo < hi {
+                            let mid = (lo + hi) / 2;
+                            match cmp(i, mid) {
+                                Ordering::Less => hi = mid,
+                                Ordering::Greater => lo = mid + 1,
+                                Ordering::Equal => return Some(true),
+                            }
+                        }
+                        Some(false)
+                    })
+                    .collect()
             }
             PredicateOp::InList(vs) => {
                 let mut acc = BooleanArray::from(vec![false; array.len()]);
@@ -480,6 +508,9 @@ mod tests {
             ColumnPredicate::range("a", i(2), i(10)),
             ColumnPredicate::le("a", i(5)),
             ColumnPredicate::in_list("a", vec![i(1), i(10)]),
+            // Long enough for the sorted-list path, given unsorted.
+            ColumnPredicate::in_list("a", (0..40).rev().map(|x| i(x * 5)).collect()),
+            ColumnPredicate::in_list("a", (100..140).map(i).collect()),
             ColumnPredicate::is_null("a"),
             ColumnPredicate::is_not_null("a"),
         ];

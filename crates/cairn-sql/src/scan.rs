@@ -358,14 +358,7 @@ async fn open_tablet(
     let first = cursor.next_batch().await.map_err(df_err)?;
     *chosen = cursor.snapshot_timestamp();
     drop(chosen);
-    let rest = futures::stream::unfold(Some(cursor), |state| async move {
-        let mut cursor = state?;
-        match cursor.next_batch().await {
-            Ok(Some(b)) => Some((Ok(b), Some(cursor))),
-            Ok(None) => None,
-            Err(e) => Some((Err(e), None)),
-        }
-    });
+    let rest = cursor.into_stream();
     let head = futures::stream::iter(first.map(Ok));
     Ok(head
         .chain(rest)
