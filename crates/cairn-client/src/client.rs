@@ -62,6 +62,9 @@ impl ClientOptions {
     }
 }
 
+/// How long cached tablet locations are used before asking the master again.
+pub const LOCATIONS_TTL: Duration = Duration::from_secs(5);
+
 /// A cached copy of a table's tablet locations.
 #[derive(Clone)]
 struct CachedLocations {
@@ -476,8 +479,10 @@ impl Client {
     }
 
     /// A table's locations: the cached copy, unless `stale` is given and the cached
-    /// copy was fetched at or before it (the caller saw that copy fail), in which case
-    /// they are fetched again. Returns when the returned copy was fetched.
+    /// copy was fetched at or before it (the caller saw that copy fail), or the copy is
+    /// older than [`LOCATIONS_TTL`] (another client may have added or dropped range
+    /// partitions), in which case they are fetched again. Returns when the returned
+    /// copy was fetched.
     pub(crate) async fn locations(
         &self,
         table: &Table,
@@ -485,6 +490,7 @@ impl Client {
     ) -> Result<(Instant, Arc<Vec<TabletLocationInfo>>)> {
         if let Some(c) = self.shared.locations.read().get(&table.id)
             && stale.is_none_or(|s| c.fetched > s)
+            && c.fetched.elapsed() < LOCATIONS_TTL
         {
             return Ok((c.fetched, c.locs.clone()));
         }

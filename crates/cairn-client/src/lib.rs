@@ -62,9 +62,9 @@ pub mod session;
 pub mod table;
 pub mod write;
 
-pub use client::{Client, ClientOptions};
+pub use client::{Client, ClientOptions, LOCATIONS_TTL};
 pub use error::{ClientError, Result};
-pub use scan::{ReadMode, ScanBuilder, ScanCursor, ScanResult};
+pub use scan::{READ_AHEAD_BATCHES, ReadMode, ScanBuilder, ScanCursor, ScanResult};
 pub use session::{FlushMode, RowErrorInfo, WriteSession};
 pub use table::{CreateTableSpec, ReplicaInfo, Table, TabletLocationInfo, locate_tablet};
 pub use write::{EncodedWrite, Operation, decode_ipc, encode_write};

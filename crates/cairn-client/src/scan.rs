@@ -43,9 +43,11 @@ pub enum ReadMode {
     Latest,
     /// A given HybridTime (0: the server picks one).
     Snapshot(u64),
-    /// A snapshot that includes everything this client has written or observed: read
-    /// at [`Client::last_timestamp`] (the server picks one when that is 0, i.e. nothing
-    /// was observed).
+    /// A fresh snapshot that includes everything this client has written or observed
+    /// (Kudu's READ_YOUR_WRITES): the first tablet's server moves its clock past
+    /// [`Client::last_timestamp`] and reads at its current time, so writes other
+    /// clients committed before the scan are seen too; the other tablets are read at
+    /// the same snapshot.
     ReadYourWrites,
 }
 
@@ -258,10 +260,9 @@ impl ScanBuilder {
         let snapshot = match self.read_mode {
             ReadMode::Latest => None,
             ReadMode::Snapshot(ts) => (ts != 0).then_some(ts),
-            ReadMode::ReadYourWrites => {
-                let ts = self.client.last_timestamp();
-                (ts != 0).then_some(ts)
-            }
+            // The server picks the snapshot after observing the client's last
+            // timestamp (sent with every request), so it is at or after it.
+            ReadMode::ReadYourWrites => None,
         };
         let timeout = self
             .timeout

@@ -49,6 +49,10 @@ struct ScanOpen {
     server: String,
     mode: i32,
     ts: u64,
+    /// The snapshot the request asked for (0: the server picks) and the timestamp
+    /// the client propagated.
+    requested: u64,
+    propagated: u64,
     lower: Vec<u8>,
 }
 
@@ -482,6 +486,8 @@ impl TabletServer for FakeTs {
             server: self.addr.clone(),
             mode: r.read_mode,
             ts,
+            requested: r.snapshot_timestamp,
+            propagated: r.propagated_timestamp,
             lower: r.lower_key.to_vec(),
         });
         let (projection, rows) = {
@@ -993,7 +999,10 @@ async fn scans_pin_one_snapshot_prune_and_limit() {
             .iter()
             .all(|o| o.mode == cairn_proto::ReadMode::ReadAtSnapshot as i32)
     );
-    assert_eq!(opens[0].ts, last);
+    // The first tablet's server picks a fresh snapshot after observing the client's
+    // last timestamp; the other tablets are read at that snapshot.
+    assert_eq!((opens[0].requested, opens[0].propagated), (0, last));
+    assert!(opens[1..].iter().all(|o| o.requested == opens[0].ts));
     let r = client
         .scan(&table)
         .read_mode(ReadMode::Snapshot(5))

@@ -424,8 +424,7 @@ async fn ordered_scan_resumes_on_another_replica() {
     c.create_table(table_spec("t", 1, 3)).await.unwrap();
     let t = c.open_table("t").await.unwrap();
     insert_range(&c, &t, 0..3000).await;
-    let locs = c.table_locations(&t, true).await.unwrap();
-    let leader = locs[0].leader_addr().unwrap().to_string();
+    let leader = current_leader(&c, &t, 0).await;
     let mut cur = c
         .scan(&t)
         .projection(["id"])

@@ -104,8 +104,7 @@ async fn kill_leader_during_writes_then_restart_everything() {
     });
 
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let locs = c.table_locations(&t, true).await.unwrap();
-    let leader = locs[0].leader_addr().unwrap().to_string();
+    let leader = current_leader(&c, &t, 0).await;
     let victim = cl.tservers.iter().position(|p| p.addr == leader).unwrap();
     let killed_at = Instant::now();
     cl.tservers[victim].kill9();

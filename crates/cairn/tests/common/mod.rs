@@ -236,6 +236,25 @@ pub async fn all_ids(c: &Client, t: &Table) -> Vec<i64> {
     ids
 }
 
+/// The address of the current leader of the table's `i`-th tablet, asking the master
+/// again (for up to 20 s) while none is known, e.g. during an election.
+pub async fn current_leader(c: &Client, t: &Table, i: usize) -> String {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(locs) = c.table_locations(t, true).await
+            && let Some(a) = locs.get(i).and_then(|l| l.leader_addr())
+        {
+            return a.to_string();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "tablet {i} of '{}' has no leader after 20 s",
+            t.name
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Checksums of every replica of every tablet at one snapshot; asserts they agree
 /// among the given (live) servers. Returns total rows.
 ///

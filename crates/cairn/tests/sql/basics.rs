@@ -282,3 +282,27 @@ async fn join_dynamic_filter_narrows_the_probe_scan() {
         "{big_scan}"
     );
 }
+
+/// A range partition added through one engine (client) is seen by another engine's
+/// scans once its cached locations expire, and a dropped one stops being read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn other_clients_see_range_partition_changes() {
+    let (cl, engine) = sql_cluster(1).await;
+    let other = cairn_sql::SqlEngine::new(cl.client().await).unwrap();
+    let (a, b) = (engine.session(), other.session());
+    q(
+        &a,
+        "CREATE TABLE r (k BIGINT PRIMARY KEY) PARTITION BY RANGE (k) (PARTITION 0 <= VALUES < 10)",
+    )
+    .await;
+    q(&a, "INSERT INTO r VALUES (1), (2)").await;
+    assert_eq!(q(&b, "SELECT count(*) FROM r").await, vec![row(&["2"])]);
+    q(&a, "ALTER TABLE r ADD RANGE PARTITION 10 <= VALUES < 20").await;
+    q(&a, "INSERT INTO r VALUES (11), (12), (13)").await;
+    assert_eq!(q(&a, "SELECT count(*) FROM r").await, vec![row(&["5"])]);
+    tokio::time::sleep(cairn_client::LOCATIONS_TTL + std::time::Duration::from_millis(500)).await;
+    assert_eq!(q(&b, "SELECT count(*) FROM r").await, vec![row(&["5"])]);
+    q(&a, "ALTER TABLE r DROP RANGE PARTITION 0 <= VALUES < 10").await;
+    tokio::time::sleep(cairn_client::LOCATIONS_TTL + std::time::Duration::from_millis(500)).await;
+    assert_eq!(q(&b, "SELECT count(*) FROM r").await, vec![row(&["3"])]);
+}
