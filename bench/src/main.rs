@@ -18,6 +18,11 @@
 //! It prints a table, writes it as Markdown (`--out`) and appends one JSON line per
 //! measurement to `--jsonl`.
 
+/// The allocator the `cairn` binary uses (mimalloc), so that Cairn's embedded SQL
+/// engine and DataFusion in this process run on the same one as the servers.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::error::Error;
 use std::fmt::Write as _;
 use std::fs::File;
