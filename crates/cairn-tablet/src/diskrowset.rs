@@ -392,6 +392,9 @@ pub struct SkipCache {
 /// Most conjunctions remembered per row group.
 const SKIP_CACHE_PER_GROUP: usize = 16;
 
+/// Longest IN list a remembered conjunction may hold.
+const SKIP_CACHE_MAX_IN_LIST: usize = 64;
+
 impl SkipCache {
     fn with_groups(entries: Vec<Vec<Vec<ColumnPredicate>>>) -> Self {
         SkipCache {
@@ -405,8 +408,16 @@ impl SkipCache {
         g.get(rg)
             .is_some_and(|cached| cached.iter().any(|c| conjunction_implies(preds, c)))
     }
-    /// Remembers that `preds` matched nothing in `rg`.
+    /// Remembers that `preds` matched nothing in `rg`. Conjunctions with long IN
+    /// lists (a join's key set, different in every query) are not remembered: they
+    /// rarely recur, and implication between IN lists costs the product of their
+    /// lengths on every later scan.
     pub fn record(&self, rg: usize, num_groups: usize, preds: &[ColumnPredicate]) {
+        if preds.iter().any(|p| {
+            matches!(&p.op, cairn_common::PredicateOp::InList(vs) if vs.len() > SKIP_CACHE_MAX_IN_LIST)
+        }) {
+            return;
+        }
         let mut g = self.groups.write();
         if g.len() < num_groups {
             g.resize(num_groups, vec![]);
@@ -1033,4 +1044,35 @@ fn apply_deltas(
         out.push(interleave(&[col.as_ref(), patch.as_ref()], &idx)?);
     }
     Ok((out, BooleanArray::from(visible)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_common::Value;
+
+    #[test]
+    fn skip_cache_forgets_nothing_it_can_use_and_skips_long_in_lists() {
+        let c = SkipCache::default();
+        let short = vec![ColumnPredicate::in_list(
+            "k",
+            (0..3).map(Value::Int64).collect(),
+        )];
+        c.record(0, 2, &short);
+        assert_eq!(c.len(), 1);
+        assert!(c.known_empty(0, &[ColumnPredicate::eq("k", Value::Int64(1))]));
+        assert!(!c.known_empty(1, &short));
+        let long = vec![ColumnPredicate::in_list(
+            "k",
+            (0..SKIP_CACHE_MAX_IN_LIST as i64 + 1)
+                .map(Value::Int64)
+                .collect(),
+        )];
+        c.record(1, 2, &long);
+        assert_eq!(
+            c.len(),
+            1,
+            "a conjunction with a long IN list is not remembered"
+        );
+    }
 }
