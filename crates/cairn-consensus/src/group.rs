@@ -76,6 +76,9 @@ pub struct ReplicaStatus {
     pub last_applied: u64,
     /// Last log index.
     pub last_log_index: u64,
+    /// The last index purged from the log (0: none): a member that has not reached
+    /// it can only catch up by a copy of the state machine.
+    pub purged_index: u64,
     /// Leader only: the index each member has replicated (absent when unknown).
     pub matched: BTreeMap<NodeId, u64>,
 }
@@ -317,6 +320,7 @@ impl RaftGroup {
             learners,
             last_applied: m.last_applied.map_or(0, |l| l.index),
             last_log_index: m.last_log_index.unwrap_or(0),
+            purged_index: m.purged.map_or(0, |l| l.index),
             matched,
         }
     }

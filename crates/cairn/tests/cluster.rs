@@ -376,9 +376,38 @@ async fn lagging_follower_gets_a_tablet_copy() {
     c.create_table(table_spec("t", 1, 3)).await.unwrap();
     let t = c.open_table("t").await.unwrap();
     insert_batched(&c, &t, 0..100, 10).await;
+    let last_index = |ts: &Option<cairn_tserver::TabletServer>| {
+        ts.as_ref()
+            .map(|ts| ts.manager().list())
+            .unwrap_or_default()
+            .iter()
+            .map(|r| r.group.status().last_log_index)
+            .max()
+            .unwrap_or(0)
+    };
+    let stopped_at = last_index(&cl.tservers[1]);
     cl.stop_tserver(1).await;
     insert_batched(&c, &t, 100..1000, 10).await;
     c.scan(&t).count().await.unwrap();
+    // Purging runs in the background after a snapshot: restart the follower only once
+    // the leader's log no longer holds what it missed.
+    let purged_past = |cl: &InProc| {
+        cl.tservers.iter().flatten().any(|ts| {
+            ts.manager().list().iter().any(|r| {
+                let s = r.group.status();
+                s.role == cairn_consensus::ReplicaRole::Leader && s.purged_index > stopped_at
+            })
+        })
+    };
+    wait_for(
+        Duration::from_secs(30),
+        "the leader to purge its log past the stopped follower",
+        || {
+            let done = purged_past(&cl);
+            async move { done }
+        },
+    )
+    .await;
     cl.start_tserver(1).await;
     let live = cl.ts_addrs.clone();
     wait_replicas_agree(
