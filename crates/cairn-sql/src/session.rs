@@ -428,6 +428,17 @@ impl SqlSession {
                 insert_mode,
                 as_of,
             } => {
+                // DataFusion plans START TRANSACTION but not its PostgreSQL spelling.
+                if let datafusion::sql::parser::Statement::Statement(st) = &statement
+                    && matches!(
+                        st.as_ref(),
+                        datafusion::sql::sqlparser::ast::Statement::StartTransaction { .. }
+                    )
+                {
+                    return Ok(QueryResult::Done {
+                        tag: "BEGIN".into(),
+                    });
+                }
                 let fixed = self.fixed_snapshot(as_of.as_ref()).await?;
                 let state = self.statement_state(fixed, insert_mode_of(insert_mode));
                 schema.refresh(false).await?;
@@ -537,13 +548,16 @@ impl SqlSession {
                     datafusion::logical_expr::Statement::SetVariable(_) => "SET",
                     datafusion::logical_expr::Statement::ResetVariable(_) => "RESET",
                     datafusion::logical_expr::Statement::TransactionStart(_) => "BEGIN",
-                    datafusion::logical_expr::Statement::TransactionEnd(_) => "COMMIT",
+                    datafusion::logical_expr::Statement::TransactionEnd(e) => match e.conclusion {
+                        datafusion::logical_expr::TransactionConclusion::Commit => "COMMIT",
+                        datafusion::logical_expr::TransactionConclusion::Rollback => "ROLLBACK",
+                    },
                     _ => "",
                 };
                 match tag {
                     // Every statement commits on its own: transactions are accepted
                     // so that drivers that wrap statements in them work.
-                    "BEGIN" | "COMMIT" => Ok(QueryResult::Done { tag: tag.into() }),
+                    "BEGIN" | "COMMIT" | "ROLLBACK" => Ok(QueryResult::Done { tag: tag.into() }),
                     "SET" | "RESET" => {
                         self.ctx.execute_logical_plan(plan).await?.collect().await?;
                         Ok(QueryResult::Done { tag: tag.into() })

@@ -306,3 +306,22 @@ async fn other_clients_see_range_partition_changes() {
     tokio::time::sleep(cairn_client::LOCATIONS_TTL + std::time::Duration::from_millis(500)).await;
     assert_eq!(q(&b, "SELECT count(*) FROM r").await, vec![row(&["3"])]);
 }
+
+/// Transaction statements are accepted (every statement commits on its own) and
+/// answer with their own tags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transaction_statements_answer_with_their_tags() {
+    let (_cl, engine) = sql_cluster(1).await;
+    let s = engine.session();
+    for (sql, want) in [
+        ("BEGIN", "BEGIN"),
+        ("COMMIT", "COMMIT"),
+        ("START TRANSACTION", "BEGIN"),
+        ("ROLLBACK", "ROLLBACK"),
+    ] {
+        match s.execute(sql).await.as_deref() {
+            Ok([cairn_sql::QueryResult::Done { tag }]) => assert_eq!(tag, want, "{sql}"),
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+}
