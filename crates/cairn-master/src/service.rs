@@ -293,20 +293,24 @@ impl MasterService {
         let partitions = if add.is_empty() {
             vec![]
         } else {
-            // The overlap check runs over what remains plus what is added.
+            // Partitioning what remains plus what is added checks for overlap; the new
+            // tablets are the partitions of the added ranges.
             let mut all = ranges.clone();
             all.extend(add.iter().cloned());
-            t.partition_schema
-                .create_partitions(&all)
-                .map_err(|e| match e {
-                    cairn_common::CommonError::InvalidPartitioning(m) => {
-                        MasterError::InvalidArgument(format!(
-                            "cannot add the range partition(s) to '{name}': {m}"
-                        ))
-                    }
-                    other => other.into(),
-                })?;
-            t.partition_schema.create_partitions(&add)?
+            let mut partitions =
+                t.partition_schema
+                    .create_partitions(&all)
+                    .map_err(|e| match e {
+                        cairn_common::CommonError::InvalidPartitioning(m) => {
+                            MasterError::InvalidArgument(format!(
+                                "cannot add the range partition(s) to '{name}': {m}"
+                            ))
+                        }
+                        other => other.into(),
+                    })?;
+            partitions
+                .retain(|p| !ranges.contains(&(p.range_lower.clone(), p.range_upper.clone())));
+            partitions
         };
         let live = st.live_servers();
         if !partitions.is_empty() && live.len() < t.replicas as usize {

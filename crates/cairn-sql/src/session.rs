@@ -271,9 +271,7 @@ impl SqlSession {
             } => {
                 let fixed = self.fixed_snapshot(as_of.as_ref()).await?;
                 let mode = insert_mode_of(insert_mode);
-                let state = self.statement_state(fixed, mode);
-                self.engine.inner.schema.refresh(false).await?;
-                let plan = state.statement_to_plan(statement).await?;
+                let (_, plan) = self.plan_statement(statement, fixed, mode).await?;
                 let types = plan.get_parameter_types()?;
                 let mut params: Vec<(usize, Option<ArrowType>)> = types
                     .into_iter()
@@ -412,6 +410,20 @@ impl SqlSession {
     }
 
     /// This session's state with a fresh statement context.
+    /// Plans a DataFusion statement in a state carrying its snapshot and insert mode,
+    /// after bringing the table list up to date.
+    async fn plan_statement(
+        &self,
+        statement: DFStatement,
+        fixed: Option<u64>,
+        mode: InsertMode,
+    ) -> Result<(SessionState, LogicalPlan)> {
+        let state = self.statement_state(fixed, mode);
+        self.engine.inner.schema.refresh(false).await?;
+        let plan = state.statement_to_plan(statement).await?;
+        Ok((state, plan))
+    }
+
     fn statement_state(&self, fixed: Option<u64>, mode: InsertMode) -> SessionState {
         let mut state = self.ctx.state();
         state
@@ -429,7 +441,7 @@ impl SqlSession {
                 as_of,
             } => {
                 // DataFusion plans START TRANSACTION but not its PostgreSQL spelling.
-                if let datafusion::sql::parser::Statement::Statement(st) = &statement
+                if let DFStatement::Statement(st) = &statement
                     && matches!(
                         st.as_ref(),
                         datafusion::sql::sqlparser::ast::Statement::StartTransaction { .. }
@@ -440,9 +452,9 @@ impl SqlSession {
                     });
                 }
                 let fixed = self.fixed_snapshot(as_of.as_ref()).await?;
-                let state = self.statement_state(fixed, insert_mode_of(insert_mode));
-                schema.refresh(false).await?;
-                let plan = state.statement_to_plan(statement).await?;
+                let (state, plan) = self
+                    .plan_statement(statement, fixed, insert_mode_of(insert_mode))
+                    .await?;
                 self.run_plan(state, plan).await
             }
             CairnStatement::CreateTable(ct) => self.create_table(ct).await,

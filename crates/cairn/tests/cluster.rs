@@ -106,32 +106,27 @@ async fn rpc_paths_bad_input_alter_and_drop() {
     assert_eq!(c.scan(&t).count().await.unwrap(), 999);
 
     // Malformed RPC bytes: rejected, the server keeps serving. (Asked again if the
-    // leader moved between reading the locations and the write.)
-    let mut locs = c.table_locations(&t, true).await.unwrap();
-    let mut bad = tonic::Status::unknown("not sent");
-    let mut leader = String::new();
-    for _ in 0..100 {
-        if let Some(a) = locs[0].leader_addr() {
-            leader = a.to_string();
-            let mut raw = c.tablet_server(&leader).await.unwrap();
-            bad = raw
-                .write(cairn_proto::WriteRequest {
-                    tablet_id: locs[0].tablet_id.clone(),
-                    batches: vec![cairn_proto::RowBatch {
-                        op_kinds: vec![0u8].into(),
-                        arrow_ipc: vec![1u8, 2, 3, 4].into(),
-                    }],
-                    propagated_timestamp: 0,
-                })
-                .await
-                .unwrap_err();
-            if bad.code() != tonic::Code::FailedPrecondition {
-                break;
-            }
+    // leader moved between finding it and the write.)
+    let locs = c.table_locations(&t, true).await.unwrap();
+    let malformed = cairn_proto::WriteRequest {
+        tablet_id: locs[0].tablet_id.clone(),
+        batches: vec![cairn_proto::RowBatch {
+            op_kinds: vec![0u8].into(),
+            arrow_ipc: vec![1u8, 2, 3, 4].into(),
+        }],
+        propagated_timestamp: 0,
+    };
+    let mut attempts = 0;
+    let (leader, bad) = loop {
+        let leader = current_leader(&c, &t, 0).await;
+        let mut raw = c.tablet_server(&leader).await.unwrap();
+        let bad = raw.write(malformed.clone()).await.unwrap_err();
+        attempts += 1;
+        if bad.code() != tonic::Code::FailedPrecondition || attempts == 100 {
+            break (leader, bad);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        locs = c.table_locations(&t, true).await.unwrap();
-    }
+    };
     let mut raw = c.tablet_server(&leader).await.unwrap();
     assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
     let mut cons =
@@ -174,25 +169,22 @@ async fn rpc_paths_bad_input_alter_and_drop() {
     // Leader step-down: another replica takes over, nothing is lost. Leadership may
     // have moved since the locations above were read, so ask whoever leads now.
     let tablet0 = locs[0].tablet_id.clone();
-    let mut old_leader = String::new();
-    for _ in 0..100 {
-        let fresh = c.table_locations(&t, true).await.unwrap();
-        let l0 = fresh.iter().find(|l| l.tablet_id == tablet0).unwrap();
-        if let Some(a) = l0.leader_addr() {
-            let mut lc = c.tablet_server(a).await.unwrap();
-            let r = lc
-                .step_down(cairn_proto::StepDownRequest {
-                    tablet_id: tablet0.clone(),
-                })
-                .await;
-            if r.is_ok() {
-                old_leader = a.to_string();
-                break;
-            }
+    let mut attempts = 0;
+    let old_leader = loop {
+        let leader = current_leader(&c, &t, 0).await;
+        let mut lc = c.tablet_server(&leader).await.unwrap();
+        let r = lc
+            .step_down(cairn_proto::StepDownRequest {
+                tablet_id: tablet0.clone(),
+            })
+            .await;
+        attempts += 1;
+        if r.is_ok() {
+            break leader;
         }
+        assert!(attempts < 100, "no leader accepted a step-down: {r:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(!old_leader.is_empty(), "no leader accepted a step-down");
+    };
     wait_for(Duration::from_secs(20), "another replica to lead", || {
         let c = c.clone();
         let t = t.clone();
