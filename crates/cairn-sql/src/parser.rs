@@ -714,11 +714,42 @@ fn finish_query(
         m => m,
     };
     let as_of = strip_as_of(&mut statement)?;
+    normalize_update_targets(&mut statement);
     Ok(CairnStatement::Query {
         statement,
         insert_mode,
         as_of,
     })
+}
+
+/// Lower-cases the unquoted column names on the left of `UPDATE … SET col = …` (also
+/// inside EXPLAIN). DataFusion normalizes every other identifier but looks these up as
+/// written, so `SET FIELD0 = …` failed on a column created as `FIELD0` (stored
+/// `field0`), as drivers such as go-ycsb write it.
+fn normalize_update_targets(statement: &mut DFStatement) {
+    let stmt = match statement {
+        DFStatement::Explain(e) => return normalize_update_targets(&mut e.statement),
+        DFStatement::Statement(s) => s.as_mut(),
+        _ => return,
+    };
+    let ast::Statement::Update(update) = stmt else {
+        return;
+    };
+    let lower = |name: &mut ast::ObjectName| {
+        for part in &mut name.0 {
+            if let ast::ObjectNamePart::Identifier(ident) = part
+                && ident.quote_style.is_none()
+            {
+                ident.value = ident.value.to_lowercase();
+            }
+        }
+    };
+    for assignment in &mut update.assignments {
+        match &mut assignment.target {
+            ast::AssignmentTarget::ColumnName(name) => lower(name),
+            ast::AssignmentTarget::Tuple(names) => names.iter_mut().for_each(lower),
+        }
+    }
 }
 
 /// Reads and clears the `OR REPLACE` / `OR IGNORE` / `ON CONFLICT` decorations of an

@@ -6,11 +6,19 @@
 //! tablet opened picks it (the latest safe time its leader can serve, at or after
 //! everything this client wrote) and every other tablet is read at the same
 //! HybridTime, unless the statement fixed one (`AS OF`, `cairn.read_timestamp`).
+//!
+//! A scan with a small limit (at most [`KEY_ORDERED_LIMIT_MAX`] rows) over several
+//! tablets is one partition instead: every tablet is read in primary-key order up to
+//! the limit and the first rows in key order are returned, so `WHERE k >= x LIMIT n`
+//! is a range scan (YCSB's workload E, a key-value store's scan) even on a
+//! hash-partitioned table. Without ORDER BY any order would be allowed; key order is
+//! what users of a key-value store expect.
 
 use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::RecordBatchOptions;
+use arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record_batch};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use cairn_client::{Client, ReadMode, Table, TabletLocationInfo};
@@ -38,6 +46,11 @@ use futures::{StreamExt, TryStreamExt};
 use crate::error::{SqlError, df_err};
 use crate::options::StatementContext;
 use crate::pushdown::implied_by_physical;
+
+/// Largest limit for which a scan over several tablets returns the first rows in
+/// primary-key order (see the module docs). Larger limits read the tablets as
+/// separate partitions, in no particular order.
+pub const KEY_ORDERED_LIMIT_MAX: usize = 10_000;
 
 /// What a scan reads: shared by all its partitions.
 #[derive(Debug)]
@@ -76,7 +89,11 @@ pub struct CairnScanExec {
 
 impl CairnScanExec {
     pub(crate) fn new(spec: ScanSpec) -> Self {
-        let partitions = spec.tablets.len().max(1);
+        let partitions = if spec.key_ordered() {
+            1
+        } else {
+            spec.tablets.len().max(1)
+        };
         let props = PlanProperties::new(
             EquivalenceProperties::new(spec.schema.clone()),
             Partitioning::UnknownPartitioning(partitions),
@@ -126,6 +143,9 @@ impl DisplayAs for CairnScanExec {
         }
         if let Some(l) = s.limit {
             write!(f, ", limit={l}")?;
+        }
+        if s.key_ordered() {
+            write!(f, ", key_ordered")?;
         }
         if let Some(ts) = s.statement.fixed_snapshot {
             write!(f, ", snapshot={ts}")?;
@@ -249,9 +269,17 @@ impl ExecutionPlan for CairnScanExec {
         let spec = self.spec.clone();
         let dynamic = self.dynamic_filters.clone();
         let output_rows = MetricBuilder::new(&self.metrics).output_rows(partition);
-        let stream = futures::stream::once(async move { open_tablet(spec, tablet, dynamic).await })
-            .try_flatten()
-            .inspect_ok(move |b| output_rows.add(b.num_rows()));
+        if spec.key_ordered() {
+            let stream = futures::stream::once(first_rows_in_key_order(spec, dynamic))
+                .inspect_ok(move |b| output_rows.add(b.num_rows()));
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)));
+        }
+        let columns = spec.columns.clone();
+        let stream = futures::stream::once(async move {
+            open_tablet(spec, tablet, dynamic, columns, false).await
+        })
+        .try_flatten()
+        .inspect_ok(move |b| output_rows.add(b.num_rows()));
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
 
@@ -266,8 +294,8 @@ impl ExecutionPlan for CairnScanExec {
     ) -> Result<Arc<Statistics>> {
         let s = &self.spec;
         let rows: Option<u64> = match args.partition() {
-            Some(p) => s.tablet_rows.get(p).copied().flatten(),
-            None => s.tablet_rows.iter().copied().sum(),
+            Some(p) if !s.key_ordered() => s.tablet_rows.get(p).copied().flatten(),
+            _ => s.tablet_rows.iter().copied().sum(),
         };
         let mut stats = Statistics::new_unknown(&s.schema);
         if let Some(mut r) = rows {
@@ -280,23 +308,95 @@ impl ExecutionPlan for CairnScanExec {
     }
 }
 
+impl ScanSpec {
+    /// Whether this scan returns its first `limit` rows in primary-key order from a
+    /// single partition (see the module docs).
+    fn key_ordered(&self) -> bool {
+        self.tablets.len() > 1 && self.limit.is_some_and(|l| l <= KEY_ORDERED_LIMIT_MAX)
+    }
+}
+
 type BatchStream = futures::stream::BoxStream<'static, Result<RecordBatch>>;
 
-/// Opens the scan of one tablet and returns its batches. The dynamic filters are
-/// read now: the stream is opened on first poll, which for a hash join's probe side
-/// is after its build side is complete.
+/// Reads every tablet in primary-key order up to the limit and returns the first
+/// `limit` rows of all of them in key order, as one batch of the scan's schema.
+async fn first_rows_in_key_order(
+    spec: Arc<ScanSpec>,
+    dynamic: Vec<Arc<dyn PhysicalExpr>>,
+) -> Result<RecordBatch> {
+    let limit = spec.limit.unwrap_or(KEY_ORDERED_LIMIT_MAX);
+    // Read the key columns too (after the projected ones) to merge by them.
+    let schema = &spec.table.schema;
+    let mut columns = spec.columns.clone();
+    let mut key_positions = vec![];
+    for &k in schema.key_indexes() {
+        let name = &schema.column(k).name;
+        let at = match columns.iter().position(|c| c == name) {
+            Some(at) => at,
+            None => {
+                columns.push(name.clone());
+                columns.len() - 1
+            }
+        };
+        key_positions.push(at);
+    }
+    let scans = spec.tablets.iter().map(|t| {
+        let (spec, dynamic, columns) = (spec.clone(), dynamic.clone(), columns.clone());
+        async move {
+            open_tablet(spec, t.clone(), dynamic, columns, true)
+                .await?
+                .try_collect::<Vec<_>>()
+                .await
+        }
+    });
+    // One after another: the first tablet picks the statement's snapshot.
+    let mut batches = vec![];
+    for scan in scans {
+        batches.extend(scan.await?);
+    }
+    let Some(first) = batches.first() else {
+        return Ok(RecordBatch::new_empty(spec.schema.clone()));
+    };
+    let all = concat_batches(&first.schema(), &batches)?;
+    let sort: Vec<SortColumn> = key_positions
+        .iter()
+        .map(|&i| SortColumn {
+            values: all.column(i).clone(),
+            options: None,
+        })
+        .collect();
+    let first_rows = lexsort_to_indices(&sort, Some(limit))?;
+    let taken = take_record_batch(&all, &first_rows)?;
+    let opts = RecordBatchOptions::new().with_row_count(Some(taken.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        spec.schema.clone(),
+        taken.columns()[..spec.columns.len()].to_vec(),
+        &opts,
+    )?)
+}
+
+/// Opens the scan of one tablet and returns its batches, reading `columns` (the
+/// scan's own, or more for [`first_rows_in_key_order`], whose batches keep the
+/// server's schema) in key order if `ordered`. The dynamic filters are read now: the
+/// stream is opened on first poll, which for a hash join's probe side is after its
+/// build side is complete.
 async fn open_tablet(
     spec: Arc<ScanSpec>,
     tablet: TabletLocationInfo,
     dynamic: Vec<Arc<dyn PhysicalExpr>>,
+    columns: Vec<String>,
+    ordered: bool,
 ) -> Result<BatchStream> {
     let mut builder = spec
         .client
         .scan(&spec.table)
-        .only_tablet(tablet.tablet_id.clone());
+        .only_tablet(tablet.tablet_id.clone())
+        .ordered(ordered);
+    // Batches of the scan's own columns take its schema; wider ones keep theirs.
+    let own_columns = columns == spec.columns;
     // A scan of no columns (count(*)) still needs rows: read the first key column
     // and drop it.
-    let count_only = spec.columns.is_empty();
+    let count_only = columns.is_empty();
     let columns = if count_only {
         vec![
             spec.table
@@ -306,7 +406,7 @@ async fn open_tablet(
                 .clone(),
         ]
     } else {
-        spec.columns.clone()
+        columns
     };
     builder = builder.projection(columns);
     for p in &spec.predicates {
@@ -333,9 +433,11 @@ async fn open_tablet(
                 vec![],
                 &opts,
             )?)
-        } else {
+        } else if own_columns {
             // Same columns; take the statement's field names and nullability.
             Ok(RecordBatch::try_new(schema.clone(), b.columns().to_vec())?)
+        } else {
+            Ok(b)
         }
     };
 

@@ -16,10 +16,11 @@ use cairn_common::DataType;
 use datafusion::catalog::{
     CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
 };
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::context::SessionState;
-use datafusion::logical_expr::{DdlStatement, LogicalPlan, WriteOp};
+use datafusion::logical_expr::{DdlStatement, Expr, LogicalPlan, WriteOp};
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::{SendableRecordBatchStream, collect, execute_stream};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -287,6 +288,11 @@ impl SqlSession {
                 let mut param_types = vec![None; count];
                 for (i, t) in params {
                     param_types[i - 1] = t;
+                }
+                for i in limit_placeholders(&plan) {
+                    if let Some(t @ None) = param_types.get_mut(i - 1) {
+                        *t = Some(ArrowType::Int64);
+                    }
                 }
                 let schema = match &plan {
                     LogicalPlan::Dml(_) => crate::write::count_schema(),
@@ -704,4 +710,25 @@ fn literal_text(e: &ast::Expr) -> Option<String> {
 async fn collect_stream(stream: SendableRecordBatchStream) -> Result<Vec<RecordBatch>> {
     use futures::TryStreamExt;
     Ok(stream.try_collect().await?)
+}
+
+/// The numbers of the placeholders in `LIMIT $n` / `OFFSET $n`, which DataFusion
+/// leaves untyped: they can only be row counts, and a driver that sends untyped
+/// parameters as text (go-ycsb's `LIMIT $2` through lib/pq) needs to be told so.
+fn limit_placeholders(plan: &LogicalPlan) -> Vec<usize> {
+    let mut numbers = vec![];
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::Limit(limit) = node {
+            for e in [&limit.skip, &limit.fetch].into_iter().flatten() {
+                if let Expr::Placeholder(p) = e.as_ref()
+                    && let Ok(n) = p.id.trim_start_matches('$').parse::<usize>()
+                    && n > 0
+                {
+                    numbers.push(n);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    numbers
 }
