@@ -218,12 +218,13 @@ impl BaseData {
     /// Every row of row group `rg` for the given columns (defaults for absent ones).
     pub fn read_all(&self, schema: &Schema, ids: &[ColumnId], rg: usize) -> Result<Vec<ArrayRef>> {
         let (a, b) = self.group_range(rg);
-        self.read_columns(schema, ids, rg, a, b, None)
+        self.read_columns(schema, ids, rg, a, b, None, None)
     }
 
     /// Reads the given columns (by id) of row group `rg`, rows `[a, b)` (absolute
     /// ordinals) further restricted by `mask` (over `[a, b)`), filling absent columns with
     /// their defaults.
+    #[allow(clippy::too_many_arguments)]
     fn read_columns(
         &self,
         schema: &Schema,
@@ -232,9 +233,19 @@ impl BaseData {
         a: u32,
         b: u32,
         mask: Option<&BooleanArray>,
+        cache: Option<&BlockCache>,
     ) -> Result<Vec<ArrayRef>> {
         let start = self.group_starts[rg];
         let end = self.group_starts[rg + 1];
+        // A few rows inside one block (a point lookup, a short range) come from the
+        // block cache: decoding their pages again for every lookup is the cost of a
+        // key-value read.
+        let block = ((a - start) as usize) / BLOCK_ROWS;
+        let cached = cache.filter(|_| {
+            b > a
+                && b - a <= CACHED_READ_MAX_ROWS
+                && ((b - 1 - start) as usize) / BLOCK_ROWS == block
+        });
         let selection = if a == start && b == end && mask.is_none() {
             None
         } else {
@@ -283,6 +294,18 @@ impl BaseData {
             }
         }
         for (fi, cols) in per_file {
+            if let Some(cache) = cached {
+                let batch = self.cached_block(cache, fi, rg, block)?;
+                let offset = (a - start) as usize - block * BLOCK_ROWS;
+                for (pos, ci) in cols {
+                    let arr = batch.column(ci).slice(offset, (b - a) as usize);
+                    out[pos] = Some(match mask {
+                        Some(m) => filter(arr.as_ref(), m)?,
+                        None => arr,
+                    });
+                }
+                continue;
+            }
             let file_cols: Vec<usize> = cols.iter().map(|(_, c)| *c).collect();
             let arrays = self.files[fi].read(&file_cols, rg, selection.clone())?;
             for ((pos, _), arr) in cols.into_iter().zip(arrays) {
@@ -293,6 +316,46 @@ impl BaseData {
             .into_iter()
             .map(|a| a.unwrap_or_else(|| new_null_array(&arrow::datatypes::DataType::Null, 0)))
             .collect())
+    }
+
+    /// Block `block` ([`BLOCK_ROWS`] rows) of row group `rg` of file `fi`, every
+    /// column of the file decoded: from the cache, or read and cached.
+    fn cached_block(
+        &self,
+        cache: &BlockCache,
+        fi: usize,
+        rg: usize,
+        block: usize,
+    ) -> Result<Arc<RecordBatch>> {
+        let file = &self.files[fi];
+        let key = (rg as u32) << 16 | block as u32;
+        if let Some(b) = cache.get(file.uid, key) {
+            return Ok(b);
+        }
+        let rows = (self.group_starts[rg + 1] - self.group_starts[rg]) as usize;
+        let lo = block * BLOCK_ROWS;
+        let hi = (lo + BLOCK_ROWS).min(rows);
+        let mut sel = vec![];
+        if lo > 0 {
+            sel.push(RowSelector::skip(lo));
+        }
+        sel.push(RowSelector::select(hi - lo));
+        if rows > hi {
+            sel.push(RowSelector::skip(rows - hi));
+        }
+        let cols: Vec<usize> = (0..file.meta.column_ids.len()).collect();
+        let arrays = file.read(&cols, rg, Some(RowSelection::from(sel)))?;
+        let fields: Vec<Field> = arrays
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Field::new(format!("f{i}"), a.data_type().clone(), true))
+            .collect();
+        let b = Arc::new(RecordBatch::try_new(
+            Arc::new(ArrowSchema::new(fields)),
+            arrays,
+        )?);
+        cache.insert(file.uid, key, b.clone());
+        Ok(b)
     }
 
     /// Whether min/max statistics prove no base row of `rg` matches `preds`.
@@ -672,41 +735,11 @@ impl DiskRowSet {
     pub fn base_row(&self, schema: &Schema, ordinal: u32) -> Result<Row> {
         let base = self.base();
         let rg = base.group_starts.partition_point(|s| *s <= ordinal) - 1;
-        let start = base.group_starts[rg];
-        let rel = (ordinal - start) as usize;
+        let rel = (ordinal - base.group_starts[rg]) as usize;
         let block = rel / BLOCK_ROWS;
         let mut row: Row = schema.columns().iter().map(|c| c.read_default()).collect();
-        for file in &base.files {
-            let key_block = (rg as u32) << 16 | block as u32;
-            let batch = match self.cache.get(file.uid, key_block) {
-                Some(b) => b,
-                None => {
-                    let rows = (base.group_starts[rg + 1] - start) as usize;
-                    let lo = block * BLOCK_ROWS;
-                    let hi = (lo + BLOCK_ROWS).min(rows);
-                    let mut sel = vec![];
-                    if lo > 0 {
-                        sel.push(RowSelector::skip(lo));
-                    }
-                    sel.push(RowSelector::select(hi - lo));
-                    if rows > hi {
-                        sel.push(RowSelector::skip(rows - hi));
-                    }
-                    let cols: Vec<usize> = (0..file.meta.column_ids.len()).collect();
-                    let arrays = file.read(&cols, rg, Some(RowSelection::from(sel)))?;
-                    let fields: Vec<Field> = arrays
-                        .iter()
-                        .enumerate()
-                        .map(|(i, a)| Field::new(format!("f{i}"), a.data_type().clone(), true))
-                        .collect();
-                    let b = Arc::new(RecordBatch::try_new(
-                        Arc::new(ArrowSchema::new(fields)),
-                        arrays,
-                    )?);
-                    self.cache.insert(file.uid, key_block, b.clone());
-                    b
-                }
-            };
+        for (fi, file) in base.files.iter().enumerate() {
+            let batch = base.cached_block(&self.cache, fi, rg, block)?;
             let within = rel - block * BLOCK_ROWS;
             for (ci, id) in file.meta.column_ids.iter().enumerate() {
                 if let Some(i) = schema.index_of_id(*id)
@@ -823,13 +856,13 @@ impl DiskRowSet {
         if relevant.is_empty() {
             // Lazy materialisation: predicate columns first.
             if s.predicates.is_empty() {
-                let cols = base.read_columns(schema, &proj_ids, rg, lo, hi, None)?;
+                let cols = base.read_columns(schema, &proj_ids, rg, lo, hi, None, Some(&self.cache))?;
                 return Ok(Some(OrdinalBatch {
                     batch: make_batch(&s.out_schema, cols, (hi - lo) as usize)?,
                     ordinals: (lo..hi).collect(),
                 }));
             }
-            let pcols = base.read_columns(schema, &pred_unique, rg, lo, hi, None)?;
+            let pcols = base.read_columns(schema, &pred_unique, rg, lo, hi, None, Some(&self.cache))?;
             let mask = evaluate(schema, s.predicates, &pred_unique, &pcols)?;
             let n = mask.true_count();
             if n == 0 {
@@ -850,7 +883,7 @@ impl DiskRowSet {
             let rest = if need.is_empty() {
                 vec![]
             } else {
-                base.read_columns(schema, &need, rg, lo, hi, Some(&mask))?
+                base.read_columns(schema, &need, rg, lo, hi, Some(&mask), Some(&self.cache))?
             };
             let mut cols = Vec::with_capacity(proj_ids.len());
             for id in &proj_ids {
@@ -874,7 +907,7 @@ impl DiskRowSet {
                 ids.push(*id);
             }
         }
-        let cols = base.read_columns(schema, &ids, rg, lo, hi, None)?;
+        let cols = base.read_columns(schema, &ids, rg, lo, hi, None, Some(&self.cache))?;
         let (cols, visible) = apply_deltas(schema, &ids, cols, lo, &relevant)?;
         let pos_of = |id: &ColumnId| ids.iter().position(|x| x == id).unwrap_or(0);
         let pcols: Vec<ArrayRef> = pred_unique
@@ -910,6 +943,9 @@ impl DiskRowSet {
         }))
     }
 }
+
+/// Largest row range a scan reads through the block cache (when it lies in one block).
+const CACHED_READ_MAX_ROWS: u32 = 64;
 
 /// Builds a batch (which may have no columns) with `rows` rows.
 pub fn make_batch(
