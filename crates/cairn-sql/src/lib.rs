@@ -26,6 +26,7 @@ pub mod error;
 pub mod flight;
 pub mod options;
 pub mod parser;
+pub mod partitioning;
 pub mod pg;
 pub mod provider;
 pub mod pushdown;

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use cairn_client::{Client, Table};
+use cairn_client::{Client, Table, TabletLocationInfo};
 use cairn_common::ColumnPredicate;
 use datafusion::catalog::Session;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -23,6 +23,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::error::{SqlError, df_err};
 use crate::options::{CairnOptions, InsertMode, StatementContext, parse_read_timestamp};
+use crate::partitioning::HashIdentity;
 use crate::pushdown::{pushdown_kind, translate};
 use crate::scan::{CairnScanExec, ScanSpec};
 use crate::types::value_to_scalar;
@@ -158,6 +159,51 @@ fn unqualify(e: Expr) -> Result<Expr> {
     .map(|t| t.data)
 }
 
+/// Cairn's hash partitioning of a scan, when DataFusion may be told of it (see
+/// [`crate::partitioning`]): one hash level, one range, every bucket read and the hash
+/// columns in the projection. Orders `tablets` by bucket so partition i is bucket i.
+fn declared_hash(
+    table: &Table,
+    all: &[TabletLocationInfo],
+    tablets: &mut [TabletLocationInfo],
+    projection: &[usize],
+) -> Option<(Vec<usize>, HashIdentity)> {
+    let ps = &table.partition_schema;
+    let [level] = ps.hash_levels.as_slice() else {
+        return None;
+    };
+    let one_range = all
+        .iter()
+        .all(|t| t.partition.range_lower.is_empty() && t.partition.range_upper.is_empty());
+    if !one_range || tablets.len() != all.len() || tablets.len() != level.num_buckets as usize {
+        return None;
+    }
+    tablets.sort_by_key(|t| t.partition.hash_buckets.first().copied());
+    let in_order = tablets
+        .iter()
+        .enumerate()
+        .all(|(i, t)| t.partition.hash_buckets.first() == Some(&(i as u32)));
+    if !in_order {
+        return None;
+    }
+    let schema = &table.schema;
+    let mut columns = vec![];
+    let mut types = vec![];
+    for name in &level.columns {
+        let i = schema.index_of(name).ok()?;
+        columns.push(projection.iter().position(|&p| p == i)?);
+        types.push(schema.column(i).data_type.clone());
+    }
+    Some((
+        columns,
+        HashIdentity {
+            types,
+            buckets: level.num_buckets,
+            seed: level.seed,
+        },
+    ))
+}
+
 #[async_trait::async_trait]
 impl TableProvider for CairnTable {
     fn schema(&self) -> SchemaRef {
@@ -210,7 +256,8 @@ impl TableProvider for CairnTable {
             .partition_schema
             .prune(schema, &parts, &predicates)
             .map_err(|e| df_err(SqlError::from(e)))?;
-        let tablets: Vec<_> = keep.into_iter().map(|i| locations[i].clone()).collect();
+        let mut tablets: Vec<_> = keep.into_iter().map(|i| locations[i].clone()).collect();
+        let hash = declared_hash(&self.table, &locations, &mut tablets, &indexes);
         let tablet_rows = tablets
             .iter()
             .map(|t| self.tablet_rows.get(&t.tablet_id).copied())
@@ -224,6 +271,7 @@ impl TableProvider for CairnTable {
             columns,
             predicates,
             limit,
+            hash,
             statement: Self::statement(state)?,
             schema: out_schema,
         })))

@@ -28,7 +28,7 @@ use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, Statistics};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
+use datafusion::physical_expr::expressions::{Column, DynamicFilterPhysicalExpr};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter_pushdown::{
@@ -45,6 +45,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::error::{SqlError, df_err};
 use crate::options::StatementContext;
+use crate::partitioning::HashIdentity;
 use crate::pushdown::implied_by_physical;
 
 /// Largest limit for which a scan over several tablets returns the first rows in
@@ -69,6 +70,9 @@ pub(crate) struct ScanSpec {
     pub predicates: Vec<ColumnPredicate>,
     /// Rows needed per tablet at most.
     pub limit: Option<usize>,
+    /// Cairn's hash partitioning to declare: the hash columns' positions in the output
+    /// and the hash's identity. Set only when partition i reads hash bucket i.
+    pub hash: Option<(Vec<usize>, HashIdentity)>,
     /// The statement's snapshot.
     pub statement: Arc<StatementContext>,
     /// The output schema.
@@ -89,14 +93,23 @@ pub struct CairnScanExec {
 
 impl CairnScanExec {
     pub(crate) fn new(spec: ScanSpec) -> Self {
-        let partitions = if spec.key_ordered() {
-            1
-        } else {
-            spec.tablets.len().max(1)
+        let partitioning = match &spec.hash {
+            Some((columns, identity)) if !spec.key_ordered() => Partitioning::Hash(
+                columns
+                    .iter()
+                    .map(|&i| {
+                        Arc::new(Column::new(spec.schema.field(i).name(), i))
+                            as Arc<dyn PhysicalExpr>
+                    })
+                    .collect(),
+                identity.buckets as usize,
+            ),
+            _ if spec.key_ordered() => Partitioning::UnknownPartitioning(1),
+            _ => Partitioning::UnknownPartitioning(spec.tablets.len().max(1)),
         };
         let props = PlanProperties::new(
             EquivalenceProperties::new(spec.schema.clone()),
-            Partitioning::UnknownPartitioning(partitions),
+            partitioning,
             EmissionType::Incremental,
             Boundedness::Bounded,
         );
@@ -120,6 +133,14 @@ impl CairnScanExec {
     /// The predicates the tablet servers evaluate.
     pub fn predicates(&self) -> &[ColumnPredicate] {
         &self.spec.predicates
+    }
+
+    /// The identity of the Cairn hash partitioning this scan declares, if it does.
+    pub fn hash_identity(&self) -> Option<&HashIdentity> {
+        match (&self.spec.hash, &self.props.partitioning) {
+            (Some((_, identity)), Partitioning::Hash(..)) => Some(identity),
+            _ => None,
+        }
     }
 }
 
@@ -146,6 +167,17 @@ impl DisplayAs for CairnScanExec {
         }
         if s.key_ordered() {
             write!(f, ", key_ordered")?;
+        } else if let Some((columns, identity)) = &s.hash {
+            let names: Vec<&str> = columns
+                .iter()
+                .map(|&i| s.schema.field(i).name().as_str())
+                .collect();
+            write!(
+                f,
+                ", cairn_hash=[{}] into {}",
+                names.join(", "),
+                identity.buckets
+            )?;
         }
         if let Some(ts) = s.statement.fixed_snapshot {
             write!(f, ", snapshot={ts}")?;

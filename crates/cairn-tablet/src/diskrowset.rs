@@ -856,13 +856,15 @@ impl DiskRowSet {
         if relevant.is_empty() {
             // Lazy materialisation: predicate columns first.
             if s.predicates.is_empty() {
-                let cols = base.read_columns(schema, &proj_ids, rg, lo, hi, None, Some(&self.cache))?;
+                let cols =
+                    base.read_columns(schema, &proj_ids, rg, lo, hi, None, Some(&self.cache))?;
                 return Ok(Some(OrdinalBatch {
                     batch: make_batch(&s.out_schema, cols, (hi - lo) as usize)?,
                     ordinals: (lo..hi).collect(),
                 }));
             }
-            let pcols = base.read_columns(schema, &pred_unique, rg, lo, hi, None, Some(&self.cache))?;
+            let pcols =
+                base.read_columns(schema, &pred_unique, rg, lo, hi, None, Some(&self.cache))?;
             let mask = evaluate(schema, s.predicates, &pred_unique, &pcols)?;
             let n = mask.true_count();
             if n == 0 {

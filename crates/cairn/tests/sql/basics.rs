@@ -412,3 +412,69 @@ async fn ycsb_statements_work_as_go_ycsb_sends_them() {
     let text = format!("{plan:?}");
     assert!(text.contains("key_ordered"), "{text}");
 }
+
+/// Cairn's hash partitioning is declared to DataFusion: an aggregation grouped by the
+/// hash column and a join of two tables hashed alike need no repartition, and a join
+/// of a Cairn-hashed side with a side DataFusion repartitions with its own hash
+/// re-hashes the Cairn side too (else partitions holding different keys would be
+/// joined). Small tables, so the join thresholds are lowered to force partitioned joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn declared_hash_partitioning_is_used_and_kept_apart() {
+    let (_cl, engine) = sql_cluster(1).await;
+    let s = engine.session();
+    for set in [
+        "SET datafusion.execution.target_partitions = 2",
+        "SET datafusion.optimizer.hash_join_single_partition_threshold = 0",
+        "SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
+    ] {
+        q(&s, set).await;
+    }
+    for ddl in [
+        "CREATE TABLE a (k BIGINT PRIMARY KEY, v BIGINT) PARTITION BY HASH (k) PARTITIONS 2",
+        "CREATE TABLE b (k BIGINT PRIMARY KEY, w BIGINT) PARTITION BY HASH (k) PARTITIONS 2",
+        "CREATE TABLE c (id BIGINT PRIMARY KEY, ref BIGINT) PARTITION BY HASH (id) PARTITIONS 2",
+        "INSERT INTO a SELECT value, value % 7 FROM generate_series(1, 400)",
+        "INSERT INTO b SELECT value, value * 10 FROM generate_series(1, 400)",
+        "INSERT INTO c SELECT value, 401 - value FROM generate_series(1, 400)",
+    ] {
+        q(&s, ddl).await;
+    }
+    let explain = |sql: &'static str| {
+        let s = &s;
+        async move {
+            q(s, &format!("EXPLAIN {sql}"))
+                .await
+                .iter()
+                .map(|r| r.join(" "))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    };
+    let hash_repartitions = |plan: &str| plan.matches("RepartitionExec: partitioning=Hash").count();
+
+    let group = "SELECT k, count(*) FROM a GROUP BY k";
+    let plan = explain(group).await;
+    assert!(plan.contains("cairn_hash=[k] into 2"), "{plan}");
+    assert_eq!(hash_repartitions(&plan), 0, "{plan}");
+    assert_eq!(
+        q(&s, &format!("SELECT count(*) FROM ({group})")).await,
+        vec![row(&["400"])]
+    );
+
+    let both: i64 = (1..=400i64).map(|k| k % 7 + k * 10).sum();
+    let co = "SELECT count(*), sum(a.v + b.w) FROM a JOIN b ON a.k = b.k";
+    let plan = explain(co).await;
+    assert!(plan.contains("mode=Partitioned"), "{plan}");
+    assert_eq!(hash_repartitions(&plan), 0, "{plan}");
+    assert_eq!(q(&s, co).await, vec![row(&["400", &both.to_string()])]);
+
+    let mixed_sum: i64 = (1..=400i64).map(|k| (k % 7) * (401 - k)).sum();
+    let mixed = "SELECT count(*), sum(a.v * c.id) FROM a JOIN c ON a.k = c.ref";
+    let plan = explain(mixed).await;
+    assert!(plan.contains("mode=Partitioned"), "{plan}");
+    assert_eq!(hash_repartitions(&plan), 2, "{plan}");
+    assert_eq!(
+        q(&s, mixed).await,
+        vec![row(&["400", &mixed_sum.to_string()])]
+    );
+}
