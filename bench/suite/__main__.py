@@ -1,0 +1,77 @@
+"""Command line of the benchmark suite (run it as bench/run …).
+
+Every measuring sub-command appends JSON lines to bench/results/<suite>.jsonl and then
+regenerates bench/results/REPORT.md and its charts.
+"""
+
+import argparse
+import sys
+
+from . import common, report, storage, tpch, ycsb
+
+EPILOG = """examples:
+  bench/run tpch --quick                     # SF 0.01, all 7 systems, a few minutes
+  bench/run tpch --sf 1 --systems cairn-local,duckdb-parquet --queries 1,6
+  bench/run storage --quick
+  bench/run all --quick                      # tpch, ycsb, storage, then the report
+  bench/run report                           # REPORT.md from the JSON lines
+
+Results: bench/results/{tpch,ycsb,storage}.jsonl, bench/results/REPORT.md, charts in
+bench/results/charts/. Servers, data and logs go to --work-dir (default /tmp/cairn-bench)."""
+
+
+def parser():
+    """The argument parser with one sub-command per suite."""
+    p = argparse.ArgumentParser(
+        prog="bench/run", description="Benchmarks Cairn against its peers on the same data, "
+        "in the same run.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    tpch.add_arguments(sub.add_parser(
+        "tpch", help="TPC-H, 22 queries: Cairn (local, 3-node cluster), DuckDB, DataFusion, "
+        "Spark, PostgreSQL", description=tpch.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter))
+    # YCSB lives in suite/ycsb.py, written separately: it adds its own flags.
+    ycsb.add_arguments(sub.add_parser(
+        "ycsb", help="YCSB workloads A-F with go-ycsb: Cairn vs PostgreSQL",
+        description=ycsb.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    storage.add_arguments(sub.add_parser(
+        "storage", help="storage micro-benchmarks (cairn-bench storage)",
+        description=storage.__doc__))
+    a = sub.add_parser("all", help="tpch, ycsb and storage with their defaults, then report")
+    a.add_argument("--quick", action="store_true", help="the quick variant of every suite")
+    sub.add_parser("report", help="regenerate REPORT.md and the charts from the JSON lines")
+    return p
+
+
+def run_all(quick):
+    """tpch, ycsb and storage with default flags (quick or not); returns failures."""
+    failed = []
+    for name, mod in (("tpch", tpch), ("ycsb", ycsb), ("storage", storage)):
+        sp = argparse.ArgumentParser()
+        mod.add_arguments(sp)
+        args = sp.parse_args(["--quick"] if quick and "quick" in vars(sp.parse_args([]))
+                             else [])
+        try:
+            mod.run(args)
+        except Exception as e:  # noqa: BLE001 - the other suites still run
+            print(f"{name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+            failed.append(name)
+        common.stop_all()
+    return failed
+
+
+def main():
+    """Parses the command line, runs the sub-command, regenerates the report."""
+    args = parser().parse_args()
+    failed = []
+    if args.command == "all":
+        failed = run_all(args.quick)
+    elif args.command != "report":
+        {"tpch": tpch, "ycsb": ycsb, "storage": storage}[args.command].run(args)
+    print(f"report: {report.generate()}", file=sys.stderr)
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

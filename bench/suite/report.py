@@ -1,0 +1,433 @@
+"""bench/results/REPORT.md and the PNG charts in bench/results/charts/, from the JSON
+lines of every suite: for each suite the newest run at each scale (TPC-H: scale factor;
+YCSB: record count; storage: scale factor, runs told apart by date + git revision).
+Headline ratios first, then per-suite tables, provenance and each system's settings.
+Suites without results are skipped."""
+
+import math
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the Agg backend
+
+from . import common  # noqa: E402
+
+CHARTS = common.RESULTS / "charts"
+CAIRNS = ["cairn-local", "cairn-cluster"]
+PEERS = ["duckdb-parquet", "duckdb-native", "datafusion-parquet", "spark", "postgres"]
+ORDER = CAIRNS + PEERS
+YCSB_OPS = ["READ", "UPDATE", "INSERT", "SCAN", "READ_MODIFY_WRITE"]
+
+SETTINGS = """\
+- **cairn-local**: `target/release/cairn local`, 1 tablet server, replicas 1, defaults
+  (Raft log fsync on every append), SQL over pgwire (psycopg, autocommit, text results).
+  Tables from `bench/tpch/schema.sql` (primary keys, hash partitions on them), loaded with
+  `COPY t FROM 'file.parquet'`. After the load the suite waits until the Cairn processes
+  use under 5% of a core over 3 s (background flushes and compactions settled, the same
+  rule as `cairn-bench tpch`); that wait is reported as "settle", not as load time.
+- **cairn-cluster**: one `cairn master` (pgwire front end: SQL runs on the master) and
+  3 `cairn tserver` processes on this machine, default replicas 3, defaults otherwise;
+  same schema, load and settle rule.
+- **duckdb-parquet**: DuckDB (Python), in-memory database, views over `read_parquet` of
+  the tpchgen-cli files; defaults (threads = cores). Its answers are the reference.
+- **duckdb-native**: DuckDB tables made with `CREATE TABLE AS SELECT * FROM read_parquet`
+  in a database file (load time = that), queried read-only; defaults.
+- **datafusion-parquet**: DataFusion (Python) `SessionContext` with `register_parquet`;
+  defaults.
+- **spark**: PySpark `local[*]`, `spark.driver.memory=4g`, UI off, temp views over the
+  Parquet files; defaults otherwise.
+- **postgres**: a private PostgreSQL cluster (initdb `--auth=trust --locale=C -E UTF8`,
+  `listen_addresses=127.0.0.1`, its own port), default settings otherwise (shared_buffers
+  128 MB, autovacuum on). Tables with Cairn's primary keys, loaded with server-side
+  `COPY … (FORMAT csv)` from CSV files DuckDB wrote from the Parquet files (not counted);
+  load time = COPY + ANALYZE.
+- **Method**: systems run one after another, each in its own worker process; servers
+  are stopped when their system is done. Per query one warm-up (its rows are compared
+  with duckdb-parquet's as multisets: numbers as floats within 1e-6 relative or 0.01
+  absolute, dates as ISO strings, strings stripped), then the median of the timed runs
+  (wall time to execute and fetch all rows). A query past the timeout is cancelled
+  (killed if it does not stop) and recorded as a timeout.
+- **YCSB**: go-ycsb's PostgreSQL driver with the standard workload mixes in
+  `bench/ycsb/`; `bench/suite/ycsb.py` documents threads, record counts and servers.
+- **storage**: `target/release/cairn-bench storage` (one tablet vs one Parquet file,
+  TPC-H lineitem); its own notes are in `bench/results/storage.md`.
+"""
+
+
+def newest(lines, scale_key, run_key):
+    """{scale: lines of the newest run at that scale}."""
+    by_scale = defaultdict(list)
+    for line in lines:
+        by_scale[line.get(scale_key)].append(line)
+    out = {}
+    for scale, group in by_scale.items():
+        last = max(run_key(x) for x in group)
+        out[scale] = [x for x in group if run_key(x) == last]
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))
+
+
+def geomean(xs):
+    """Geometric mean of positive numbers."""
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+def ratio_words(r):
+    """A ratio Cairn/peer of times as "2.6x slower" / "1.4x faster"."""
+    return f"{r:.2f}x slower" if r >= 1 else f"{1 / r:.2f}x faster"
+
+
+def secs(s):
+    """Seconds for a table cell."""
+    return "—" if s is None else f"{s:.3f}" if s < 10 else f"{s:.1f}"
+
+
+def table(header, rows):
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def provenance(line, extra=""):
+    """Run id, date, git revision, machine and versions of a run, as Markdown."""
+    m = line.get("machine", {})
+    versions = ", ".join(f"{k} {v.removeprefix(k + ' ')}"
+                         for k, v in sorted(line.get("versions", {}).items()))
+    return (f"Run `{line.get('run_id', line.get('date'))}` ({line.get('date')}), git "
+            f"`{line.get('git')}`{extra}. Machine: {m.get('cpus')} × {m.get('cpu')}, "
+            f"{m.get('memory_gib')} GiB, {m.get('distro') or ''} {m.get('os', '')}."
+            + (f" Versions: {versions}." if versions else "") + "\n")
+
+
+# ---- TPC-H ---------------------------------------------------------------------------
+
+def tpch_ratios(by):
+    """{(cairn, peer): [(query, cairn_s / peer_s)]} over queries both finished."""
+    out = {}
+    for c in CAIRNS:
+        for p in PEERS:
+            if c in by and p in by:
+                out[c, p] = [(q, r["median_s"] / by[p][q]["median_s"])
+                             for q, r in by[c].items()
+                             if r["median_s"] and by[p].get(q, {}).get("median_s")]
+    return out
+
+
+def tpch_headline(sf, by):
+    """Headline for one TPC-H scale factor: a table of geomean ratios, then sentences."""
+    ratios = tpch_ratios(by)
+    peers = [p for p in PEERS if any((c, p) in ratios and ratios[c, p] for c in CAIRNS)]
+    rows = [[c] + [f"{geomean([r for _, r in ratios[c, p]]):.2f} ({len(ratios[c, p])} q)"
+                   if ratios.get((c, p)) else "—" for p in peers]
+            for c in CAIRNS if any(ratios.get((c, p)) for p in peers)]
+    out = [f"TPC-H SF {sf:g}: geometric mean over the queries both finished of Cairn time /"
+           " peer time (above 1: Cairn slower)"
+           + (" — at this small scale factor fixed per-query costs (planning, client round"
+              " trips) dominate" if sf < 1 else "") + ":\n\n"
+           + table(["Cairn"] + [f"vs {p}" for p in peers], rows)] if rows else []
+    for (c, p), rs in ratios.items():
+        if not rs:
+            continue
+        slower = sum(r > 1 for _, r in rs)
+        g = geomean([r for _, r in rs])
+        verdict = (f"**{c} is slower than {p}** on {slower} of {len(rs)} queries"
+                   if g >= 1 else f"{c} is faster than {p} on {len(rs) - slower} of "
+                   f"{len(rs)} queries" + (f" (slower on {slower})" if slower else ""))
+        out.append(f"- TPC-H SF {sf:g}: {verdict}; geomean {ratio_words(g)}.")
+    for s in ORDER:
+        bad = [f"{q} {r['status']}" for q, r in by.get(s, {}).items() if r["status"] != "ok"]
+        wrong = [q for q, r in by.get(s, {}).items() if r["answer"] == "mismatch"]
+        if bad or wrong:
+            out.append(f"- TPC-H SF {sf:g}: {s}: "
+                       + "; ".join(filter(None, [", ".join(bad), wrong and
+                                                 "answers differ on " + ", ".join(wrong)])))
+    return out
+
+
+def tpch_section(sf, lines):
+    """The TPC-H section for one scale factor, with its charts."""
+    by, loads = defaultdict(dict), {}
+    for x in lines:
+        (loads if x["query"] == "load" else by[x["system"]])[
+            x["system"] if x["query"] == "load" else x["query"]] = x
+    systems = [s for s in ORDER if s in by] + sorted(set(by) - set(ORDER))
+    queries = sorted({q for s in by.values() for q in s}, key=lambda q: int(q[1:]))
+    md = [f"## TPC-H, scale factor {sf:g}\n\n", provenance(lines[0])]
+    mark = {"match": " ✓", "mismatch": " ✗", "n/a": ""}
+    rows = [[q] + ["" if q not in by[s] else secs(by[s][q]["median_s"])
+                   + mark[by[s][q]["answer"]] if by[s][q]["status"] == "ok"
+                   else f"*{by[s][q]['status']}*" for s in systems] for q in queries]
+    totals = [secs(sum(r["median_s"] for r in by[s].values() if r["median_s"])) for s in systems]
+    rows.append(["**sum**"] + [f"**{t}**" for t in totals])
+    if systems:
+        md += ["\nMedian seconds per query (✓ same answer as duckdb-parquet, ✗ different):"
+               "\n\n", table(["query"] + systems, rows)]
+    ratios = tpch_ratios(by)
+    for c in CAIRNS:
+        peers = [p for p in PEERS if (c, p) in ratios]
+        if not peers:
+            continue
+        per = {p: dict(ratios[c, p]) for p in peers}
+        rows = [[q] + [f"{per[p][q]:.2f}" if q in per[p] else "—" for p in peers]
+                for q in queries]
+        rows.append(["**geomean**"] + [f"**{geomean(list(per[p].values())):.2f}**"
+                                       if per[p] else "—" for p in peers])
+        md += [f"\nRatio {c} time / peer time (above 1: Cairn slower):\n\n",
+               table(["query"] + [f"/ {p}" for p in peers], rows)]
+    if loads:
+        md += ["\nLoad (all 8 tables):\n\n", table(
+            ["system", "load (s)", "settle after load (s)", "status"],
+            [[s, secs(x.get("load_s")), secs(x.get("settle_s")),
+              x["status"] + (f": {x['error']}" if x.get("error") else "")]
+             for s, x in sorted(loads.items(), key=lambda kv: ORDER.index(kv[0])
+                                if kv[0] in ORDER else 99)])]
+    problems = [f"- {s} {q}: {r['status']}"
+                + (f": {r['error']}" if r.get("error") else "")
+                + (f" — answer: {r['diff']}" if r.get("diff") else "")
+                for s in systems for q, r in by[s].items()
+                if r["status"] != "ok" or r["answer"] == "mismatch"]
+    if problems:
+        md += ["\nErrors, timeouts and different answers:\n\n", "\n".join(problems) + "\n"]
+    md.append("\n" + chart_tpch(sf, by, systems, queries, loads) + "\n")
+    return "".join(md)
+
+
+def chart_tpch(sf, by, systems, queries, loads):
+    """Per-query chart and load bars; returns their Markdown image links."""
+    name = f"tpch_sf{sf:g}"
+    CHARTS.mkdir(parents=True, exist_ok=True)
+    out = ""
+    if systems:
+        chart_queries(sf, by, systems, queries, CHARTS / f"{name}_queries.png")
+        out = f"![TPC-H SF {sf:g} per query](charts/{name}_queries.png)\n"
+    done = {s: x["load_s"] for s, x in loads.items() if x.get("load_s")}
+    if done:
+        fig, ax = plt.subplots(figsize=(7, 0.5 * len(done) + 1.2))
+        ax.barh(list(done), list(done.values()),
+                color=[f"C{ORDER.index(s) if s in ORDER else 9}" for s in done])
+        for y, v in enumerate(done.values()):
+            ax.text(v, y, f" {v:.1f} s", va="center", fontsize=8)
+        ax.set_xlim(0, max(done.values()) * 1.15)
+        ax.set_xlabel("load seconds (lower is better)")
+        ax.set_title(f"TPC-H SF {sf:g} load")
+        ax.invert_yaxis()
+        fig.tight_layout()
+        fig.savefig(CHARTS / f"{name}_load.png", dpi=110)
+        plt.close(fig)
+        out += f"\n![TPC-H SF {sf:g} load](charts/{name}_load.png)\n"
+    return out
+
+
+def chart_queries(sf, by, systems, queries, path):
+    """Grouped bars per query, one per system, log seconds; cairn-local / duckdb-parquet
+    ratios above the groups."""
+    fig, ax = plt.subplots(figsize=(max(10, len(queries) * 0.9), 6))
+    width = 0.8 / len(systems)
+    for i, s in enumerate(systems):
+        xs = [j + (i - (len(systems) - 1) / 2) * width for j, q in enumerate(queries)
+              if by[s].get(q, {}).get("median_s")]
+        ys = [by[s][q]["median_s"] for q in queries if by[s].get(q, {}).get("median_s")]
+        ax.bar(xs, ys, width, label=s, color=f"C{ORDER.index(s) if s in ORDER else i}")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(queries)), queries)
+    ax.set_ylabel("median seconds (log scale)")
+    ax.set_xlim(-0.6, len(queries) - 0.4)
+    ax.set_title(f"TPC-H SF {sf:g}, median seconds per query (lower is better); "
+                 "numbers above: cairn-local / duckdb-parquet", pad=20)
+    for j, q in enumerate(queries):
+        a = by.get("cairn-local", {}).get(q, {}).get("median_s")
+        b = by.get("duckdb-parquet", {}).get(q, {}).get("median_s")
+        if a and b:
+            ax.text(j, 1.01, f"{a / b:.1f}x", ha="center", va="bottom", fontsize=8,
+                    transform=ax.get_xaxis_transform())
+    ax.legend(fontsize=8, ncol=len(systems), loc="upper center", bbox_to_anchor=(0.5, -0.07))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---- YCSB ----------------------------------------------------------------------------
+
+def ycsb_headline(records, lines):
+    """Headline sentences: Cairn throughput / PostgreSQL throughput per workload."""
+    tput = {(x["system"], x["workload"]): x["throughput_ops"] for x in lines
+            if x["status"] == "ok" and x.get("throughput_ops")}
+    out = []
+    for c in CAIRNS:
+        rs = [(w, tput[c, w] / tput["postgres", w]) for (s, w) in sorted(tput)
+              if s == c and w != "load" and ("postgres", w) in tput]
+        if rs:
+            slower = [w for w, r in rs if r < 1]
+            load = (f"; load phase {tput[c, 'load'] / tput['postgres', 'load']:.2f}"
+                    if (c, "load") in tput and ("postgres", "load") in tput else "")
+            out.append(f"- YCSB ({records} records): {c} / postgres throughput: "
+                       + ", ".join(f"{w} {r:.2f}" for w, r in rs) + load
+                       + (f"; **{c} is slower than postgres on {len(slower)} of {len(rs)} "
+                          f"workloads** ({', '.join(slower)})" if slower
+                          else f"; faster on all {len(rs)} workloads") + ".")
+    return out
+
+
+def ycsb_section(records, lines):
+    """The YCSB section for one record count, with its charts."""
+    systems = sorted({x["system"] for x in lines},
+                     key=lambda s: ORDER.index(s) if s in ORDER else 99)
+    workloads = sorted({x["workload"] for x in lines if not x.get("load")})
+    by = {(x["system"], x["workload"]): x for x in lines}
+    md = [f"## YCSB, {records} records\n\n", provenance(lines[0])]
+    rows = []
+    for w in ["load"] + workloads:
+        cells = []
+        for s in systems:
+            x = by.get((s, w))
+            cells.append("" if x is None else f"{x['throughput_ops']:,.0f}"
+                         if x["status"] == "ok" else f"*{x['status']}*")
+        pg = by.get(("postgres", w))
+        rat = [f"{by[c, w]['throughput_ops'] / pg['throughput_ops']:.2f}"
+               if pg and (c, w) in by and by[c, w]["status"] == "ok" and pg["status"] == "ok"
+               else "—" for c in CAIRNS if c in systems]
+        rows.append([w] + cells + rat)
+    head = ["workload"] + [f"{s} (ops/s)" for s in systems] + [
+        f"{c} / postgres" for c in CAIRNS if c in systems]
+    md += ["\nThroughput (higher is better):\n\n", table(head, rows)]
+    x0 = lines[0]
+    md.append(f"\n{x0.get('operations')} operations per workload, {x0.get('threads')} "
+              "client threads.\n")
+    rows = [[w, op, s, f"{o['count']:,}", f"{o['avg_us']:.0f}", f"{o['p50_us']:.0f}",
+             f"{o['p99_us']:.0f}"]
+            for (s, w), x in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+            for op, o in (x.get("ops") or {}).items()]
+    if rows:
+        md += ["\nLatency per operation (µs):\n\n",
+               table(["workload", "operation", "system", "count", "avg", "p50", "p99"], rows)]
+    errors = [f"- {s} {w}: {x.get('error')}" for (s, w), x in by.items() if x["status"] != "ok"]
+    if errors:
+        md += ["\nErrors:\n\n", "\n".join(errors) + "\n"]
+    md.append("\n" + chart_ycsb(records, by, systems, workloads) + "\n")
+    return "".join(md)
+
+
+def chart_ycsb(records, by, systems, workloads):
+    """Throughput per workload and p50/p99 latency per operation; Markdown images."""
+    name = f"ycsb_{records}"
+    CHARTS.mkdir(parents=True, exist_ok=True)
+    width = 0.8 / len(systems)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, s in enumerate(systems):
+        pts = [(j, by[s, w]["throughput_ops"]) for j, w in enumerate(workloads)
+               if (s, w) in by and by[s, w]["status"] == "ok"]
+        ax.bar([j + (i - (len(systems) - 1) / 2) * width for j, _ in pts],
+               [v for _, v in pts], width, label=s, color=f"C{ORDER.index(s)}"
+               if s in ORDER else None)
+    ax.set_xticks(range(len(workloads)), [f"workload {w}" for w in workloads])
+    ax.set_ylabel("operations per second (higher is better)")
+    ax.set_title(f"YCSB throughput, {records} records")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(CHARTS / f"{name}_throughput.png", dpi=110)
+    plt.close(fig)
+    ops = [op for op in YCSB_OPS if any(op in (by[k].get("ops") or {}) for k in by)]
+    if not ops:
+        return f"![YCSB throughput](charts/{name}_throughput.png)\n"
+    fig, axes = plt.subplots(1, len(ops), figsize=(4 * len(ops), 4.5), squeeze=False)
+    for ax, op in zip(axes[0], ops):
+        wls = [w for w in workloads if any(op in (by.get((s, w), {}).get("ops") or {})
+                                           for s in systems)]
+        for i, s in enumerate(systems):
+            pts = [(j, by[s, w]["ops"][op]) for j, w in enumerate(wls)
+                   if op in (by.get((s, w), {}).get("ops") or {})]
+            xs = [j + (i - (len(systems) - 1) / 2) * width for j, _ in pts]
+            color = f"C{ORDER.index(s)}" if s in ORDER else None
+            ax.bar(xs, [o["p99_us"] for _, o in pts], width, color=color, alpha=0.4,
+                   label=f"{s} p99")
+            ax.bar(xs, [o["p50_us"] for _, o in pts], width, color=color, label=f"{s} p50")
+        ax.set_yscale("log")
+        ax.set_xlim(-0.6, max(len(wls), 3) - 0.4)
+        ax.set_xticks(range(len(wls)), wls)
+        ax.set_title(op)
+        ax.set_xlabel("workload")
+    axes[0][0].set_ylabel("latency µs (log; solid p50, light p99)")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(f"YCSB latency per operation, {records} records")
+    fig.tight_layout()
+    fig.savefig(CHARTS / f"{name}_latency.png", dpi=110)
+    plt.close(fig)
+    return (f"![YCSB throughput](charts/{name}_throughput.png)\n\n"
+            f"![YCSB latency](charts/{name}_latency.png)\n")
+
+
+# ---- storage -------------------------------------------------------------------------
+
+def fmt_value(v, unit):
+    """A storage measurement with its unit, scaled for reading."""
+    if v is None:
+        return "—"
+    if unit == "rows/s":
+        return f"{v / 1e6:.2f} M rows/s" if v >= 1e6 else f"{v / 1e3:.0f} k rows/s"
+    if unit == "s":
+        return f"{v * 1e3:.1f} ms" if v >= 1e-3 else f"{v * 1e6:.1f} µs"
+    if unit in ("us", "µs"):
+        return f"{v:.1f} µs"
+    if unit == "bytes":
+        return f"{v / 2**20:.1f} MiB"
+    return f"{v:g} {unit}"
+
+
+def storage_headline(sf, lines):
+    """Headline: how many of the storage targets the newest run met."""
+    targets = [x for x in lines if x.get("target")]
+    met = [x for x in targets if x.get("met")]
+    missed = ", ".join(x["measurement"] for x in targets if not x.get("met"))
+    return [f"- Storage (SF {sf:g}): {len(met)} of {len(targets)} targets met"
+            + (f"; missed: {missed}." if missed else ".")]
+
+
+def storage_section(sf, lines):
+    """The storage section for one scale factor (the newest run's lines)."""
+    rows = [[x["label"], fmt_value(x.get("cairn"), x.get("unit")),
+             f"{fmt_value(x.get('peer_value'), x.get('peer_unit'))} ({x['peer']})"
+             if x.get("peer") else "—",
+             f"{x['ratio']:.2f}" if x.get("ratio") is not None else "—",
+             x.get("target") or "—", ("yes" if x["met"] else "**no**") if "met" in x else "—"]
+            for x in lines]
+    return (f"## Storage micro-benchmark, scale factor {sf:g}\n\n"
+            f"Run {lines[0]['date']}, git `{lines[0]['git']}`, {lines[0].get('rows')} "
+            "lineitem rows (machine and notes: `storage.md`). Ratio = Cairn speed / peer "
+            "speed (above 1: Cairn faster).\n\n"
+            + table(["measurement", "Cairn", "peer", "ratio", "target", "met"], rows))
+
+
+def generate():
+    """Writes REPORT.md and the charts; returns the report's path."""
+    tp = newest(common.read_jsonl(common.RESULTS / "tpch.jsonl"), "sf", lambda x: x["run_id"])
+    yc = newest(common.read_jsonl(common.RESULTS / "ycsb.jsonl"), "records",
+                lambda x: x["run_id"])
+    st = newest(common.read_jsonl(common.RESULTS / "storage.jsonl"), "sf",
+                lambda x: (x["date"], x["git"]))
+    head, body = [], []
+    for sf, lines in tp.items():
+        by = defaultdict(dict)
+        for x in lines:
+            if x["query"] != "load":
+                by[x["system"]][x["query"]] = x
+        head += tpch_headline(sf, by) + [
+            f"- TPC-H SF {sf:g}: {x['system']} could not be set up: {x['error']}"
+            for x in lines if x["query"] == "load" and x["status"] != "ok"]
+        body.append(tpch_section(sf, lines))
+    for records, lines in yc.items():
+        head += ycsb_headline(records, lines)
+        body.append(ycsb_section(records, lines))
+    for sf, lines in st.items():
+        head += storage_headline(sf, lines)
+        body.append(storage_section(sf, lines))
+    md = ("# Cairn benchmark report\n\nGenerated by `bench/run report` from "
+          "`bench/results/{tpch,ycsb,storage}.jsonl` (newest run per suite and scale). "
+          "Ratios are Cairn / peer: for times above 1 means Cairn is slower, for "
+          "throughput below 1 means Cairn is slower.\n\n## Headline\n\n"
+          + ("\n".join(head) if head else "No results yet.") + "\n\n"
+          + "\n".join(body) + "\n## Settings\n\n" + SETTINGS)
+    path = common.RESULTS / "REPORT.md"
+    path.write_text(md)
+    return path
