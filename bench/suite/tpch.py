@@ -205,7 +205,9 @@ def _worker_main(conn, kind, args, log):
             else:
                 conn.send(("ok", secs, normalize(rows) if want_rows else len(rows)))
         except Exception as e:  # every failure is recorded, never hidden
-            status = "timeout" if not timer.is_alive() else "error"
+            # Past the timeout the failure is the cancel the timer sent (its thread may
+            # still be waiting for the server to confirm it).
+            status = "timeout" if time.perf_counter() - t0 >= timeout else "error"
             conn.send((status, None, f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"))
         finally:
             timer.cancel()

@@ -237,15 +237,11 @@ impl BaseData {
     ) -> Result<Vec<ArrayRef>> {
         let start = self.group_starts[rg];
         let end = self.group_starts[rg + 1];
-        // A few rows inside one block (a point lookup, a short range) come from the
-        // block cache: decoding their pages again for every lookup is the cost of a
+        // A short range (a point lookup, a limited scan's window) comes from the block
+        // cache: decoding its pages again for every lookup is the cost of a
         // key-value read.
-        let block = ((a - start) as usize) / BLOCK_ROWS;
-        let cached = cache.filter(|_| {
-            b > a
-                && b - a <= CACHED_READ_MAX_ROWS
-                && ((b - 1 - start) as usize) / BLOCK_ROWS == block
-        });
+        let first_block = ((a - start) as usize) / BLOCK_ROWS;
+        let cached = cache.filter(|_| b > a && b - a <= CACHED_READ_MAX_ROWS);
         let selection = if a == start && b == end && mask.is_none() {
             None
         } else {
@@ -295,10 +291,25 @@ impl BaseData {
         }
         for (fi, cols) in per_file {
             if let Some(cache) = cached {
-                let batch = self.cached_block(cache, fi, rg, block)?;
-                let offset = (a - start) as usize - block * BLOCK_ROWS;
+                let last_block = ((b - 1 - start) as usize) / BLOCK_ROWS;
+                let blocks = (first_block..=last_block)
+                    .map(|k| self.cached_block(cache, fi, rg, k))
+                    .collect::<Result<Vec<_>>>()?;
                 for (pos, ci) in cols {
-                    let arr = batch.column(ci).slice(offset, (b - a) as usize);
+                    let mut pieces = Vec::with_capacity(blocks.len());
+                    for (k, block) in (first_block..).zip(&blocks) {
+                        let block_start = start as usize + k * BLOCK_ROWS;
+                        let from = (a as usize).max(block_start) - block_start;
+                        let to = (b as usize).min(block_start + block.num_rows()) - block_start;
+                        pieces.push(block.column(ci).slice(from, to - from));
+                    }
+                    let arr = match pieces.as_slice() {
+                        [one] => one.clone(),
+                        _ => {
+                            let refs: Vec<&dyn Array> = pieces.iter().map(|p| p.as_ref()).collect();
+                            arrow::compute::concat(&refs)?
+                        }
+                    };
                     out[pos] = Some(match mask {
                         Some(m) => filter(arr.as_ref(), m)?,
                         None => arr,
@@ -946,8 +957,8 @@ impl DiskRowSet {
     }
 }
 
-/// Largest row range a scan reads through the block cache (when it lies in one block).
-const CACHED_READ_MAX_ROWS: u32 = 64;
+/// Largest row range a scan reads through the block cache (at most two blocks).
+const CACHED_READ_MAX_ROWS: u32 = BLOCK_ROWS as u32;
 
 /// Builds a batch (which may have no columns) with `rows` rows.
 pub fn make_batch(

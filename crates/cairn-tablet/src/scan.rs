@@ -25,6 +25,7 @@ use cairn_common::predicate::{conjunction_is_none, simplify_conjunction};
 use cairn_common::types::array_from_values;
 use cairn_common::{ColumnPredicate, HybridTime, PredicateOp, Schema};
 
+use crate::cache::BLOCK_ROWS;
 use crate::diskrowset::{BaseData, Deltas, DiskRowSet, RowSetScan, make_batch};
 use crate::error::{Result, TabletError};
 use crate::memrowset::MemRowSet;
@@ -137,6 +138,9 @@ pub fn key_range_from_predicates(schema: &Schema, preds: &[ColumnPredicate]) -> 
     }
 }
 
+/// Smallest first read window of a limited scan over a DiskRowSet (rows).
+const FIRST_WINDOW_MIN: u32 = 64;
+
 enum Source {
     Mem {
         mrs: Arc<MemRowSet>,
@@ -150,6 +154,13 @@ enum Source {
         rg: usize,
         a: u32,
         b: u32,
+        /// Ordinal the next read starts at.
+        next: u32,
+        /// Rows the next read covers at most: a limited scan starts near its limit and
+        /// doubles the window after every read, so `k >= x LIMIT 10` does not decode
+        /// the rest of a row group, while a selective limited scan soon reads whole
+        /// row groups again. Unlimited scans read whole row groups.
+        window: u32,
     },
 }
 
@@ -251,6 +262,10 @@ impl Scanner {
                 rg: 0,
                 a,
                 b,
+                next: a,
+                window: spec.limit.map_or(u32::MAX, |l| {
+                    (l.min(u32::MAX as usize) as u32).clamp(FIRST_WINDOW_MIN, BLOCK_ROWS as u32)
+                }),
             });
         }
         let empty = conjunction_is_none(&conjunction)
@@ -356,16 +371,26 @@ impl Scanner {
                 rg,
                 a,
                 b,
+                next,
+                window,
             } => {
                 while *rg < rs.num_row_groups() {
                     let g = *rg;
-                    *rg += 1;
                     let (gs, ge) = base.group_range(g);
-                    if ge <= *a || gs >= *b {
+                    let lo = (*next).max(*a).max(gs);
+                    let end = (*b).min(ge);
+                    if lo >= end {
+                        *rg += 1;
                         continue;
                     }
+                    let hi = end.min(lo.saturating_add(*window));
+                    *next = hi;
+                    *window = window.saturating_mul(2);
+                    if hi == end {
+                        *rg += 1;
+                    }
                     if let Some(ob) =
-                        rs.scan_group(&rs_scan, base, deltas, g, *a, *b, &self.tablet.counters)?
+                        rs.scan_group(&rs_scan, base, deltas, g, lo, hi, &self.tablet.counters)?
                     {
                         let keys = if want_keys {
                             ob.ordinals
