@@ -138,7 +138,7 @@ pub fn key_range_from_predicates(schema: &Schema, preds: &[ColumnPredicate]) -> 
     }
 }
 
-/// Smallest first read window of a limited scan over a DiskRowSet (rows).
+/// Smallest first read window of a limited scan over a rowset (rows).
 const FIRST_WINDOW_MIN: u32 = 64;
 
 enum Source {
@@ -146,6 +146,9 @@ enum Source {
         mrs: Arc<MemRowSet>,
         after: Option<Vec<u8>>,
         done: bool,
+        /// Rows the next read takes at most: like a DiskRowSet's window, near the
+        /// limit at first and doubling, up to the batch size.
+        window: usize,
     },
     Disk {
         rs: Arc<DiskRowSet>,
@@ -244,6 +247,12 @@ impl Scanner {
                 mrs: m.clone(),
                 after: None,
                 done: false,
+                window: spec.limit.map_or(spec.batch_size, |l| {
+                    l.clamp(
+                        FIRST_WINDOW_MIN as usize,
+                        spec.batch_size.max(FIRST_WINDOW_MIN as usize),
+                    )
+                }),
             });
         }
         for rs in &comps.disk {
@@ -317,18 +326,20 @@ impl Scanner {
             out_schema: self.out_schema.clone(),
         };
         match &mut self.sources[i] {
-            Source::Mem { mrs, after, done } => loop {
+            Source::Mem {
+                mrs,
+                after,
+                done,
+                window,
+            } => loop {
                 if *done {
                     return Ok(None);
                 }
-                let chunk = Tablet::mrs_range(
-                    mrs,
-                    after.as_deref(),
-                    &self.lower,
-                    &self.upper,
-                    self.batch_size,
-                );
-                if chunk.len() < self.batch_size {
+                let take = *window;
+                *window = (*window * 2).min(self.batch_size.max(take));
+                let chunk =
+                    Tablet::mrs_range(mrs, after.as_deref(), &self.lower, &self.upper, take);
+                if chunk.len() < take {
                     *done = true;
                 }
                 let Some((k, _)) = chunk.last() else {

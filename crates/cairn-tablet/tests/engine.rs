@@ -415,10 +415,11 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     );
 }
 
-/// Limited scans read a DiskRowSet in growing windows from their start key (instead
-/// of decoding the rest of the row group) and still return exactly the first rows:
-/// a short range from a start key, a selective predicate that needs many windows,
-/// ordered and unordered, over rows with updates and deletes.
+/// Limited scans read DiskRowSets and MemRowSets in growing windows from their start
+/// key (instead of decoding the rest of a row group) and still return the right rows:
+/// ordered scans exactly the first ones, unordered ones any matching rows; a short
+/// range from a start key, a selective predicate that needs many windows, over rows
+/// with updates and deletes.
 #[test]
 fn limited_scans_read_in_windows_and_return_the_first_rows() {
     let dir = tempfile::tempdir().unwrap();
@@ -446,6 +447,14 @@ fn limited_scans_read_in_windows_and_return_the_first_rows() {
     )
     .unwrap();
     t.write(vec![RowOp::upsert(row(5100, 1, -1))]).unwrap();
+    // More rows that stay in the MemRowSet, read in windows too.
+    let m = 25_000i64;
+    t.write(
+        (n..m)
+            .map(|k| RowOp::insert(row(k, (k % 97) as i32, k)))
+            .collect(),
+    )
+    .unwrap();
     let keys = |batches: &[arrow::record_batch::RecordBatch]| -> Vec<i64> {
         rows_of(&kv_schema(), batches)
             .into_iter()
@@ -456,22 +465,37 @@ fn limited_scans_read_in_windows_and_return_the_first_rows() {
             .collect()
     };
     for ordered in [true, false] {
-        for limit in [1usize, 10, 100, 1000] {
+        for (start, limit) in [
+            (4990, 1usize),
+            (4990, 10),
+            (4990, 100),
+            (4990, 1000),
+            (19_990, 100),
+            (20_500, 3000),
+        ] {
             let mut s = t
                 .scan(ScanSpec {
-                    predicates: vec![ColumnPredicate::ge("k", Value::Int64(4990))],
+                    predicates: vec![ColumnPredicate::ge("k", Value::Int64(start))],
                     limit: Some(limit),
                     ordered,
                     ..Default::default()
                 })
                 .unwrap();
-            let mut got = keys(&s.collect_all().unwrap());
-            got.sort_unstable();
-            let want: Vec<i64> = (4990..n)
-                .filter(|k| !(5000..5050).contains(k))
-                .take(limit)
-                .collect();
-            assert_eq!(got, want, "ordered {ordered}, limit {limit}");
+            let got = keys(&s.collect_all().unwrap());
+            let live = |k: &i64| (start..m).contains(k) && !(5000..5050).contains(k);
+            if ordered {
+                let want: Vec<i64> = (start..m).filter(live).take(limit).collect();
+                assert_eq!(got, want, "from {start}, limit {limit}");
+            } else {
+                // Any `limit` matching rows, each once.
+                let distinct: BTreeSet<i64> = got.iter().copied().collect();
+                assert_eq!(
+                    distinct.len(),
+                    limit,
+                    "from {start}, limit {limit}: {got:?}"
+                );
+                assert!(got.iter().all(live), "from {start}, limit {limit}: {got:?}");
+            }
         }
         // w = 3 holds one row in 97: the windows must grow to find 50 of them.
         let mut s = t
