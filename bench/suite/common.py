@@ -269,6 +269,8 @@ class PostgresServer:
     other setting is PostgreSQL's default. `start()` reuses an existing data directory
     (fresh=True wipes it first)."""
 
+    user = db = "postgres"  # who clients log in as, and where
+
     def __init__(self, work_dir, port=5439):
         self.data = Path(work_dir) / "postgres-data"
         self.log = Path(work_dir) / "postgres.log"
@@ -279,7 +281,7 @@ class PostgresServer:
     @property
     def dsn(self):
         """libpq connection string of the server."""
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+        return f"host=127.0.0.1 port={self.port} user={self.user} dbname={self.db}"
 
     @property
     def pids(self):
@@ -335,6 +337,8 @@ class CairnLocal:
     the web page off); tablet servers listen from `tserver_port` on. Default settings
     otherwise (Raft log fsync on every append)."""
 
+    user = db = "cairn"  # who clients log in as, and where
+
     def __init__(self, work_dir, binary=CAIRN_BIN, pg_port=5434, tservers=1, replicas=1,
                  master_port=7251, tserver_port=7260):
         self.work_dir = Path(work_dir)
@@ -346,7 +350,12 @@ class CairnLocal:
     @property
     def dsn(self):
         """libpq connection string of the pgwire front end."""
-        return f"host=127.0.0.1 port={self.pg_port} user=cairn dbname=cairn"
+        return f"host=127.0.0.1 port={self.port} user={self.user} dbname={self.db}"
+
+    @property
+    def port(self):
+        """The pgwire port."""
+        return self.pg_port
 
     @property
     def pids(self):
@@ -407,3 +416,15 @@ class CairnCluster(CairnLocal):
                        f"(k BIGINT PRIMARY KEY) WITH (replicas = {self.replicas}); "
                        "DROP TABLE cairn_bench_probe")
         return self
+
+
+def start_server(system, work_dir):
+    """Starts a fresh server for `system` ("cairn-local", "cairn-cluster" or
+    "postgres") with its data and log under `work_dir`; returns it."""
+    if system == "postgres":
+        return PostgresServer(work_dir).start(fresh=True)
+    if system == "cairn-local":
+        return CairnLocal(work_dir).start()
+    if system == "cairn-cluster":
+        return CairnCluster(work_dir).start()
+    raise ValueError(f"no server for system {system!r}")

@@ -313,8 +313,7 @@ def setup_system(name, data, work_dir, progress):
     """Starts and loads system `name`: (server or None, executor kind, executor args,
     load record fields or None)."""
     if name.startswith("cairn-"):
-        server = (common.CairnLocal(work_dir) if name == "cairn-local"
-                  else common.CairnCluster(work_dir)).start()
+        server = common.start_server(name, work_dir)
         load_pg(server.dsn, schema_statements())
         load_s = load_pg(server.dsn, [f"COPY {t} FROM '{data}/{t}.parquet'" for t in TABLES])
         progress.update(name, "waiting for flushes and compactions to settle")
@@ -328,7 +327,7 @@ def setup_system(name, data, work_dir, progress):
             if not (csv / f"{t}.csv").exists():
                 duckdb.sql(f"COPY (SELECT * FROM read_parquet('{data}/{t}.parquet')) "
                            f"TO '{csv}/{t}.csv' (HEADER false)")
-        server = common.PostgresServer(work_dir).start(fresh=True)
+        server = common.start_server(name, work_dir)
         load_pg(server.dsn, schema_statements(strip_partitioning=True))
         load_s = load_pg(server.dsn, [f"COPY {t} FROM '{csv}/{t}.csv' WITH (FORMAT csv)"
                                       for t in TABLES] + ["ANALYZE"])

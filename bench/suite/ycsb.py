@@ -100,20 +100,6 @@ def parse_duration(s):
     return total
 
 
-def start_server(system, work_dir):
-    """Starts a fresh server for `system`; returns it and its go-ycsb connection flags."""
-    if system == "postgres":
-        server = common.PostgresServer(work_dir).start(fresh=True)
-        return server, {"pg.host": "127.0.0.1", "pg.port": server.port,
-                        "pg.user": "postgres", "pg.db": "postgres"}
-    if system == "cairn-local":
-        server = common.CairnLocal(work_dir).start()
-    else:
-        server = common.CairnCluster(work_dir).start()
-    return server, {"pg.host": "127.0.0.1", "pg.port": server.pg_port, "pg.user": "cairn",
-                    "pg.db": "cairn"}
-
-
 def run_ycsb(phase, workload, props, timeout, progress, system, log_path):
     """Runs `go-ycsb load|run pg` with the workload's files and `props`, streaming its
     progress lines to the status display; returns (status, error, runtime, ops)."""
@@ -175,7 +161,9 @@ def run(args):
     out = common.RESULTS / "ycsb.jsonl"
     progress = common.Progress("ycsb")
     for system in systems:
-        server, conn = start_server(system, work_dir)
+        server = common.start_server(system, work_dir)
+        conn = {"pg.host": "127.0.0.1", "pg.port": server.port, "pg.user": server.user,
+                "pg.db": server.db}
         log_path = work_dir / f"go-ycsb-{system}.log"
         log_path.unlink(missing_ok=True)
         base = {**conn, "recordcount": records, "operationcount": operations,

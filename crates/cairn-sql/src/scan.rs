@@ -94,7 +94,8 @@ pub struct CairnScanExec {
 impl CairnScanExec {
     pub(crate) fn new(spec: ScanSpec) -> Self {
         let partitioning = match &spec.hash {
-            Some((columns, identity)) if !spec.key_ordered() => Partitioning::Hash(
+            _ if spec.key_ordered() => Partitioning::UnknownPartitioning(1),
+            Some((columns, identity)) => Partitioning::Hash(
                 columns
                     .iter()
                     .map(|&i| {
@@ -104,8 +105,7 @@ impl CairnScanExec {
                     .collect(),
                 identity.buckets as usize,
             ),
-            _ if spec.key_ordered() => Partitioning::UnknownPartitioning(1),
-            _ => Partitioning::UnknownPartitioning(spec.tablets.len().max(1)),
+            None => Partitioning::UnknownPartitioning(spec.tablets.len().max(1)),
         };
         let props = PlanProperties::new(
             EquivalenceProperties::new(spec.schema.clone()),

@@ -242,7 +242,8 @@ impl BaseData {
         // key-value read.
         let first_block = ((a - start) as usize) / BLOCK_ROWS;
         let cached = cache.filter(|_| b > a && b - a <= CACHED_READ_MAX_ROWS);
-        let selection = if a == start && b == end && mask.is_none() {
+        // No row selection: the whole row group, or a read from cached blocks.
+        let selection = if cached.is_some() || (a == start && b == end && mask.is_none()) {
             None
         } else {
             let mut sel = vec![];

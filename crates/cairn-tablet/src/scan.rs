@@ -139,7 +139,16 @@ pub fn key_range_from_predicates(schema: &Schema, preds: &[ColumnPredicate]) -> 
 }
 
 /// Smallest first read window of a limited scan over a rowset (rows).
-const FIRST_WINDOW_MIN: u32 = 64;
+const FIRST_WINDOW_MIN: usize = 64;
+
+/// Rows a rowset's first read covers: `cap` for an unlimited scan; for a limited one
+/// its limit, at least [`FIRST_WINDOW_MIN`] and at most `cap` (the window then doubles
+/// after every read, see [`Source`]).
+fn first_window(limit: Option<usize>, cap: usize) -> usize {
+    limit.map_or(cap, |l| {
+        l.clamp(FIRST_WINDOW_MIN, cap.max(FIRST_WINDOW_MIN))
+    })
+}
 
 enum Source {
     Mem {
@@ -247,12 +256,7 @@ impl Scanner {
                 mrs: m.clone(),
                 after: None,
                 done: false,
-                window: spec.limit.map_or(spec.batch_size, |l| {
-                    l.clamp(
-                        FIRST_WINDOW_MIN as usize,
-                        spec.batch_size.max(FIRST_WINDOW_MIN as usize),
-                    )
-                }),
+                window: first_window(spec.limit, spec.batch_size),
             });
         }
         for rs in &comps.disk {
@@ -272,9 +276,9 @@ impl Scanner {
                 a,
                 b,
                 next: a,
-                window: spec.limit.map_or(u32::MAX, |l| {
-                    (l.min(u32::MAX as usize) as u32).clamp(FIRST_WINDOW_MIN, BLOCK_ROWS as u32)
-                }),
+                window: spec
+                    .limit
+                    .map_or(u32::MAX, |l| first_window(Some(l), BLOCK_ROWS) as u32),
             });
         }
         let empty = conjunction_is_none(&conjunction)
