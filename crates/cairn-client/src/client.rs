@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use cairn_common::{AlterOp, SchemaMeta};
+use cairn_proto::InProcessTabletServer;
 use cairn_proto::master_client::MasterClient;
 use cairn_proto::tablet_server_client::TabletServerClient;
 use cairn_proto::{
@@ -81,6 +82,8 @@ struct Shared {
     channels: RwLock<HashMap<String, Channel>>,
     /// Tablet locations per table id.
     locations: RwLock<HashMap<String, CachedLocations>>,
+    /// Tablet servers in this process, by the address they advertise.
+    in_process: RwLock<HashMap<String, Arc<dyn InProcessTabletServer>>>,
     /// Highest HybridTime seen in responses.
     last_ts: AtomicU64,
 }
@@ -131,6 +134,7 @@ impl Client {
                 leader: RwLock::new(None),
                 channels: RwLock::new(HashMap::new()),
                 locations: RwLock::new(HashMap::new()),
+                in_process: RwLock::new(HashMap::new()),
                 last_ts: AtomicU64::new(0),
             }),
             opts: ClientOptions::default(),
@@ -332,6 +336,24 @@ impl Client {
     /// Records a HybridTime seen elsewhere; later requests propagate it.
     pub fn observe_timestamp(&self, ts: u64) {
         self.shared.last_ts.fetch_max(ts, Ordering::AcqRel);
+    }
+
+    /// Calls the tablet server advertised at `addr` directly from now on, instead of
+    /// over gRPC (see [`cairn_proto::in_process`]); all clones of this client do.
+    pub fn register_in_process(&self, addr: &str, server: Arc<dyn InProcessTabletServer>) {
+        self.shared
+            .in_process
+            .write()
+            .insert(normalize_addr(addr), server);
+    }
+
+    /// The in-process server advertised at `addr`, if one is registered.
+    pub(crate) fn in_process(&self, addr: &str) -> Option<Arc<dyn InProcessTabletServer>> {
+        let m = self.shared.in_process.read();
+        if m.is_empty() {
+            return None;
+        }
+        m.get(addr).cloned()
     }
 
     // ------------------------------------------------------------------ raw access

@@ -62,6 +62,7 @@ pub mod session;
 pub mod table;
 pub mod write;
 
+pub use cairn_proto::{InProcessScan, InProcessTabletServer};
 pub use client::{Client, ClientOptions, LOCATIONS_TTL};
 pub use error::{ClientError, Result};
 pub use scan::{READ_AHEAD_BATCHES, ReadMode, ScanBuilder, ScanCursor, ScanResult};

@@ -123,6 +123,20 @@ pub(crate) async fn attempt<T>(
     }
 }
 
+/// [`attempt`] for a call to an in-process server (no `tonic::Response` around the
+/// reply).
+pub(crate) async fn attempt_in_process<T>(
+    timeout: Duration,
+    fut: impl Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "no reply within {timeout:?}"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{ClientError, Failure, Result, classify};
-use crate::retry::{Backoff, Deadline, attempt, request};
+use crate::retry::{Backoff, Deadline, attempt, attempt_in_process, request};
 use crate::table::{Table, TabletLocationInfo};
 use crate::write::decode_ipc;
 
@@ -544,12 +544,19 @@ impl ScanCursor {
                 }
             };
             let t = deadline.rpc_timeout(rpc_timeout);
-            let result = match self.client.tablet_server_stub(&addr) {
-                Ok(mut stub) => attempt(t, stub.scan(request(req, t))).await,
-                Err(e) => Err(tonic::Status::unavailable(e.to_string())),
+            let result = match self.client.in_process(&addr) {
+                Some(server) => attempt_in_process(t, server.scan(req))
+                    .await
+                    .map(|s| (s.response, Some(s.batches))),
+                None => match self.client.tablet_server_stub(&addr) {
+                    Ok(mut stub) => attempt(t, stub.scan(request(req, t)))
+                        .await
+                        .map(|r| (r, None)),
+                    Err(e) => Err(tonic::Status::unavailable(e.to_string())),
+                },
             };
             let status = match result {
-                Ok(resp) => return self.accept(resp, addr),
+                Ok((resp, batches)) => return self.accept(resp, batches, addr),
                 Err(s) => s,
             };
             let what = self.what();
@@ -680,13 +687,22 @@ impl ScanCursor {
         Some((addr, req, false))
     }
 
-    /// Takes in a successful response.
-    fn accept(&mut self, resp: ScanResponse, addr: String) -> Result<Fetched> {
+    /// Takes in a successful response; `batches` are its rows when an in-process
+    /// server sent them as they are (else they are decoded from `arrow_ipc`).
+    fn accept(
+        &mut self,
+        resp: ScanResponse,
+        batches: Option<Vec<RecordBatch>>,
+        addr: String,
+    ) -> Result<Fetched> {
         self.client.observe_timestamp(resp.snapshot_timestamp);
         if self.snapshot.is_none() && resp.snapshot_timestamp != 0 {
             self.snapshot = Some(resp.snapshot_timestamp);
         }
-        let batches = decode_ipc(&resp.arrow_ipc)?;
+        let batches = match batches {
+            Some(b) => b,
+            None => decode_ipc(&resp.arrow_ipc)?,
+        };
         let Some(st) = self.current.as_mut() else {
             return Err(ClientError::Internal("scan lost its tablet".into()));
         };
@@ -745,16 +761,20 @@ enum Fetched {
 
 /// Best-effort close of a server-side scanner (errors ignored: it expires anyway).
 async fn close_scanner(client: &Client, id: &str, addr: &str) {
-    let Ok(mut stub) = client.tablet_server_stub(addr) else {
-        return;
-    };
     let t = client.options().rpc_timeout.min(Duration::from_secs(5));
     let req = ScanRequest {
         scanner_id: id.to_string(),
         close: true,
         ..Default::default()
     };
-    if let Err(e) = attempt(t, stub.scan(request(req, t))).await {
+    let result = match client.in_process(addr) {
+        Some(server) => attempt_in_process(t, server.scan(req)).await.map(|_| ()),
+        None => match client.tablet_server_stub(addr) {
+            Ok(mut stub) => attempt(t, stub.scan(request(req, t))).await.map(|_| ()),
+            Err(_) => return,
+        },
+    };
+    if let Err(e) = result {
         tracing::debug!(scanner = id, %addr, error = %e, "closing a scanner failed");
     }
 }

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{ClientError, Failure, Result, classify};
-use crate::retry::{Backoff, Deadline, attempt, request};
+use crate::retry::{Backoff, Deadline, attempt, attempt_in_process, request};
 use crate::table::{Table, locate_tablet};
 use crate::write::{Operation, encode_write, map_row_errors};
 
@@ -481,24 +481,27 @@ async fn write_tablet(
             }
         };
         let cached_leader = tablet.leader_addr() == Some(addr.as_str());
-        let mut ts = match client.tablet_server_stub(&addr) {
-            Ok(c) => c,
-            Err(e) => {
-                last = e.to_string();
-                stale = Some(fetched);
-                if !deadline.backoff(&mut backoff).await {
-                    return TabletWrite::Failed(deadline.timeout_error(what, last), ops);
-                }
-                continue;
-            }
-        };
         let t = deadline.rpc_timeout(rpc_timeout);
         let req = WriteRequest {
             tablet_id: tablet_id.clone(),
             batches: encoded.batches.clone(),
             propagated_timestamp: client.last_timestamp(),
         };
-        match attempt(t, ts.write(request(req, t))).await {
+        let result = match client.in_process(&addr) {
+            Some(server) => attempt_in_process(t, server.write(req)).await,
+            None => match client.tablet_server_stub(&addr) {
+                Ok(mut ts) => attempt(t, ts.write(request(req, t))).await,
+                Err(e) => {
+                    last = e.to_string();
+                    stale = Some(fetched);
+                    if !deadline.backoff(&mut backoff).await {
+                        return TabletWrite::Failed(deadline.timeout_error(what, last), ops);
+                    }
+                    continue;
+                }
+            },
+        };
+        match result {
             Ok(resp) => {
                 client.observe_timestamp(resp.timestamp);
                 if !cached_leader {

@@ -20,6 +20,8 @@
 //!   their conjunctions), evaluated on Arrow arrays or single values, with the
 //!   implication test that predicate-based data skipping (HRDBMS §III) needs.
 //! - [`clock`]: [`HybridTime`] and the hybrid logical clock (Kudu paper §3.4).
+//! - [`stats`]: per-column [`ColumnStatistics`] (min, max, NULLs, bytes) that tablets
+//!   report for query planning.
 //!
 //! Errors from all of these are one [`CommonError`] enum.
 
@@ -30,6 +32,7 @@ pub mod key;
 pub mod partition;
 pub mod predicate;
 pub mod schema;
+pub mod stats;
 pub mod types;
 
 pub use clock::{HybridClock, HybridTime};
@@ -37,4 +40,5 @@ pub use error::{CommonError, Result};
 pub use partition::{HashLevel, Partition, PartitionSchema};
 pub use predicate::{ColumnPredicate, PredicateOp};
 pub use schema::{AlterOp, ColumnId, ColumnSchema, ColumnSpec, Schema, SchemaMeta};
+pub use stats::ColumnStatistics;
 pub use types::{DataType, Value};

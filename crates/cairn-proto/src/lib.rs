@@ -13,6 +13,9 @@ pub mod pb {
 
 pub use pb::*;
 
+pub mod in_process;
+pub use in_process::{InProcessScan, InProcessTabletServer};
+
 /// The conventions every service follows (documented once, here).
 ///
 /// - `schema_json`: JSON of `cairn_common::SchemaMeta`; `partition_schema_json`: of

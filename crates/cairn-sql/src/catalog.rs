@@ -4,14 +4,16 @@
 //! (`table_names`, `table_exist`), so [`CairnSchema`] keeps a cache that the session
 //! refreshes before every statement (at most once a second, and always after DDL).
 //! Tables are opened lazily in `table()`: one `GetTable` call, kept for a short while
-//! so that a statement that names a table several times opens it once. Row estimates
-//! for statistics come from the tablet servers' tablet reports, cached per table.
+//! so that a statement that names a table several times opens it once. Statistics
+//! (rows, and each column's bounds, NULLs and bytes) come from the tablet servers'
+//! tablet reports, cached per table.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_client::Client;
+use cairn_common::ColumnStatistics;
 use cairn_proto::ListTabletsRequest;
 use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::common::{DataFusionError, Result};
@@ -22,11 +24,23 @@ use crate::provider::CairnTable;
 
 /// How long a table list or an opened table is reused.
 const TABLE_CACHE_TTL: Duration = Duration::from_secs(1);
-/// How long row estimates are reused.
+/// How long statistics are reused.
 const STATS_TTL: Duration = Duration::from_secs(10);
 
-/// Row estimates per tablet id, and when they were fetched, per table id.
-type StatsCache = HashMap<String, (Instant, Arc<HashMap<String, u64>>)>;
+/// What a tablet's leader reports for planning.
+#[derive(Debug, Default)]
+pub struct TabletStatistics {
+    /// Estimated rows.
+    pub rows: u64,
+    /// Per column (by name), from its stored data; may be empty.
+    pub columns: Vec<ColumnStatistics>,
+}
+
+/// Statistics per tablet id.
+pub type TableStatistics = Arc<HashMap<String, Arc<TabletStatistics>>>;
+
+/// Statistics per table id, and when they were fetched.
+type StatsCache = HashMap<String, (Instant, TableStatistics)>;
 
 /// Schema `public` of catalog `cairn`: the cluster's tables.
 #[derive(Debug)]
@@ -70,14 +84,14 @@ impl CairnSchema {
         self.opened.lock().clear();
     }
 
-    /// Row estimates per tablet of table `table_id`, from the tablet servers.
-    async fn tablet_rows(&self, table_id: &str) -> Arc<HashMap<String, u64>> {
-        if let Some((at, rows)) = self.stats.lock().get(table_id)
+    /// Statistics per tablet of table `table_id`, from the tablet servers.
+    async fn tablet_statistics(&self, table_id: &str) -> TableStatistics {
+        if let Some((at, stats)) = self.stats.lock().get(table_id)
             && at.elapsed() < STATS_TTL
         {
-            return rows.clone();
+            return stats.clone();
         }
-        let mut rows = HashMap::new();
+        let mut stats = HashMap::new();
         let servers = self.client.list_tablet_servers().await.unwrap_or_default();
         for s in servers.iter().filter(|s| s.live) {
             let Ok(mut stub) = self.client.tablet_server(&s.addr).await else {
@@ -90,15 +104,21 @@ impl CairnSchema {
             };
             for t in resp.into_inner().tablets {
                 if t.table_id == table_id && t.role == cairn_proto::RaftRole::Leader as i32 {
-                    rows.insert(t.tablet_id, t.num_rows_estimate);
+                    // Statistics are an optimisation: unreadable ones are left out.
+                    let columns = serde_json::from_slice(&t.column_stats_json).unwrap_or_default();
+                    let one = TabletStatistics {
+                        rows: t.num_rows_estimate,
+                        columns,
+                    };
+                    stats.insert(t.tablet_id, Arc::new(one));
                 }
             }
         }
-        let rows = Arc::new(rows);
+        let stats = Arc::new(stats);
         self.stats
             .lock()
-            .insert(table_id.to_string(), (Instant::now(), rows.clone()));
-        rows
+            .insert(table_id.to_string(), (Instant::now(), stats.clone()));
+        stats
     }
 }
 
@@ -119,8 +139,8 @@ impl SchemaProvider for CairnSchema {
             Err(cairn_client::ClientError::TableNotFound(_)) => return Ok(None),
             Err(e) => return Err(df_err(e)),
         };
-        let rows = self.tablet_rows(&table.id).await;
-        let provider = Arc::new(CairnTable::new(self.client.clone(), table, rows));
+        let stats = self.tablet_statistics(&table.id).await;
+        let provider = Arc::new(CairnTable::new(self.client.clone(), table, stats));
         self.opened
             .lock()
             .insert(name.to_string(), (Instant::now(), provider.clone()));

@@ -21,6 +21,7 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, TableProviderFilterPushDown, cast, col};
 use datafusion::physical_plan::ExecutionPlan;
 
+use crate::catalog::TableStatistics;
 use crate::error::{SqlError, df_err};
 use crate::options::{CairnOptions, InsertMode, StatementContext, parse_read_timestamp};
 use crate::partitioning::HashIdentity;
@@ -38,12 +39,12 @@ pub struct CairnTable {
     constraints: Constraints,
     defaults: HashMap<String, Expr>,
     /// Estimated rows per tablet id (from the tablet servers' reports).
-    tablet_rows: Arc<HashMap<String, u64>>,
+    tablet_stats: TableStatistics,
 }
 
 impl CairnTable {
-    /// A provider for an open table; `tablet_rows` are row estimates per tablet.
-    pub fn new(client: Client, table: Table, tablet_rows: Arc<HashMap<String, u64>>) -> Self {
+    /// A provider for an open table; `tablet_stats` are its tablets' statistics.
+    pub fn new(client: Client, table: Table, tablet_stats: TableStatistics) -> Self {
         let schema = table.schema.to_arrow();
         let constraints = Constraints::new_unverified(vec![Constraint::PrimaryKey(
             table.schema.key_indexes().to_vec(),
@@ -67,7 +68,7 @@ impl CairnTable {
             schema,
             constraints,
             defaults,
-            tablet_rows,
+            tablet_stats,
         }
     }
 
@@ -258,16 +259,16 @@ impl TableProvider for CairnTable {
             .map_err(|e| df_err(SqlError::from(e)))?;
         let mut tablets: Vec<_> = keep.into_iter().map(|i| locations[i].clone()).collect();
         let hash = declared_hash(&self.table, &locations, &mut tablets, &indexes);
-        let tablet_rows = tablets
+        let tablet_stats = tablets
             .iter()
-            .map(|t| self.tablet_rows.get(&t.tablet_id).copied())
+            .map(|t| self.tablet_stats.get(&t.tablet_id).cloned())
             .collect();
         Ok(Arc::new(CairnScanExec::new(ScanSpec {
             client: self.client.clone(),
             table: self.table.clone(),
             tablets,
             total_tablets: locations.len(),
-            tablet_rows,
+            tablet_stats,
             columns,
             predicates,
             limit,
@@ -288,7 +289,7 @@ impl TableProvider for CairnTable {
     }
 
     fn statistics(&self) -> Option<datafusion::common::Statistics> {
-        let rows: u64 = self.tablet_rows.values().sum();
+        let rows: u64 = self.tablet_stats.values().map(|t| t.rows).sum();
         let mut s = datafusion::common::Statistics::new_unknown(&self.schema);
         s.num_rows = datafusion::common::stats::Precision::Inexact(rows as usize);
         Some(s)

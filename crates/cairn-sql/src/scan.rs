@@ -22,7 +22,7 @@ use arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use cairn_client::{Client, ReadMode, Table, TabletLocationInfo};
-use cairn_common::ColumnPredicate;
+use cairn_common::{ColumnPredicate, ColumnStatistics, PredicateOp, Value};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -43,10 +43,12 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 
+use crate::catalog::TabletStatistics;
 use crate::error::{SqlError, df_err};
 use crate::options::StatementContext;
 use crate::partitioning::HashIdentity;
 use crate::pushdown::implied_by_physical;
+use crate::types::value_to_scalar;
 
 /// Largest limit for which a scan over several tablets returns the first rows in
 /// primary-key order (see the module docs). Larger limits read the tablets as
@@ -62,8 +64,8 @@ pub(crate) struct ScanSpec {
     pub tablets: Vec<TabletLocationInfo>,
     /// Number of tablets of the table (before pruning).
     pub total_tablets: usize,
-    /// Estimated rows per scanned tablet, where known.
-    pub tablet_rows: Vec<Option<u64>>,
+    /// Statistics of each scanned tablet, where known.
+    pub tablet_stats: Vec<Option<Arc<TabletStatistics>>>,
     /// Columns to read (names); empty reads no column, only row counts.
     pub columns: Vec<String>,
     /// Predicates evaluated by the tablet servers.
@@ -325,19 +327,113 @@ impl ExecutionPlan for CairnScanExec {
         args: &StatisticsArgs,
     ) -> Result<Arc<Statistics>> {
         let s = &self.spec;
-        let rows: Option<u64> = match args.partition() {
-            Some(p) if !s.key_ordered() => s.tablet_rows.get(p).copied().flatten(),
-            _ => s.tablet_rows.iter().copied().sum(),
+        let tablets: Option<Vec<&TabletStatistics>> = match args.partition() {
+            Some(p) if !s.key_ordered() => s
+                .tablet_stats
+                .get(p)
+                .and_then(|t| t.as_deref())
+                .map(|t| vec![t]),
+            _ => s.tablet_stats.iter().map(|t| t.as_deref()).collect(),
         };
         let mut stats = Statistics::new_unknown(&s.schema);
-        if let Some(mut r) = rows {
-            if let Some(l) = s.limit {
-                r = r.min(l as u64);
+        let Some(tablets) = tablets else {
+            return Ok(Arc::new(stats));
+        };
+        // Each column's statistics over the tablets read.
+        let merged = |name: &str| -> Option<ColumnStatistics> {
+            let mut out: Option<ColumnStatistics> = None;
+            for t in &tablets {
+                let c = t.columns.iter().find(|c| c.column == name)?;
+                match &mut out {
+                    None => out = Some(c.clone()),
+                    Some(m) => m.merge(c),
+                }
             }
-            stats.num_rows = Precision::Inexact(r as usize);
+            out
+        };
+        let rows: u64 = tablets.iter().map(|t| t.rows).sum();
+        // The tablets apply the pushed predicates, so no FilterExec above estimates
+        // their selectivity: do it here.
+        let selectivity: f64 = s
+            .predicates
+            .iter()
+            .map(|p| predicate_selectivity(p, merged(&p.column).as_ref(), rows))
+            .product();
+        let mut scaled = (rows as f64 * selectivity).ceil() as u64;
+        if let Some(l) = s.limit {
+            scaled = scaled.min(l as u64);
+        }
+        stats.num_rows = Precision::Inexact(scaled as usize);
+        let fraction = if rows == 0 {
+            1.0
+        } else {
+            scaled as f64 / rows as f64
+        };
+        let mut total_bytes = Some(0usize);
+        for (i, field) in s.schema.fields().iter().enumerate() {
+            let (Some(m), Ok(ci)) = (merged(field.name()), s.table.schema.index_of(field.name()))
+            else {
+                total_bytes = None;
+                continue;
+            };
+            let col = s.table.schema.column(ci);
+            let cs = &mut stats.column_statistics[i];
+            cs.null_count = Precision::Inexact((m.null_count as f64 * fraction) as usize);
+            if let (Some(lo), Some(hi)) = (&m.min, &m.max) {
+                cs.min_value = Precision::Inexact(value_to_scalar(lo, &col.data_type));
+                cs.max_value = Precision::Inexact(value_to_scalar(hi, &col.data_type));
+            }
+            total_bytes = total_bytes.map(|b| b + (m.bytes as f64 * fraction) as usize);
+        }
+        if let Some(b) = total_bytes
+            && !s.schema.fields().is_empty()
+        {
+            stats.total_byte_size = Precision::Inexact(b);
         }
         Ok(Arc::new(stats))
     }
+}
+
+/// Selectivity assumed for a predicate the statistics say nothing about (DataFusion's
+/// default for filters it cannot analyse).
+const DEFAULT_SELECTIVITY: f64 = 0.2;
+
+/// The fraction of a column's `rows` estimated to pass `p`: from the column's bounds
+/// for ranges and equality on numeric and date/time columns, from its NULL count for
+/// `IS [NOT] NULL`, else [`DEFAULT_SELECTIVITY`].
+fn predicate_selectivity(p: &ColumnPredicate, stats: Option<&ColumnStatistics>, rows: u64) -> f64 {
+    let bounds = stats.and_then(|c| Some((numeric(c.min.as_ref()?)?, numeric(c.max.as_ref()?)?)));
+    let nulls = stats.map(|c| c.null_count);
+    let f = match (&p.op, bounds, nulls) {
+        (PredicateOp::None, ..) => 0.0,
+        (PredicateOp::IsNull, _, Some(n)) if rows > 0 => n as f64 / rows as f64,
+        (PredicateOp::IsNotNull, _, Some(n)) if rows > 0 => 1.0 - n as f64 / rows as f64,
+        (PredicateOp::Equality(_), Some((lo, hi)), _) => 1.0 / (hi - lo + 1.0).max(1.0),
+        (PredicateOp::InList(vs), Some((lo, hi)), _) => vs.len() as f64 / (hi - lo + 1.0).max(1.0),
+        (PredicateOp::Range { lower, upper }, Some((lo, hi)), _) if hi > lo => {
+            let a = lower.as_ref().and_then(|(v, _)| numeric(v)).unwrap_or(lo);
+            let b = upper.as_ref().and_then(|(v, _)| numeric(v)).unwrap_or(hi);
+            (b.min(hi) - a.max(lo)) / (hi - lo)
+        }
+        _ => DEFAULT_SELECTIVITY,
+    };
+    f.clamp(0.0, 1.0)
+}
+
+/// A value as a number on its type's scale, for numeric and date/time values.
+fn numeric(v: &Value) -> Option<f64> {
+    Some(match v {
+        Value::Int8(x) => *x as f64,
+        Value::Int16(x) => *x as f64,
+        Value::Int32(x) => *x as f64,
+        Value::Int64(x) => *x as f64,
+        Value::Float(x) => *x as f64,
+        Value::Double(x) => *x,
+        Value::Decimal(x) => *x as f64,
+        Value::Date(x) => *x as f64,
+        Value::Timestamp(x) => *x as f64,
+        _ => return None,
+    })
 }
 
 impl ScanSpec {
@@ -500,4 +596,61 @@ async fn open_tablet(
             r.map_err(|e| df_err(SqlError::from(e))).and_then(&fix)
         })
         .boxed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int_stats(lo: i64, hi: i64, nulls: u64) -> ColumnStatistics {
+        ColumnStatistics {
+            column: "x".into(),
+            min: Some(Value::Int64(lo)),
+            max: Some(Value::Int64(hi)),
+            null_count: nulls,
+            bytes: 0,
+        }
+    }
+
+    #[test]
+    fn selectivity_from_bounds_nulls_or_the_default() {
+        let st = int_stats(0, 100, 25);
+        let sel = |op: PredicateOp, st: Option<&ColumnStatistics>| {
+            predicate_selectivity(
+                &ColumnPredicate {
+                    column: "x".into(),
+                    op,
+                },
+                st,
+                100,
+            )
+        };
+        let range = |lo: i64, hi: i64| PredicateOp::Range {
+            lower: Some((Value::Int64(lo), true)),
+            upper: Some((Value::Int64(hi), false)),
+        };
+        assert!((sel(range(0, 25), Some(&st)) - 0.25).abs() < 1e-9);
+        assert!((sel(range(-50, 500), Some(&st)) - 1.0).abs() < 1e-9);
+        assert_eq!(sel(range(200, 300), Some(&st)), 0.0);
+        assert!(
+            (sel(PredicateOp::Equality(Value::Int64(3)), Some(&st)) - 1.0 / 101.0).abs() < 1e-9
+        );
+        assert!((sel(PredicateOp::IsNull, Some(&st)) - 0.25).abs() < 1e-9);
+        assert!((sel(PredicateOp::IsNotNull, Some(&st)) - 0.75).abs() < 1e-9);
+        assert_eq!(sel(PredicateOp::None, Some(&st)), 0.0);
+        // Nothing known, or a type without a numeric scale: the default.
+        assert_eq!(sel(range(0, 25), None), DEFAULT_SELECTIVITY);
+        let text = ColumnStatistics {
+            min: Some(Value::String("a".into())),
+            max: Some(Value::String("z".into())),
+            ..int_stats(0, 0, 0)
+        };
+        assert_eq!(
+            sel(
+                PredicateOp::Equality(Value::String("q".into())),
+                Some(&text)
+            ),
+            DEFAULT_SELECTIVITY
+        );
+    }
 }

@@ -34,7 +34,9 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use bytes::Bytes;
 use cairn_common::predicate::conjunction_implies;
 use cairn_common::types::{array_from_values, array_of_repeated};
-use cairn_common::{ColumnId, ColumnPredicate, DataType, HybridTime, Schema, Value};
+use cairn_common::{
+    ColumnId, ColumnPredicate, ColumnStatistics, DataType, HybridTime, Schema, Value,
+};
 use parking_lot::{Mutex, RwLock};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
@@ -368,6 +370,72 @@ impl BaseData {
         )?);
         cache.insert(file.uid, key, b.clone());
         Ok(b)
+    }
+
+    /// Planner statistics of each column of `schema` (in schema order) over this base
+    /// data, from the Parquet row-group statistics. A column the files do not hold
+    /// (added later) has unknown bounds.
+    pub fn column_statistics(&self, schema: &Schema) -> Vec<ColumnStatistics> {
+        schema
+            .columns()
+            .iter()
+            .map(|col| {
+                let mut out = ColumnStatistics {
+                    column: col.name.clone(),
+                    ..Default::default()
+                };
+                let Some(&(fi, pos)) = self.locations.get(&col.id) else {
+                    return out;
+                };
+                let file = &self.files[fi];
+                for g in file.reader_meta.metadata().row_groups() {
+                    if let Some(c) = g.columns().get(pos) {
+                        out.bytes += c.uncompressed_size().max(0) as u64;
+                    }
+                }
+                let Some(st) = &file.stats[pos] else {
+                    return out;
+                };
+                let mut seen = ColumnStatistics {
+                    column: col.name.clone(),
+                    ..Default::default()
+                };
+                for rg in 0..self.num_groups() {
+                    let nulls = st.null_counts.get(rg).copied().unwrap_or(u64::MAX);
+                    if nulls != u64::MAX {
+                        out.null_count += nulls;
+                    }
+                    let bound = |a: &ArrayRef| {
+                        Value::from_array(a.as_ref(), rg, &col.data_type)
+                            .ok()
+                            .filter(|v| !v.is_null())
+                    };
+                    let (Some(min), Some(max)) = (bound(&st.mins), bound(&st.maxs)) else {
+                        let all_null =
+                            nulls == (self.group_starts[rg + 1] - self.group_starts[rg]) as u64;
+                        if all_null {
+                            continue;
+                        }
+                        // A group without bounds: the column's are unknown.
+                        return out;
+                    };
+                    let group = ColumnStatistics {
+                        column: col.name.clone(),
+                        min: Some(min),
+                        max: Some(max),
+                        ..Default::default()
+                    };
+                    if seen.min.is_none() {
+                        seen = group;
+                    } else {
+                        seen.merge(&group);
+                    }
+                }
+                out.min = seen.min;
+                out.max = seen.max;
+                out
+            })
+            .collect()
     }
 
     /// Whether min/max statistics prove no base row of `rg` matches `preds`.

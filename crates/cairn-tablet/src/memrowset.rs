@@ -7,6 +7,7 @@
 //! this layer. When the MemRowSet is flushed it is frozen (no new inserts), but rows in
 //! it still take mutations until the flushed DiskRowSet replaces it.
 
+use std::borrow::Cow;
 use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -33,12 +34,18 @@ pub struct MrsRow {
 impl MrsRow {
     /// The row as of snapshot `snap` (`None`: not visible or deleted).
     pub fn state_at(&self, schema: &Schema, snap: HybridTime) -> Option<Row> {
+        self.visible_at(schema, snap).map(Cow::into_owned)
+    }
+
+    /// [`MrsRow::state_at`] without copying a row that was never changed (most rows: a
+    /// scan reads them in place).
+    pub fn visible_at(&self, schema: &Schema, snap: HybridTime) -> Option<Cow<'_, Row>> {
         if self.insert_ts > snap {
             return None;
         }
         let muts = self.mutations.lock();
-        if muts.is_empty() {
-            return Some(self.row.clone());
+        if muts.first().is_none_or(|(ts, _)| *ts > snap) {
+            return Some(Cow::Borrowed(&self.row));
         }
         let mut state = Some(self.row.clone());
         for (ts, m) in muts.iter() {
@@ -47,7 +54,7 @@ impl MrsRow {
             }
             apply_change(schema, &mut state, m);
         }
-        state
+        state.map(Cow::Owned)
     }
 
     /// Whether the row is live after every change applied so far.

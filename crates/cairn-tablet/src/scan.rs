@@ -352,14 +352,14 @@ impl Scanner {
                 *after = Some(k.clone());
                 let mut rows = Vec::with_capacity(chunk.len());
                 let mut keys = Vec::new();
-                for (key, row) in chunk {
-                    let Some(r) = row.state_at(&self.schema, self.snapshot) else {
+                for (key, row) in &chunk {
+                    let Some(r) = row.visible_at(&self.schema, self.snapshot) else {
                         continue;
                     };
                     if self.predicates.iter().all(|(c, p)| p.matches_value(&r[*c])) {
                         rows.push(r);
                         if want_keys {
-                            keys.push(key);
+                            keys.push(key.clone());
                         }
                     }
                 }

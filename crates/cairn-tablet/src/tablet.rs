@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use cairn_common::key::encode_row_key;
-use cairn_common::{HybridClock, HybridTime, Schema, Value};
+use cairn_common::{ColumnStatistics, HybridClock, HybridTime, Schema, Value};
 use cairn_wal::{FsyncPolicy, Log, LogOptions};
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
@@ -1364,6 +1364,26 @@ impl Tablet {
             s.undo_files += d.undo_files.len();
         }
         s
+    }
+
+    /// Planner statistics of each column (schema order) over the DiskRowSets' base
+    /// data; rows in the MemRowSet and changes in delta stores are not reflected.
+    pub fn column_statistics(&self) -> Vec<ColumnStatistics> {
+        let schema = self.schema();
+        let comps = self.components();
+        let mut out: Option<Vec<ColumnStatistics>> = None;
+        for rs in &comps.disk {
+            let one = rs.base().column_statistics(&schema);
+            match &mut out {
+                None => out = Some(one),
+                Some(acc) => {
+                    for (a, o) in acc.iter_mut().zip(&one) {
+                        a.merge(o);
+                    }
+                }
+            }
+        }
+        out.unwrap_or_default()
     }
 
     /// Stops accepting writes, waits for the maintenance op in progress, and syncs the

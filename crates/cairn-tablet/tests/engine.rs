@@ -511,3 +511,36 @@ fn limited_scans_read_in_windows_and_return_the_first_rows() {
         assert!(got.iter().all(|k| k % 97 == 3), "{got:?}");
     }
 }
+
+#[test]
+fn column_statistics_come_from_the_stored_rowsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tablet::create(dir.path(), kv_schema(), small_options()).unwrap();
+    assert!(t.column_statistics().is_empty(), "no rowset yet");
+    t.write((10..60).map(|k| RowOp::insert(row(k, 3, k * 2))).collect())
+        .unwrap();
+    t.flush_mrs().unwrap();
+    t.write((100..120).map(|k| RowOp::insert(row(k, -4, k))).collect())
+        .unwrap();
+    t.flush_mrs().unwrap();
+    // Still in memory: not counted.
+    t.write(vec![RowOp::insert(row(5000, 99, 1))]).unwrap();
+    let stats = t.column_statistics();
+    let names: Vec<&str> = stats.iter().map(|c| c.column.as_str()).collect();
+    assert_eq!(names, ["k", "w", "v"]);
+    assert_eq!(stats[0].min, Some(Value::Int64(10)));
+    assert_eq!(stats[0].max, Some(Value::Int64(119)));
+    assert_eq!(stats[1].min, Some(Value::Int32(-4)));
+    assert_eq!(stats[1].max, Some(Value::Int32(3)));
+    assert_eq!(stats[2].min, Some(Value::Int64(20)));
+    assert_eq!(stats[2].max, Some(Value::Int64(119)));
+    assert!(stats.iter().all(|c| c.null_count == 0 && c.bytes > 0));
+    // A column added later is not in the files: its bounds are unknown.
+    t.alter_schema(AlterOp::AddColumn(
+        ColumnSpec::new("n", DataType::String).nullable(),
+    ))
+    .unwrap();
+    let stats = t.column_statistics();
+    assert_eq!(stats.len(), 4);
+    assert_eq!((stats[3].min.as_ref(), stats[3].max.as_ref()), (None, None));
+}

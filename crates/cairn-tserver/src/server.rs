@@ -62,6 +62,7 @@ pub struct TabletServer {
     node_id: u64,
     addr: String,
     manager: Arc<TabletManager>,
+    service: TabletService,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -163,6 +164,7 @@ impl TabletServer {
             node_id,
             addr,
             manager,
+            service,
             stop,
             tasks,
         })
@@ -179,6 +181,12 @@ impl TabletServer {
     /// Its tablet manager.
     pub fn manager(&self) -> &Arc<TabletManager> {
         &self.manager
+    }
+
+    /// Its RPC service, for callers in the same process (the `cairn` binary lets its
+    /// SQL engine's client scan and write through it without the network).
+    pub fn service(&self) -> TabletService {
+        self.service.clone()
     }
 
     /// Stops serving and closes every replica.

@@ -103,8 +103,19 @@ impl TabletService {
             .await
     }
 
-    async fn scan_inner(&self, req: pb::ScanRequest) -> Result<pb::ScanResponse> {
+    /// The `Scan` RPC for a caller in this process: the response with `arrow_ipc` left
+    /// empty, and the rows as they were read (no IPC encoding).
+    pub async fn scan_batches(&self, req: pb::ScanRequest) -> Result<ScanBatches> {
         self.observe(req.propagated_timestamp);
+        if req.close && !req.scanner_id.is_empty() {
+            // Closing: drop the scanner without reading on.
+            self.scanners.lock().remove(&req.scanner_id);
+            return Ok(ScanBatches {
+                response: pb::ScanResponse::default(),
+                schema: None,
+                batches: vec![],
+            });
+        }
         let target_rows = if req.batch_rows == 0 {
             DEFAULT_SCAN_ROWS
         } else {
@@ -167,7 +178,7 @@ impl TabletService {
         })
         .await
         .map_err(|e| TserverError::Internal(e.to_string()))??;
-        let ipc = encode_ipc(&scanner.schema(), &batches)?;
+        let schema = scanner.schema();
         let snapshot = scanner.snapshot().0;
         let last_key = scanner.last_key().map(|k| k.to_vec()).unwrap_or_default();
         let mut id = String::new();
@@ -185,14 +196,42 @@ impl TabletService {
                 },
             );
         }
-        Ok(pb::ScanResponse {
-            scanner_id: id,
-            arrow_ipc: ipc.into(),
-            has_more: has_more && !req.close,
-            snapshot_timestamp: snapshot,
-            last_key: last_key.into(),
+        Ok(ScanBatches {
+            response: pb::ScanResponse {
+                scanner_id: id,
+                arrow_ipc: Default::default(),
+                has_more: has_more && !req.close,
+                snapshot_timestamp: snapshot,
+                last_key: last_key.into(),
+            },
+            schema: Some(schema),
+            batches,
         })
     }
+
+    /// The `Write` RPC for a caller in this process.
+    pub async fn write_ops(&self, req: pb::WriteRequest) -> Result<pb::WriteResponse> {
+        self.observe(req.propagated_timestamp);
+        let replica = self.leader_replica(&req.tablet_id)?;
+        let schema = replica.tablet().schema();
+        let ops = row_ops(&schema, &req.batches)?;
+        let (ts, errs) = replica.write(ops).await?;
+        Ok(pb::WriteResponse {
+            row_errors: errs.iter().map(|(i, e)| row_error(*i, e)).collect(),
+            timestamp: ts.0,
+        })
+    }
+}
+
+/// One scan call's answer before it is encoded for the wire.
+#[derive(Debug)]
+pub struct ScanBatches {
+    /// The response, `arrow_ipc` empty.
+    pub response: pb::ScanResponse,
+    /// The scan's schema (`None` when a scanner was only closed).
+    pub schema: Option<arrow::datatypes::SchemaRef>,
+    /// The rows.
+    pub batches: Vec<arrow::array::RecordBatch>,
 }
 
 /// A replica's report for the master.
@@ -228,6 +267,7 @@ pub fn report(r: &TabletReplica) -> pb::TabletReport {
         disk_bytes: stats.disk_bytes,
         state: "RUNNING".into(),
         millis_since_contact: Default::default(),
+        column_stats_json: Default::default(),
     }
 }
 
@@ -268,23 +308,22 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::WriteRequest>,
     ) -> Result<Response<pb::WriteResponse>, Status> {
-        let req = request.into_inner();
-        self.observe(req.propagated_timestamp);
-        let replica = self.leader_replica(&req.tablet_id)?;
-        let schema = replica.tablet().schema();
-        let ops = row_ops(&schema, &req.batches)?;
-        let (ts, errs) = replica.write(ops).await?;
-        Ok(Response::new(pb::WriteResponse {
-            row_errors: errs.iter().map(|(i, e)| row_error(*i, e)).collect(),
-            timestamp: ts.0,
-        }))
+        Ok(Response::new(self.write_ops(request.into_inner()).await?))
     }
 
     async fn scan(
         &self,
         request: Request<pb::ScanRequest>,
     ) -> Result<Response<pb::ScanResponse>, Status> {
-        Ok(Response::new(self.scan_inner(request.into_inner()).await?))
+        let ScanBatches {
+            mut response,
+            schema,
+            batches,
+        } = self.scan_batches(request.into_inner()).await?;
+        if let Some(schema) = schema {
+            response.arrow_ipc = encode_ipc(&schema, &batches)?.into();
+        }
+        Ok(Response::new(response))
     }
 
     async fn scanner_keep_alive(
@@ -305,7 +344,19 @@ impl pb::tablet_server_server::TabletServer for TabletService {
     ) -> Result<Response<pb::ListTabletsResponse>, Status> {
         Ok(Response::new(pb::ListTabletsResponse {
             node_id: self.manager.node_id(),
-            tablets: self.manager.list().iter().map(|r| report(r)).collect(),
+            tablets: self
+                .manager
+                .list()
+                .iter()
+                .map(|r| {
+                    let mut rep = report(r);
+                    // Statistics for SQL planners; unserializable ones are left out.
+                    rep.column_stats_json = serde_json::to_vec(&r.tablet().column_statistics())
+                        .unwrap_or_default()
+                        .into();
+                    rep
+                })
+                .collect(),
         }))
     }
 
@@ -433,5 +484,29 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         Ok(Response::new(pb::AlterSchemaResponse {
             version: replica.tablet().schema().version(),
         }))
+    }
+}
+
+impl pb::InProcessTabletServer for TabletService {
+    fn scan(
+        &self,
+        req: pb::ScanRequest,
+    ) -> futures::future::BoxFuture<'static, std::result::Result<pb::InProcessScan, Status>> {
+        let svc = self.clone();
+        Box::pin(async move {
+            let r = svc.scan_batches(req).await?;
+            Ok(pb::InProcessScan {
+                response: r.response,
+                batches: r.batches,
+            })
+        })
+    }
+
+    fn write(
+        &self,
+        req: pb::WriteRequest,
+    ) -> futures::future::BoxFuture<'static, std::result::Result<pb::WriteResponse, Status>> {
+        let svc = self.clone();
+        Box::pin(async move { Ok(svc.write_ops(req).await?) })
     }
 }

@@ -86,18 +86,25 @@ impl PgAuthFlags {
     }
 }
 
-/// Starts the SQL front ends that have an address; returns what they listen on.
+/// Starts the SQL front ends that have an address; returns what they listen on. The
+/// engine calls the tablet servers of this process (`in_process`) without the network.
 async fn start_sql(
     masters: &[String],
     pg_addr: Option<&str>,
     flight_addr: Option<&str>,
     auth: &PgAuthFlags,
+    in_process: &[&TabletServer],
 ) -> Result<Vec<String>, BoxError> {
     let mut lines = vec![];
     if pg_addr.is_none() && flight_addr.is_none() {
         return Ok(lines);
     }
     let engine = cairn_sql::SqlEngine::connect(masters).await?;
+    for t in in_process {
+        engine
+            .client()
+            .register_in_process(t.addr(), std::sync::Arc::new(t.service()));
+    }
     if let Some(addr) = pg_addr {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -307,6 +314,7 @@ pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
         args.sql.pg_addr.as_deref(),
         args.sql.flight_sql_addr.as_deref(),
         &args.sql.auth,
+        &[],
     )
     .await?
     {
@@ -337,6 +345,7 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
         args.sql.pg_addr.as_deref(),
         args.sql.flight_sql_addr.as_deref(),
         &args.sql.auth,
+        &[&t],
     )
     .await?
     {
@@ -425,6 +434,7 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         pg.as_deref(),
         flight.as_deref(),
         &args.auth,
+        &tservers.iter().collect::<Vec<_>>(),
     )
     .await?
     {

@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cairn_client::{ClientError, Operation, ReadMode};
@@ -477,4 +479,125 @@ async fn ordered_scan_resumes_on_another_replica() {
         (0..3000).collect::<Vec<_>>(),
         "rows missing, repeated or out of order"
     );
+}
+
+/// Scans and writes through in-process servers (as the SQL engine of `cairn local` makes
+/// them) give the same rows as over gRPC: continued and closed scanners, limits, ordered
+/// scans, and writes that follow a leader that stepped down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_process_calls_match_grpc() {
+    let cl = InProc::start(3, Duration::from_secs(300)).await;
+    let grpc = cl.client().await;
+    // Each server wrapped to count the calls that reach it in process.
+    let c = cl.client().await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    for t in cl.tservers.iter().flatten() {
+        let counted = Counted {
+            inner: t.service(),
+            calls: calls.clone(),
+        };
+        c.register_in_process(t.addr(), Arc::new(counted));
+    }
+    c.create_table(table_spec("t", 3, 3)).await.unwrap();
+    let t = c.open_table("t").await.unwrap();
+    insert_range(&c, &t, 0..2000).await;
+    assert_eq!(all_ids(&c, &t).await, (0..2000).collect::<Vec<_>>());
+    assert_eq!(all_ids(&grpc, &t).await, all_ids(&c, &t).await);
+
+    // Small batches: every tablet's scanner is continued many times.
+    let ids = |r: cairn_client::ScanResult| {
+        let mut v = vec![];
+        for b in &r.batches {
+            let a = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .unwrap();
+            v.extend(a.values().iter().copied());
+        }
+        v
+    };
+    let snap = ReadMode::Snapshot(c.last_timestamp());
+    let ordered = |cl: &cairn_client::Client| {
+        cl.scan(&t)
+            .projection(["id"])
+            .ordered(true)
+            .batch_rows(64)
+            .read_mode(snap)
+            .predicate(ColumnPredicate::range(
+                "id",
+                Value::Int64(100),
+                Value::Int64(1500),
+            ))
+            .execute()
+    };
+    let local = ids(ordered(&c).await.unwrap());
+    assert_eq!(local.len(), 1400);
+    assert_eq!(local, ids(ordered(&grpc).await.unwrap()));
+    let limited = c
+        .scan(&t)
+        .projection(["id"])
+        .limit(7)
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(limited.num_rows(), 7);
+
+    // A cursor dropped mid-scan closes its scanner on the server.
+    let mut cur = c.scan(&t).batch_rows(10).cursor().await.unwrap();
+    assert!(cur.next_batch().await.unwrap().is_some());
+    cur.close().await;
+    wait_for(Duration::from_secs(10), "scanners to be closed", || {
+        let open: usize = cl
+            .tservers
+            .iter()
+            .flatten()
+            .map(|t| t.service().open_scanners())
+            .sum();
+        async move { open == 0 }
+    })
+    .await;
+
+    // The leader of tablet 0 steps down; in-process writes find the new one.
+    let tablet0 = c.table_locations(&t, true).await.unwrap()[0]
+        .tablet_id
+        .clone();
+    let leader = current_leader(&c, &t, 0).await;
+    let mut lc = grpc.tablet_server(&leader).await.unwrap();
+    let _ = lc
+        .step_down(cairn_proto::StepDownRequest { tablet_id: tablet0 })
+        .await;
+    insert_range(&c, &t, 2000..2600).await;
+    assert_eq!(all_ids(&c, &t).await, (0..2600).collect::<Vec<_>>());
+    assert_eq!(all_ids(&grpc, &t).await, (0..2600).collect::<Vec<_>>());
+    assert!(
+        calls.load(Ordering::Relaxed) > 50,
+        "the calls did not go in process"
+    );
+}
+
+/// An in-process server that counts the calls it gets.
+struct Counted {
+    inner: cairn_tserver::service::TabletService,
+    calls: Arc<AtomicUsize>,
+}
+
+impl cairn_proto::InProcessTabletServer for Counted {
+    fn scan(
+        &self,
+        req: cairn_proto::ScanRequest,
+    ) -> futures::future::BoxFuture<'static, Result<cairn_proto::InProcessScan, tonic::Status>>
+    {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.scan(req)
+    }
+
+    fn write(
+        &self,
+        req: cairn_proto::WriteRequest,
+    ) -> futures::future::BoxFuture<'static, Result<cairn_proto::WriteResponse, tonic::Status>>
+    {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.write(req)
+    }
 }

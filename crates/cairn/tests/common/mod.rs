@@ -112,6 +112,16 @@ impl InProc {
             .unwrap()
     }
 
+    /// A client that calls this cluster's running tablet servers in process (as the
+    /// SQL engine of `cairn local` does), not over gRPC.
+    pub async fn in_process_client(&self) -> Client {
+        let c = self.client().await;
+        for t in self.tservers.iter().flatten() {
+            c.register_in_process(t.addr(), std::sync::Arc::new(t.service()));
+        }
+        c
+    }
+
     pub async fn wait_live(&self, n: usize) {
         wait_live_servers(&self.client().await, n, Duration::from_secs(20)).await;
     }

@@ -478,3 +478,46 @@ async fn declared_hash_partitioning_is_used_and_kept_apart() {
         vec![row(&["400", &mixed_sum.to_string()])]
     );
 }
+
+/// Scans give DataFusion the tablets' column statistics (bounds from the stored
+/// rowsets) and scale their rows by the pushed predicates' selectivity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scans_report_column_statistics() {
+    let (cl, engine) = sql_cluster(1).await;
+    let s = engine.session();
+    q(
+        &s,
+        "CREATE TABLE st (k BIGINT PRIMARY KEY, v INT) PARTITION BY HASH (k) PARTITIONS 2",
+    )
+    .await;
+    q(
+        &s,
+        "INSERT INTO st SELECT value, CAST(value % 7 AS INT) FROM generate_series(1, 1000)",
+    )
+    .await;
+    for r in cl.tservers[0].as_ref().unwrap().manager().list() {
+        r.tablet().flush_mrs().unwrap();
+    }
+    // A new engine: nothing cached from before the flush.
+    let fresh = cairn_sql::SqlEngine::new(cl.in_process_client().await).unwrap();
+    let s = fresh.session();
+    q(&s, "SET datafusion.explain.show_statistics = true").await;
+    let plan = |sql: &str| {
+        let s = &s;
+        let sql = sql.to_string();
+        async move { q(s, &format!("EXPLAIN {sql}")).await.concat().join("\n") }
+    };
+    let all = plan("SELECT k, v FROM st").await;
+    assert!(all.contains("Rows=Inexact(1000)"), "{all}");
+    assert!(
+        all.contains("Min=Inexact(Int64(1)) Max=Inexact(Int64(1000))"),
+        "{all}"
+    );
+    assert!(
+        all.contains("Min=Inexact(Int32(0)) Max=Inexact(Int32(6))"),
+        "{all}"
+    );
+    // k < 251 keeps a quarter of the range 1..=1000 (250 / 999 of it, rounded up).
+    let some = plan("SELECT k FROM st WHERE k < 251").await;
+    assert!(some.contains("Rows=Inexact(251)"), "{some}");
+}

@@ -16,10 +16,11 @@ use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use cairn_sql::{SqlEngine, SqlError, SqlSession};
 
-/// A cluster of `n` tablet servers and a SQL engine on it.
+/// A cluster of `n` tablet servers and a SQL engine on it that calls them in process,
+/// as on `cairn local`.
 pub async fn sql_cluster(n: usize) -> (common::InProc, SqlEngine) {
     let cl = common::InProc::start(n, std::time::Duration::from_secs(300)).await;
-    let engine = SqlEngine::new(cl.client().await).unwrap();
+    let engine = SqlEngine::new(cl.in_process_client().await).unwrap();
     (cl, engine)
 }
 
