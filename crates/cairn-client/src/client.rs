@@ -12,9 +12,9 @@ use cairn_proto::InProcessTabletServer;
 use cairn_proto::master_client::MasterClient;
 use cairn_proto::tablet_server_client::TabletServerClient;
 use cairn_proto::{
-    AlterTableRequest, CreateTableRequest, DropTableRequest, GetTableLocationsRequest,
-    GetTableRequest, ListMastersRequest, ListTablesRequest, ListTabletServersRequest, MasterInfo,
-    TableSummary, TabletServerInfo,
+    AlterTableRequest, CreateTableRequest, DropTableRequest, FlushTabletRequest,
+    GetTableLocationsRequest, GetTableRequest, ListMastersRequest, ListTablesRequest,
+    ListTabletServersRequest, MasterInfo, TableSummary, TabletServerInfo,
 };
 use parking_lot::RwLock;
 use tokio::time::Instant;
@@ -354,6 +354,40 @@ impl Client {
             return None;
         }
         m.get(addr).cloned()
+    }
+
+    /// Asks every live replica of every tablet of `table` to flush its MemRowSet, so
+    /// that rows loaded so far are scanned in columnar form (DiskRowSets) rather than
+    /// row by row. Best effort: returns the replicas that could not be asked (each
+    /// flushes on its own schedule anyway).
+    pub async fn flush_table(&self, table: &Table) -> Result<Vec<String>> {
+        let locs = self.table_locations(table, true).await?;
+        let t = self.opts.operation_timeout;
+        let calls = locs.iter().flat_map(|l| {
+            l.replicas.iter().filter(|r| r.live).map(move |r| {
+                let addr = r.addr.clone();
+                let tablet_id = l.tablet_id.clone();
+                async move {
+                    let req = request(
+                        FlushTabletRequest {
+                            tablet_id: tablet_id.clone(),
+                        },
+                        t,
+                    );
+                    let res = match self.tablet_server_stub(&addr) {
+                        Ok(mut stub) => attempt(t, stub.flush_tablet(req)).await.map(|_| ()),
+                        Err(e) => Err(Status::unavailable(e.to_string())),
+                    };
+                    res.err()
+                        .map(|e| format!("tablet {tablet_id} at {addr}: {}", e.message()))
+                }
+            })
+        });
+        Ok(futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .flatten()
+            .collect())
     }
 
     // ------------------------------------------------------------------ raw access

@@ -567,6 +567,9 @@ impl TabletServer for FakeTs {
     async fn alter_schema(&self, _: Request<AlterSchemaRequest>) -> Rpc<AlterSchemaResponse> {
         Err(Status::unimplemented("x"))
     }
+    async fn flush_tablet(&self, _: Request<FlushTabletRequest>) -> Rpc<FlushTabletResponse> {
+        Err(Status::unimplemented("x"))
+    }
 }
 
 // ---------------------------------------------------------------- harness

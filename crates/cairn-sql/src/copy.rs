@@ -3,7 +3,9 @@
 //! The file is read on a blocking thread into Arrow batches shaped like the table
 //! (columns matched by name, cast to the column types, omitted columns filled with
 //! their defaults or NULL) and streamed into the same batched, parallel write path as
-//! INSERT ([`crate::write::write_rows`]).
+//! INSERT ([`crate::write::write_rows`]). When the load is done, every replica of the
+//! table's tablets flushes its MemRowSet, so the loaded rows are scanned in columnar
+//! form at once.
 
 use std::fs::File;
 use std::path::Path;
@@ -135,8 +137,8 @@ pub async fn copy_from(
     let input: SendableRecordBatchStream =
         Box::pin(RecordBatchStreamAdapter::new(stream_schema, stream));
     let written = write_rows(
-        client,
-        table,
+        client.clone(),
+        table.clone(),
         WriteKind::Insert(InsertMode::Insert),
         input,
         batch_rows,
@@ -147,7 +149,19 @@ pub async fn copy_from(
         .map_err(|e| SqlError::other("XX000", format!("COPY reader failed: {e}")))?;
     // A reading error is the cause of whatever the writer saw.
     read?;
-    written
+    let written = written?;
+    // Leave the loaded rows in columnar DiskRowSets: scans right after a load would
+    // otherwise read the MemRowSets' last rows row by row until they are flushed by
+    // age. A replica that cannot flush now flushes later; the load itself succeeded.
+    match client.flush_table(&table).await {
+        Ok(failed) => {
+            for f in failed {
+                tracing::warn!(table = %table.name, "COPY: flushing after the load: {f}");
+            }
+        }
+        Err(e) => tracing::warn!(table = %table.name, "COPY: flushing after the load: {e}"),
+    }
+    Ok(written)
 }
 
 /// Turns file batches into table-shaped batches.

@@ -433,6 +433,19 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         Ok(Response::new(pb::StepDownResponse {}))
     }
 
+    async fn flush_tablet(
+        &self,
+        request: Request<pb::FlushTabletRequest>,
+    ) -> Result<Response<pb::FlushTabletResponse>, Status> {
+        let replica = self.manager.get(&request.into_inner().tablet_id)?;
+        let tablet = replica.tablet();
+        let flushed = tokio::task::spawn_blocking(move || tablet.flush_mrs())
+            .await
+            .map_err(|e| TserverError::Internal(e.to_string()))?
+            .map_err(TserverError::from)?;
+        Ok(Response::new(pb::FlushTabletResponse { flushed }))
+    }
+
     async fn safe_index(
         &self,
         request: Request<pb::SafeIndexRequest>,

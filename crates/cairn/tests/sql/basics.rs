@@ -223,6 +223,22 @@ async fn ddl_dml_pushdown_snapshots_and_errors() {
         q(&s, "SELECT count(*) FROM kv WHERE k >= 'x'").await,
         vec![row(&["3"])]
     );
+    // COPY leaves no row in the MemRowSets: the load is flushed to DiskRowSets.
+    let kv = _cl.client().await.open_table("kv").await.unwrap();
+    let replicas = _cl.tservers[0].as_ref().unwrap().manager().list();
+    let kv_replicas: Vec<_> = replicas
+        .iter()
+        .filter(|r| r.meta.table_id == kv.id)
+        .collect();
+    assert!(!kv_replicas.is_empty());
+    for r in kv_replicas {
+        assert_eq!(
+            r.tablet().stats().mrs_rows,
+            0,
+            "tablet {}",
+            r.meta.tablet_id
+        );
+    }
     let e = err(&s, "COPY kv FROM '/nonexistent/file.csv'").await;
     assert_eq!(e.sqlstate(), "58P01", "{e}");
 
