@@ -330,6 +330,18 @@ class PostgresServer:
             stop_process(self.proc)
         untrack(self)
 
+    def remove_data(self):
+        """Deletes the (stopped) server's data directory, to keep the disk footprint of
+        a run to one system at a time."""
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def remove_data_dirs(top):
+    """Deletes the directories under `top` (server data), keeping its files (logs)."""
+    for d in Path(top).iterdir() if Path(top).is_dir() else []:
+        if d.is_dir():
+            shutil.rmtree(d, ignore_errors=True)
+
 
 class CairnLocal:
     """`cairn local`: a master and `tservers` tablet servers in one process, a fresh
@@ -382,6 +394,10 @@ class CairnLocal:
             stop_process(p)
         untrack(self)
 
+    def remove_data(self):
+        """Deletes the (stopped) servers' data, keeping their logs."""
+        remove_data_dirs(self.work_dir / "cairn-local")
+
 
 class CairnCluster(CairnLocal):
     """A Cairn cluster of separate processes: one `cairn master` (serving SQL over
@@ -416,6 +432,10 @@ class CairnCluster(CairnLocal):
                        f"(k BIGINT PRIMARY KEY) WITH (replicas = {self.replicas}); "
                        "DROP TABLE cairn_bench_probe")
         return self
+
+    def remove_data(self):
+        """Deletes the (stopped) servers' data, keeping their logs."""
+        remove_data_dirs(self.work_dir / "cairn-cluster")
 
 
 def start_server(system, work_dir):

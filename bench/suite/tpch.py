@@ -436,6 +436,8 @@ def run(args):
         worker.stop()
         if server:
             server.stop()
+            # One system's data at a time: a 3-replica cluster at SF 1 alone takes ~6 GB.
+            server.remove_data()
         progress.log(f"{name}: {summary['ok']}/{len(sqls)} ok, {summary['match']} answers "
                      f"match, sum of medians {summary['total_s']:.2f} s")
     progress.done()

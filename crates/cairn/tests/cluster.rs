@@ -505,18 +505,7 @@ async fn in_process_calls_match_grpc() {
     assert_eq!(all_ids(&grpc, &t).await, all_ids(&c, &t).await);
 
     // Small batches: every tablet's scanner is continued many times.
-    let ids = |r: cairn_client::ScanResult| {
-        let mut v = vec![];
-        for b in &r.batches {
-            let a = b
-                .column(0)
-                .as_any()
-                .downcast_ref::<arrow::array::Int64Array>()
-                .unwrap();
-            v.extend(a.values().iter().copied());
-        }
-        v
-    };
+    let ids = |r: cairn_client::ScanResult| first_column_ids(&r.batches);
     let snap = ReadMode::Snapshot(c.last_timestamp());
     let ordered = |cl: &cairn_client::Client| {
         cl.scan(&t)

@@ -230,11 +230,10 @@ pub async fn insert_batched(c: &Client, t: &Table, range: std::ops::Range<i64>, 
     assert!(s.flush().await.unwrap().is_empty());
 }
 
-/// Sorted ids of every row (latest).
-pub async fn all_ids(c: &Client, t: &Table) -> Vec<i64> {
-    let r = c.scan(t).projection(["id"]).execute().await.unwrap();
+/// The BIGINT first column of `batches`, in order.
+pub fn first_column_ids(batches: &[arrow::array::RecordBatch]) -> Vec<i64> {
     let mut ids = Vec::new();
-    for b in &r.batches {
+    for b in batches {
         let a = b
             .column(0)
             .as_any()
@@ -242,6 +241,13 @@ pub async fn all_ids(c: &Client, t: &Table) -> Vec<i64> {
             .unwrap();
         ids.extend(a.values().iter().copied());
     }
+    ids
+}
+
+/// Sorted ids of every row (latest).
+pub async fn all_ids(c: &Client, t: &Table) -> Vec<i64> {
+    let r = c.scan(t).projection(["id"]).execute().await.unwrap();
+    let mut ids = first_column_ids(&r.batches);
     ids.sort_unstable();
     ids
 }
