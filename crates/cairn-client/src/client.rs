@@ -349,11 +349,7 @@ impl Client {
 
     /// The in-process server advertised at `addr`, if one is registered.
     pub(crate) fn in_process(&self, addr: &str) -> Option<Arc<dyn InProcessTabletServer>> {
-        let m = self.shared.in_process.read();
-        if m.is_empty() {
-            return None;
-        }
-        m.get(addr).cloned()
+        self.shared.in_process.read().get(addr).cloned()
     }
 
     /// Asks every live replica of every tablet of `table` to flush its MemRowSet, so

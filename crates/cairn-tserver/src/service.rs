@@ -104,17 +104,21 @@ impl TabletService {
     }
 
     /// The `Scan` RPC for a caller in this process: the response with `arrow_ipc` left
-    /// empty, and the rows as they were read (no IPC encoding).
-    pub async fn scan_batches(&self, req: pb::ScanRequest) -> Result<ScanBatches> {
+    /// empty and the rows as they were read (no IPC encoding), with the scan's schema
+    /// (`None` when a scanner was only closed).
+    pub async fn scan_batches(
+        &self,
+        req: pb::ScanRequest,
+    ) -> Result<(pb::InProcessScan, Option<arrow::datatypes::SchemaRef>)> {
         self.observe(req.propagated_timestamp);
         if req.close && !req.scanner_id.is_empty() {
             // Closing: drop the scanner without reading on.
             self.scanners.lock().remove(&req.scanner_id);
-            return Ok(ScanBatches {
+            let closed = pb::InProcessScan {
                 response: pb::ScanResponse::default(),
-                schema: None,
                 batches: vec![],
-            });
+            };
+            return Ok((closed, None));
         }
         let target_rows = if req.batch_rows == 0 {
             DEFAULT_SCAN_ROWS
@@ -196,17 +200,14 @@ impl TabletService {
                 },
             );
         }
-        Ok(ScanBatches {
-            response: pb::ScanResponse {
-                scanner_id: id,
-                arrow_ipc: Default::default(),
-                has_more: has_more && !req.close,
-                snapshot_timestamp: snapshot,
-                last_key: last_key.into(),
-            },
-            schema: Some(schema),
-            batches,
-        })
+        let response = pb::ScanResponse {
+            scanner_id: id,
+            arrow_ipc: Default::default(),
+            has_more: has_more && !req.close,
+            snapshot_timestamp: snapshot,
+            last_key: last_key.into(),
+        };
+        Ok((pb::InProcessScan { response, batches }, Some(schema)))
     }
 
     /// The `Write` RPC for a caller in this process.
@@ -221,17 +222,6 @@ impl TabletService {
             timestamp: ts.0,
         })
     }
-}
-
-/// One scan call's answer before it is encoded for the wire.
-#[derive(Debug)]
-pub struct ScanBatches {
-    /// The response, `arrow_ipc` empty.
-    pub response: pb::ScanResponse,
-    /// The scan's schema (`None` when a scanner was only closed).
-    pub schema: Option<arrow::datatypes::SchemaRef>,
-    /// The rows.
-    pub batches: Vec<arrow::array::RecordBatch>,
 }
 
 /// A replica's report for the master.
@@ -315,13 +305,10 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::ScanRequest>,
     ) -> Result<Response<pb::ScanResponse>, Status> {
-        let ScanBatches {
-            mut response,
-            schema,
-            batches,
-        } = self.scan_batches(request.into_inner()).await?;
+        let (scan, schema) = self.scan_batches(request.into_inner()).await?;
+        let mut response = scan.response;
         if let Some(schema) = schema {
-            response.arrow_ipc = encode_ipc(&schema, &batches)?.into();
+            response.arrow_ipc = encode_ipc(&schema, &scan.batches)?.into();
         }
         Ok(Response::new(response))
     }
@@ -506,13 +493,7 @@ impl pb::InProcessTabletServer for TabletService {
         req: pb::ScanRequest,
     ) -> futures::future::BoxFuture<'static, std::result::Result<pb::InProcessScan, Status>> {
         let svc = self.clone();
-        Box::pin(async move {
-            let r = svc.scan_batches(req).await?;
-            Ok(pb::InProcessScan {
-                response: r.response,
-                batches: r.batches,
-            })
-        })
+        Box::pin(async move { Ok(svc.scan_batches(req).await?.0) })
     }
 
     fn write(
