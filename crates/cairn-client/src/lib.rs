@@ -17,6 +17,9 @@
 //! - **Writes.** A [`WriteSession`] buffers [`Operation`]s per tablet and sends them as
 //!   Arrow IPC row batches ([`encode_write`]), synchronously, in the background or on
 //!   demand ([`FlushMode`]). Row errors come back per operation ([`RowErrorInfo`]).
+//! - **Bulk loads.** A [`BulkLoader`] ([`Client::bulk_loader`]) routes Arrow batches of
+//!   new rows to their tablets in chunks of about 16 MiB, which each tablet writes
+//!   straight into DiskRowSets (`BulkInsert`); see [`bulk`].
 //! - **Scans.** A [`ScanBuilder`] pushes projection, predicates and limit down to the
 //!   tablet servers, prunes tablets that cannot match, reads every tablet at one
 //!   snapshot, and survives server failures by reopening the scan on another replica
@@ -54,6 +57,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod bulk;
 pub mod client;
 pub mod error;
 mod retry;
@@ -62,6 +66,7 @@ pub mod session;
 pub mod table;
 pub mod write;
 
+pub use bulk::{BulkLoadSummary, BulkLoader, BulkRowError};
 pub use cairn_proto::{InProcessScan, InProcessTabletServer};
 pub use client::{Client, ClientOptions, LOCATIONS_TTL};
 pub use error::{ClientError, Result};

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use cairn_proto::{RowErrorKind, WriteRequest};
+use cairn_proto::{RowErrorKind, WriteRequest, WriteResponse};
 use tokio::task::{Id as TaskId, JoinSet};
 use tokio::time::Instant;
 
@@ -436,6 +436,62 @@ async fn write_tablet(
         Ok(e) => e,
         Err(e) => return TabletWrite::Failed(e, ops),
     };
+    let call = |server: LeaderServer, t: Duration| {
+        let req = WriteRequest {
+            tablet_id: tablet_id.clone(),
+            batches: encoded.batches.clone(),
+            propagated_timestamp: client.last_timestamp(),
+        };
+        async move {
+            match server {
+                LeaderServer::InProcess(s) => attempt_in_process(t, s.write(req)).await,
+                LeaderServer::Remote(mut s) => attempt(t, s.write(request(req, t))).await,
+            }
+        }
+    };
+    match call_leader(client, table, &tablet_id, &what, deadline, call).await {
+        LeaderCall::Done(resp) => {
+            TabletWrite::Done(map_row_errors(&resp.row_errors, &encoded.row_map, &ops))
+        }
+        LeaderCall::Failed(e) => TabletWrite::Failed(e, ops),
+        LeaderCall::Gone(fetched) => TabletWrite::Reroute(ops, fetched),
+    }
+}
+
+/// The server a [`call_leader`] attempt goes to.
+pub(crate) enum LeaderServer {
+    /// A tablet server in this process.
+    InProcess(std::sync::Arc<dyn cairn_proto::InProcessTabletServer>),
+    /// A remote one.
+    Remote(cairn_proto::tablet_server_client::TabletServerClient<tonic::transport::Channel>),
+}
+
+/// How a [`call_leader`] ended.
+pub(crate) enum LeaderCall {
+    /// The leader answered.
+    Done(WriteResponse),
+    /// Final failure (refused, or out of time).
+    Failed(ClientError),
+    /// The tablet is gone from the table's locations (as fetched at the instant).
+    Gone(Instant),
+}
+
+/// Makes a write-like call (`call(server, rpc_timeout)`, one attempt) on a tablet's
+/// leader, retrying transient failures until `deadline`: follows not-leader hints,
+/// asks other replicas while the leader is unreachable, refreshes the locations and
+/// backs off. `what` names the operation in errors.
+pub(crate) async fn call_leader<F, Fut>(
+    client: &Client,
+    table: &Table,
+    tablet_id: &str,
+    what: &str,
+    deadline: Deadline,
+    mut call: F,
+) -> LeaderCall
+where
+    F: FnMut(LeaderServer, Duration) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<WriteResponse, tonic::Status>>,
+{
     let rpc_timeout = client.options().rpc_timeout;
     let mut backoff = Backoff::new();
     let mut stale: Option<Instant> = None;
@@ -447,14 +503,14 @@ async fn write_tablet(
     let mut last = String::new();
     loop {
         if deadline.expired() {
-            return TabletWrite::Failed(deadline.timeout_error(what, last), ops);
+            return LeaderCall::Failed(deadline.timeout_error(what, last));
         }
         let (fetched, locs) = match client.locations(table, stale.take()).await {
             Ok(l) => l,
-            Err(e) => return TabletWrite::Failed(e, ops),
+            Err(e) => return LeaderCall::Failed(e),
         };
         let Some(tablet) = locs.iter().find(|t| t.tablet_id == tablet_id) else {
-            return TabletWrite::Reroute(ops, fetched);
+            return LeaderCall::Gone(fetched);
         };
         if tablet
             .read_order()
@@ -475,45 +531,40 @@ async fn write_tablet(
                 last = format!("tablet {tablet_id} has no known leader (election in progress?)");
                 stale = Some(fetched);
                 if !deadline.backoff(&mut backoff).await {
-                    return TabletWrite::Failed(deadline.timeout_error(what, last), ops);
+                    return LeaderCall::Failed(deadline.timeout_error(what, last));
                 }
                 continue;
             }
         };
         let cached_leader = tablet.leader_addr() == Some(addr.as_str());
         let t = deadline.rpc_timeout(rpc_timeout);
-        let req = WriteRequest {
-            tablet_id: tablet_id.clone(),
-            batches: encoded.batches.clone(),
-            propagated_timestamp: client.last_timestamp(),
-        };
-        let result = match client.in_process(&addr) {
-            Some(server) => attempt_in_process(t, server.write(req)).await,
+        let server = match client.in_process(&addr) {
+            Some(server) => LeaderServer::InProcess(server),
             None => match client.tablet_server_stub(&addr) {
-                Ok(mut ts) => attempt(t, ts.write(request(req, t))).await,
+                Ok(stub) => LeaderServer::Remote(stub),
                 Err(e) => {
                     last = e.to_string();
                     stale = Some(fetched);
                     if !deadline.backoff(&mut backoff).await {
-                        return TabletWrite::Failed(deadline.timeout_error(what, last), ops);
+                        return LeaderCall::Failed(deadline.timeout_error(what, last));
                     }
                     continue;
                 }
             },
         };
-        match result {
+        match call(server, t).await {
             Ok(resp) => {
                 client.observe_timestamp(resp.timestamp);
                 if !cached_leader {
-                    client.note_leader(&table.id, &tablet_id, &addr);
+                    client.note_leader(&table.id, tablet_id, &addr);
                 }
-                return TabletWrite::Done(map_row_errors(&resp.row_errors, &encoded.row_map, &ops));
+                return LeaderCall::Done(resp);
             }
             Err(status) => {
-                let f = classify(&what, &addr, &status);
+                let f = classify(what, &addr, &status);
                 last = f.describe();
                 match f {
-                    Failure::Fatal(e) => return TabletWrite::Failed(e, ops),
+                    Failure::Fatal(e) => return LeaderCall::Failed(e),
                     Failure::NotLeader { hint: h, .. } => {
                         if let Some(h) = h.filter(|h| *h != addr) {
                             hint = Some(h);
@@ -535,7 +586,7 @@ async fn write_tablet(
             }
         }
         if !deadline.backoff(&mut backoff).await {
-            return TabletWrite::Failed(deadline.timeout_error(what, last), ops);
+            return LeaderCall::Failed(deadline.timeout_error(what, last));
         }
     }
 }

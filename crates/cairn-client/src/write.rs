@@ -266,10 +266,7 @@ pub fn encode_write<'a>(
             columns,
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(g.ops.len())),
         )?;
-        let mut w = StreamWriter::try_new(Vec::new(), &arrow_schema)?;
-        w.write(&batch)?;
-        w.finish()?;
-        let ipc = w.into_inner()?;
+        let ipc = encode_ipc(&batch)?;
         out.batches.push(RowBatch {
             op_kinds: g
                 .ops
@@ -282,6 +279,14 @@ pub fn encode_write<'a>(
         out.row_map.extend(g.ops.iter().map(|(n, _)| *n));
     }
     Ok(out)
+}
+
+/// Encodes one batch as an Arrow IPC stream.
+pub(crate) fn encode_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut w = StreamWriter::try_new(Vec::new(), &batch.schema())?;
+    w.write(batch)?;
+    w.finish()?;
+    Ok(w.into_inner()?)
 }
 
 /// Decodes an Arrow IPC stream (empty bytes: no batches). Zero-row batches are dropped.

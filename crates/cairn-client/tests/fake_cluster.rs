@@ -359,6 +359,9 @@ impl TabletServer for FakeTs {
         Err(Status::unimplemented("x"))
     }
 
+    async fn bulk_insert(&self, _: Request<cairn_proto::BulkInsertRequest>) -> Rpc<WriteResponse> {
+        Err(Status::unimplemented("x"))
+    }
     async fn write(&self, r: Request<WriteRequest>) -> Rpc<WriteResponse> {
         let r = r.into_inner();
         if !self.leads.contains(&r.tablet_id) {

@@ -26,6 +26,27 @@ use crate::{Node, NodeId, Raft, TypeConfig};
 /// Largest RPC message either side accepts (row batches, tablet-copy chunks).
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
+/// Entry payload bytes one `AppendEntries` carries at most (it always carries at least
+/// one entry). openraft sends up to 64 entries at once; with bulk-insert entries of
+/// several MiB each a follower catching up would otherwise get messages past
+/// [`MAX_MESSAGE_BYTES`], or too big to arrive within the heartbeat-long RPC timeout.
+pub const MAX_APPEND_BYTES: usize = 24 << 20;
+
+/// How many of `sizes` (entry payload sizes, in order) fit in one `AppendEntries`:
+/// a prefix within [`MAX_APPEND_BYTES`], and never none.
+fn entries_that_fit(sizes: impl IntoIterator<Item = usize>) -> usize {
+    let mut total = 0usize;
+    let mut n = 0;
+    for size in sizes {
+        total += size;
+        if n > 0 && total > MAX_APPEND_BYTES {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
 /// A server's `Consensus` service for the groups in `registry`.
 pub fn consensus_server(
     registry: GroupRegistry,
@@ -184,10 +205,25 @@ impl Network {
 impl RaftNetwork<TypeConfig> for Network {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.call(Kind::Append, &rpc, option.hard_ttl()).await
+        let fit = entries_that_fit(rpc.entries.iter().map(|e| match &e.payload {
+            openraft::EntryPayload::Normal(r) => r.0.len(),
+            _ => 0,
+        }));
+        if fit == rpc.entries.len() {
+            return self.call(Kind::Append, &rpc, option.hard_ttl()).await;
+        }
+        // Send a prefix; openraft sends the rest next, from where the follower matches.
+        rpc.entries.truncate(fit);
+        let last = rpc.entries.last().map(|e| e.log_id);
+        let resp: AppendEntriesResponse<NodeId> =
+            self.call(Kind::Append, &rpc, option.hard_ttl()).await?;
+        Ok(match resp {
+            AppendEntriesResponse::Success => AppendEntriesResponse::PartialSuccess(last),
+            other => other,
+        })
     }
 
     async fn install_snapshot(
@@ -292,5 +328,21 @@ impl cairn_proto::consensus_server::Consensus for ConsensusService {
         let raft = self.group(&r.group_id)?;
         let req: InstallSnapshotRequest<TypeConfig> = decode(&r.payload)?;
         reply(&raft.install_snapshot(req).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_are_cut_by_bytes_but_carry_at_least_one_entry() {
+        assert_eq!(entries_that_fit([]), 0);
+        assert_eq!(entries_that_fit([10, 20, 30]), 3);
+        assert_eq!(entries_that_fit([MAX_APPEND_BYTES * 2, 1]), 1);
+        assert_eq!(
+            entries_that_fit([MAX_APPEND_BYTES / 2, MAX_APPEND_BYTES / 2, 1]),
+            2
+        );
     }
 }

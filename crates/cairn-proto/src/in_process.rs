@@ -11,7 +11,7 @@
 //! replica, timeouts) is the same as for a remote server, because the calls take and
 //! return the same protocol messages and `tonic::Status` errors.
 
-use crate::pb::{ScanRequest, ScanResponse, WriteRequest, WriteResponse};
+use crate::pb::{BulkInsertRequest, ScanRequest, ScanResponse, WriteRequest, WriteResponse};
 use arrow::array::RecordBatch;
 use futures::future::BoxFuture;
 use tonic::Status;
@@ -34,4 +34,10 @@ pub trait InProcessTabletServer: Send + Sync {
     fn scan(&self, req: ScanRequest) -> BoxFuture<'static, Result<InProcessScan, Status>>;
     /// The `Write` RPC.
     fn write(&self, req: WriteRequest) -> BoxFuture<'static, Result<WriteResponse, Status>>;
+    /// The `BulkInsert` RPC, with the rows as a batch (`req.arrow_ipc` is ignored).
+    fn bulk_insert(
+        &self,
+        req: BulkInsertRequest,
+        rows: RecordBatch,
+    ) -> BoxFuture<'static, Result<WriteResponse, Status>>;
 }

@@ -2,10 +2,13 @@
 //!
 //! The file is read on a blocking thread into Arrow batches shaped like the table
 //! (columns matched by name, cast to the column types, omitted columns filled with
-//! their defaults or NULL) and streamed into the same batched, parallel write path as
-//! INSERT ([`crate::write::write_rows`]). When the load is done, every replica of the
-//! table's tablets flushes its MemRowSet, so the loaded rows are scanned in columnar
-//! form at once.
+//! their defaults or NULL) and handed to the client's bulk loader
+//! ([`cairn_client::BulkLoader`]): rows are routed to their tablets and sent in chunks
+//! of about 16 MiB, which every replica writes straight into DiskRowSets — no
+//! MemRowSet, no row-by-row apply, no later flush. The semantics are INSERT's: a row
+//! whose key exists fails the statement (the rows of other chunks stay loaded). When
+//! the load is done, every replica flushes its MemRowSet too, in case the load
+//! re-inserted rows that had been deleted (those go the row path).
 
 use std::fs::File;
 use std::path::Path;
@@ -15,12 +18,9 @@ use arrow::array::{ArrayRef, new_null_array};
 use arrow::datatypes::{Field, Schema as ArrowSchema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use cairn_client::{Client, Table};
-use datafusion::physical_plan::SendableRecordBatchStream;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use cairn_proto::RowErrorKind;
 
 use crate::error::{Result, SqlError};
-use crate::options::InsertMode;
-use crate::write::{WriteKind, write_rows};
 
 /// The file formats COPY reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,12 +47,7 @@ pub struct CopySource {
 }
 
 /// Loads `src` into `table`; returns the number of rows written.
-pub async fn copy_from(
-    client: Client,
-    table: Table,
-    src: CopySource,
-    batch_rows: usize,
-) -> Result<u64> {
+pub async fn copy_from(client: Client, table: Table, src: CopySource) -> Result<u64> {
     if !Path::new(&src.path).is_file() {
         return Err(SqlError::other(
             "58P01",
@@ -73,18 +68,15 @@ pub async fn copy_from(
             .collect::<cairn_common::Result<_>>()?
     };
     let table_arrow = schema.to_arrow();
-    let (tx, rx) = tokio::sync::mpsc::channel::<datafusion::error::Result<RecordBatch>>(4);
-    let stream_schema = table_arrow.clone();
+    let src_path = src.path.clone();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<RecordBatch>>(4);
     let shape = Shaper {
         table: table.clone(),
         table_arrow: table_arrow.clone(),
         columns: columns.clone(),
     };
     let reader = tokio::task::spawn_blocking(move || -> Result<()> {
-        let send = |b: Result<RecordBatch>| -> bool {
-            tx.blocking_send(b.map_err(datafusion::error::DataFusionError::from))
-                .is_ok()
-        };
+        let send = |b: Result<RecordBatch>| -> bool { tx.blocking_send(b).is_ok() };
         let open = || {
             File::open(&src.path).map_err(|e| {
                 SqlError::other("58030", format!("could not read '{}': {e}", src.path))
@@ -133,26 +125,42 @@ pub async fn copy_from(
         }
         Ok(())
     });
-    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-    let input: SendableRecordBatchStream =
-        Box::pin(RecordBatchStreamAdapter::new(stream_schema, stream));
-    let written = write_rows(
-        client.clone(),
-        table.clone(),
-        WriteKind::Insert(InsertMode::Insert),
-        input,
-        batch_rows,
-    )
+    let loaded = async {
+        let mut loader = client.bulk_loader(&table).await?;
+        while let Some(b) = rx.recv().await {
+            loader.add(b?).await?;
+        }
+        Ok::<_, SqlError>(loader.finish().await?)
+    }
     .await;
+    // Stop the reader if the load failed first.
+    drop(rx);
     let read = reader
         .await
         .map_err(|e| SqlError::other("XX000", format!("COPY reader failed: {e}")))?;
-    // A reading error is the cause of whatever the writer saw.
+    // A reading error is the cause of whatever the loader saw.
     read?;
-    let written = written?;
-    // Leave the loaded rows in columnar DiskRowSets: scans right after a load would
-    // otherwise read the MemRowSets' last rows row by row until they are flushed by
-    // age. A replica that cannot flush now flushes later; the load itself succeeded.
+    let summary = loaded?;
+    if let Some(first) = summary.row_errors.first() {
+        let what = match first.kind {
+            RowErrorKind::AlreadyPresent => "duplicate key value violates the primary key",
+            _ => first.message.as_str(),
+        };
+        return Err(SqlError::Row {
+            kind: first.kind,
+            message: format!(
+                "{what} (row {} of '{}'); {} other rows of this COPY were loaded \
+                 (statements are not atomic across rows)",
+                first.row + 1,
+                src_path,
+                summary.rows_written
+            ),
+        });
+    }
+    let written = summary.rows_written;
+    // Rows that re-inserted deleted keys went the row path into the MemRowSets: flush
+    // them too, so that everything the load wrote is scanned in columnar form. A
+    // replica that cannot flush now flushes later; the load itself succeeded.
     match client.flush_table(&table).await {
         Ok(failed) => {
             for f in failed {

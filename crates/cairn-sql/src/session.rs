@@ -503,13 +503,7 @@ impl SqlSession {
                     header: c.header,
                     delimiter: c.delimiter,
                 };
-                let rows = copy_from(
-                    self.engine.client().clone(),
-                    table,
-                    src,
-                    self.options().write_batch_rows,
-                )
-                .await?;
+                let rows = copy_from(self.engine.client().clone(), table, src).await?;
                 Ok(QueryResult::Count { tag: "COPY", rows })
             }
         }

@@ -12,6 +12,8 @@
 //! - [`tablet`]: the [`Tablet`]: schema, write path (validation → row [`locks`] →
 //!   [`mvcc`] timestamp → write-ahead log → apply), reads, log replay, and the
 //!   maintenance ops (flush, delta flush, compactions, GC, ALTER).
+//! - [`bulk`]: bulk inserts — checked Arrow batches written straight into new
+//!   DiskRowSets.
 //! - [`memrowset`]: the in-memory store of new rows with MVCC mutation chains.
 //! - [`diskrowset`]: immutable columnar rowsets: Parquet base data, [`keyindex`] (sorted
 //!   keys + bloom filter), [`delta`] stores (REDO / UNDO), the predicate skip cache, and
@@ -26,6 +28,7 @@
 //! - [`metadata`]: the atomically replaced, checksummed tablet metadata file.
 //! - [`cache`]: the decoded-block cache for point lookups.
 
+pub mod bulk;
 pub mod cache;
 pub mod compaction;
 pub mod delta;
@@ -51,5 +54,7 @@ pub use error::{Result, TabletError};
 pub use maintenance::MaintenanceManager;
 pub use ops::{OpKind, RowError, RowOp};
 pub use scan::{ScanSpec, Scanner};
-pub use tablet::{AlterOp, PreparedWrite, ReadMode, Tablet, TabletOptions, WriteResult};
+pub use tablet::{
+    AlterOp, PreparedBulk, PreparedWrite, ReadMode, Tablet, TabletOptions, WriteResult,
+};
 pub use writer::Codec;

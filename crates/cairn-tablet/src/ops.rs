@@ -209,6 +209,14 @@ pub enum LogRecord {
         /// The new schema.
         schema: crate::metadata::SchemaMeta,
     },
+    /// A bulk insert (see [`crate::bulk`]): new rows as one Arrow IPC stream whose
+    /// columns are named by column id.
+    BulkInsert {
+        /// The load's timestamp.
+        ts: HybridTime,
+        /// The rows.
+        ipc: Vec<u8>,
+    },
 }
 
 impl LogRecord {
@@ -250,7 +258,17 @@ impl LogRecord {
                 out.push(2);
                 codec::put_bytes(&mut out, &serde_json::to_vec(schema).unwrap_or_default());
             }
+            LogRecord::BulkInsert { ts, ipc } => return Self::encode_bulk(*ts, ipc),
         }
+        out
+    }
+
+    /// Serialises a [`LogRecord::BulkInsert`] without copying its rows first.
+    pub fn encode_bulk(ts: HybridTime, ipc: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(ipc.len() + 16);
+        out.push(3);
+        codec::put_u64(&mut out, ts.0);
+        codec::put_bytes(&mut out, ipc);
         out
     }
 
@@ -290,6 +308,11 @@ impl LogRecord {
                     serde_json::from_slice(bytes).map_err(|e| bad(&format!("bad schema: {e}")))?;
                 Ok(LogRecord::AlterSchema { schema })
             }
+            3 => {
+                let ts = HybridTime(r.u64()?);
+                let ipc = r.bytes()?.to_vec();
+                Ok(LogRecord::BulkInsert { ts, ipc })
+            }
             t => Err(bad(&format!("unknown record type {t}"))),
         }
     }
@@ -324,6 +347,11 @@ mod tests {
             schema: crate::metadata::SchemaMeta::from_schema(&schema),
         };
         assert_eq!(LogRecord::decode(&alter.encode()).unwrap(), alter);
+        let bulk = LogRecord::BulkInsert {
+            ts: HybridTime(9),
+            ipc: vec![1, 2, 3],
+        };
+        assert_eq!(LogRecord::decode(&bulk.encode()).unwrap(), bulk);
         assert!(LogRecord::decode(&[1, 2, 3]).is_err());
         let mut buf = Vec::new();
         RowChange::Reinsert(vec![(3, Value::Null)]).encode(&mut buf);

@@ -181,6 +181,36 @@ impl PreparedWrite {
     }
 }
 
+/// A leader's checked bulk insert, not yet replicated ([`Tablet::prepare_bulk`]).
+#[derive(Debug)]
+pub struct PreparedBulk {
+    /// The accepted rows in record form, as Arrow IPC.
+    ipc: Vec<u8>,
+    /// `positions[i]` = position in the caller's batch of record row `i`.
+    positions: Vec<usize>,
+    /// Rows that failed the checks, by position in the caller's batch.
+    pub row_errors: Vec<(usize, RowError)>,
+}
+
+impl PreparedBulk {
+    /// Whether no row passed the checks (nothing to replicate).
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty()
+    }
+    /// Number of rows to replicate.
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+    /// Maps the position of a row in the replicated record back to its position in
+    /// the caller's batch.
+    pub fn batch_position(&self, record_pos: usize) -> usize {
+        self.positions
+            .get(record_pos)
+            .copied()
+            .unwrap_or(usize::MAX)
+    }
+}
+
 /// One tablet.
 pub struct Tablet {
     dir: PathBuf,
@@ -601,6 +631,12 @@ impl Tablet {
                             self.persist()?;
                         }
                     }
+                    LogRecord::BulkInsert { ts, ipc } => {
+                        self.mvcc.start_at(&self.clock, ts);
+                        let res = self.apply_bulk(index, ts, &ipc);
+                        self.mvcc.finish(ts);
+                        res?;
+                    }
                 }
                 replayed += 1;
             }
@@ -708,6 +744,13 @@ impl Tablet {
                 self.mvcc.finish(ts);
                 res
             }
+            LogRecord::BulkInsert { ts, ipc } => {
+                self.mvcc.start_at(&self.clock, ts);
+                let res = self.apply_bulk(index, ts, &ipc);
+                self.applied_index.fetch_max(index, Ordering::AcqRel);
+                self.mvcc.finish(ts);
+                res
+            }
             LogRecord::AlterSchema { schema } => {
                 let _m = self.maint_lock()?;
                 if schema.version > self.schema().version() {
@@ -723,6 +766,183 @@ impl Tablet {
                 Ok(Vec::new())
             }
         }
+    }
+
+    // ----- bulk insert (see the `bulk` module) ---------------------------------------
+
+    /// Checks a bulk insert on a leader (columns named like the table's): rows that do
+    /// not fit the schema get their error now and are left out of the record.
+    pub fn prepare_bulk(&self, batch: &arrow::array::RecordBatch) -> Result<PreparedBulk> {
+        if self.shut_down.load(Ordering::Acquire) {
+            return Err(TabletError::ShutDown);
+        }
+        let shaped = crate::bulk::shape_batch(&self.schema(), batch)?;
+        Ok(PreparedBulk {
+            ipc: if shaped.positions.is_empty() {
+                Vec::new()
+            } else {
+                crate::bulk::encode_ipc(&shaped.batch)?
+            },
+            positions: shaped.positions,
+            row_errors: shaped.row_errors,
+        })
+    }
+
+    /// Takes the bulk insert's timestamp (in flight until [`Tablet::finish_write`])
+    /// and encodes the record to replicate. Unlike row writes a bulk insert takes no
+    /// row locks: whether a key exists is decided when the record is applied, in log
+    /// order, on every replica alike.
+    pub fn start_bulk(&self, p: &PreparedBulk) -> (HybridTime, Vec<u8>) {
+        let ts = self.mvcc.start(&self.clock);
+        (ts, LogRecord::encode_bulk(ts, &p.ipc))
+    }
+
+    /// Inserts a batch of new rows (columns named like the table's) on a tablet with
+    /// its own log. Rows whose key exists get `AlreadyPresent`; rows that do not fit
+    /// the schema get their error; the others are durable when this returns.
+    pub fn bulk_insert(&self, batch: &arrow::array::RecordBatch) -> Result<WriteResult> {
+        let prepared = self.prepare_bulk(batch)?;
+        let mut row_errors = prepared.row_errors.clone();
+        if prepared.is_empty() {
+            return Ok(WriteResult {
+                ts: self.safe_time(),
+                row_errors,
+            });
+        }
+        // Row writes lock their keys before they look them up; so does a local bulk
+        // insert, until its rowsets are installed.
+        let record = crate::bulk::decode_ipc(&prepared.ipc)?;
+        let keys: Vec<Vec<u8>> = crate::bulk::row_keys(&self.schema(), &record)?
+            .into_iter()
+            .flatten()
+            .collect();
+        let _locks = self.locks.lock_all(keys.iter().map(|k| k.as_slice()));
+        let (ts, index) = {
+            let _gate = self.gate.read();
+            let (ts, rec) = self.start_bulk(&prepared);
+            match self.append_log(&rec) {
+                Ok(i) => (ts, i),
+                Err(e) => {
+                    self.mvcc.finish(ts);
+                    return Err(e);
+                }
+            }
+        };
+        let res = self.apply_bulk(index, ts, &prepared.ipc);
+        self.mvcc.finish(ts);
+        for (pos, e) in res? {
+            row_errors.push((prepared.batch_position(pos), e));
+        }
+        row_errors.sort_by_key(|(i, _)| *i);
+        Ok(WriteResult { ts, row_errors })
+    }
+
+    /// Applies a bulk insert logged at `index` (first apply and replay alike): rows
+    /// whose store already holds `index` are skipped; an existing live key is
+    /// `AlreadyPresent` (so is a key repeated within the batch); a deleted one is
+    /// re-inserted through the row path; the rest become new DiskRowSets. Returns the
+    /// row errors by position in the record.
+    fn apply_bulk(&self, index: u64, ts: HybridTime, ipc: &[u8]) -> Result<Vec<(usize, RowError)>> {
+        let bad = |e: TabletError| {
+            TabletError::corruption(&self.dir, format!("bulk insert at log index {index}: {e}"))
+        };
+        let schema = self.schema();
+        let batch = crate::bulk::decode_ipc(ipc)
+            .and_then(|b| crate::bulk::to_current(&schema, &b))
+            .map_err(bad)?;
+        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(batch.num_rows());
+        for k in crate::bulk::row_keys(&schema, &batch)? {
+            keys.push(k.map_err(|e| bad(TabletError::InvalidRequest(e.to_string())))?);
+        }
+        let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+        order.sort_by(|a, b| keys[*a as usize].cmp(&keys[*b as usize]));
+        let mut errors = Vec::new();
+        let mut fresh: Vec<u32> = Vec::with_capacity(order.len());
+        {
+            let _gate = self.gate.read();
+            let comps = self.components();
+            let mrs_flushed = self.mrs_flushed_index.load(Ordering::Acquire);
+            let mut prev: Option<&[u8]> = None;
+            for &i in &order {
+                let key = keys[i as usize].as_slice();
+                if prev == Some(key) {
+                    errors.push((i as usize, RowError::AlreadyPresent));
+                    continue;
+                }
+                prev = Some(key);
+                let (held, live) = match self.locate(&comps, key) {
+                    Location::Absent => {
+                        if index > mrs_flushed {
+                            fresh.push(i);
+                        }
+                        continue;
+                    }
+                    Location::Disk(rs, o) => (index <= rs.durable_index(), rs.is_live(o)),
+                    Location::Mem(_, r) => (index <= mrs_flushed, r.is_live()),
+                };
+                if held {
+                    continue;
+                }
+                if live {
+                    errors.push((i as usize, RowError::AlreadyPresent));
+                    continue;
+                }
+                let values = schema
+                    .columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(c, col)| {
+                        Value::from_array(batch.column(c).as_ref(), i as usize, &col.data_type)
+                            .map(Some)
+                    })
+                    .collect::<cairn_common::Result<Vec<_>>>()?;
+                let op = RowOp {
+                    kind: OpKind::Insert,
+                    values,
+                };
+                if let Err(e) = self.apply_op(&schema, &comps, &op, key.to_vec(), ts, index, true) {
+                    errors.push((i as usize, e));
+                }
+            }
+        }
+        if !fresh.is_empty() {
+            let take = arrow::array::UInt32Array::from(fresh.clone());
+            let sorted = arrow::compute::take_record_batch(&batch, &take)?;
+            let fresh_keys: Vec<Vec<u8>> = fresh
+                .iter()
+                .map(|&i| std::mem::take(&mut keys[i as usize]))
+                .collect();
+            let undo = (ts >= self.ancient_history_mark()).then_some(ts);
+            let mut alloc = || self.alloc_rowset_id();
+            let mut w = RowSetWriter::new(
+                &rowsets_dir(&self.dir),
+                &schema,
+                self.writer_config(),
+                index,
+                &mut alloc,
+            );
+            w.append_batch(fresh_keys, &sorted, undo)?;
+            let outputs = self.open_rowsets(w.finish()?)?;
+            let _m = self.maint_lock()?;
+            let _gate = self.gate.write();
+            let comps = self.components();
+            let mut disk = comps.disk.clone();
+            disk.extend(outputs.iter().cloned());
+            *self.comps.write() = Arc::new(Components::new(
+                comps.mrs.clone(),
+                comps.frozen.clone(),
+                disk,
+            ));
+            self.persist()?;
+            tracing::debug!(
+                rows = fresh.len(),
+                rowsets = outputs.len(),
+                index,
+                "bulk insert wrote new rowsets"
+            );
+        }
+        errors.sort_by_key(|(i, _)| *i);
+        Ok(errors)
     }
 
     /// Encodes the record of a schema change, to replicate (replicated mode).

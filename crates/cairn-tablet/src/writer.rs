@@ -251,6 +251,62 @@ impl<'a> RowSetWriter<'a> {
         Ok(())
     }
 
+    /// Appends a batch of rows already in base-file form (all columns, named by id,
+    /// sorted by key, after every row appended so far); `keys` are their encoded keys.
+    /// With `inserted_at`, each row gets an UNDO saying it did not exist before that
+    /// timestamp (a bulk insert).
+    pub fn append_batch(
+        &mut self,
+        keys: Vec<Vec<u8>>,
+        batch: &RecordBatch,
+        inserted_at: Option<cairn_common::HybridTime>,
+    ) -> Result<()> {
+        if keys.len() != batch.num_rows() {
+            return Err(TabletError::InvalidRequest(format!(
+                "{} keys for {} rows",
+                keys.len(),
+                batch.num_rows()
+            )));
+        }
+        self.write_pending()?;
+        let chunk = BLOCK_ROWS.min(self.config.rows_per_row_group.max(1));
+        let mut keys = keys.into_iter();
+        let mut off = 0;
+        while off < batch.num_rows() {
+            if self.open.is_none() {
+                self.start()?;
+            }
+            let len = chunk.min(batch.num_rows() - off);
+            let slice = RecordBatch::try_new(
+                self.arrow_schema.clone(),
+                batch.slice(off, len).columns().to_vec(),
+            )?;
+            let Some(o) = &mut self.open else {
+                return Ok(());
+            };
+            o.writer
+                .write(&slice)
+                .map_err(|e| TabletError::parquet(&o.dir, e))?;
+            for key in keys.by_ref().take(len) {
+                let ordinal = o.keys.len() as u32;
+                o.keys.push(key);
+                if let Some(ts) = inserted_at {
+                    o.undos.push(DeltaEntry {
+                        ordinal,
+                        ts,
+                        change: crate::ops::RowChange::Delete,
+                    });
+                }
+            }
+            off += len;
+            let size = o.writer.bytes_written() + o.writer.in_progress_size();
+            if size as u64 >= self.config.target_rowset_bytes {
+                self.finish_open()?;
+            }
+        }
+        Ok(())
+    }
+
     fn finish_open(&mut self) -> Result<()> {
         self.write_pending()?;
         let Some(o) = self.open.take() else {

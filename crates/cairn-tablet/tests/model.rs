@@ -1,6 +1,6 @@
 //! Randomized model-based test of the tablet (in the style of Kudu's fuzz-itest): random
-//! sequences of every write op, flushes, delta flushes, delta and rowset compactions,
-//! reopen-from-disk, ALTER, and scans (full, predicate, ordered, limited, and at past
+//! sequences of every write op, bulk inserts, flushes, delta flushes, delta and rowset
+//! compactions, reopen-from-disk, ALTER, and scans (full, predicate, ordered, limited, and at past
 //! snapshots) are checked against an in-memory oracle that keeps every version.
 //!
 //! Seeds that once failed are kept in `FIXED_SEEDS`; `CAIRN_FUZZ_SEEDS=n` runs more.
@@ -10,6 +10,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use arrow::record_batch::RecordBatch;
+use cairn_common::types::array_from_values;
 use cairn_common::{ColumnPredicate, ColumnSpec, DataType, HybridTime, Value};
 use cairn_tablet::{AlterOp, OpKind, ReadMode, RowError, RowOp, ScanSpec, Tablet};
 use common::{rows_of, small_options, test_schema};
@@ -87,7 +89,69 @@ fn run(seed: u64, steps: usize) {
         }
         let schema = tablet.schema();
         match rng.random_range(0..100) {
-            0..=54 => {
+            0..=5 => {
+                // A bulk insert: new rows as one Arrow batch. Columns the batch omits
+                // (sometimes `s`, and columns added by ALTER) take their defaults.
+                let n = rng.random_range(1..40);
+                let with_s = rng.random_bool(0.7);
+                let mut rows: Vec<(Key, Vec<Value>)> = vec![];
+                for _ in 0..n {
+                    let k = key_of(&mut rng);
+                    let mut row = vec![Value::String(k.0.clone()), Value::Int32(k.1)];
+                    for c in 2..5 {
+                        row.push(if c == 3 && !with_s {
+                            schema.column(3).read_default()
+                        } else {
+                            random_value(&mut rng, c)
+                        });
+                    }
+                    for c in 5..oracle.ncols {
+                        row.push(schema.column(c).read_default());
+                    }
+                    rows.push((k, row));
+                }
+                let cols: Vec<usize> = (0..5).filter(|&c| c != 3 || with_s).collect();
+                let batch = RecordBatch::try_new(
+                    Arc::new(arrow::datatypes::Schema::new(
+                        cols.iter()
+                            .map(|&c| {
+                                let col = schema.column(c);
+                                arrow::datatypes::Field::new(
+                                    &col.name,
+                                    col.data_type.to_arrow(),
+                                    true,
+                                )
+                            })
+                            .collect::<Vec<_>>(),
+                    )),
+                    cols.iter()
+                        .map(|&c| {
+                            array_from_values(
+                                &schema.column(c).data_type,
+                                rows.iter().map(|(_, r)| &r[c]),
+                            )
+                            .unwrap()
+                        })
+                        .collect(),
+                )
+                .unwrap();
+                let res = tablet.bulk_insert(&batch).unwrap();
+                timestamps.push(res.ts);
+                let errs: BTreeMap<usize, RowError> = res.row_errors.into_iter().collect();
+                for (i, (k, row)) in rows.into_iter().enumerate() {
+                    if oracle.current(&k).is_some() {
+                        assert_eq!(
+                            errs.get(&i),
+                            Some(&RowError::AlreadyPresent),
+                            "{ctx}: bulk row {i} on {k:?}"
+                        );
+                    } else {
+                        assert_eq!(errs.get(&i), None, "{ctx}: bulk row {i} on {k:?}");
+                        oracle.set(k, res.ts, Some(row));
+                    }
+                }
+            }
+            6..=54 => {
                 let n = rng.random_range(1..12);
                 let mut ops = vec![];
                 let mut keys = vec![];

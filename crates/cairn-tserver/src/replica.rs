@@ -181,20 +181,8 @@ impl TabletReplica {
             }
             // Row locks are held until the batch is applied on this leader.
             let _locks = tablet.lock_rows(&prepared);
-            let (ts, rx) = {
-                let _order = me.propose.blocking_lock();
-                let (ts, rec) = tablet.start_write(&prepared);
-                match handle.block_on(me.group.submit(rec)) {
-                    Ok(rx) => (ts, rx),
-                    Err(e) => {
-                        tablet.finish_write(ts);
-                        return Err(e.into());
-                    }
-                }
-            };
-            let res = handle.block_on(me.group.wait_response(rx));
-            tablet.finish_write(ts);
-            let resp = res?;
+            let (ts, resp) =
+                me.propose_blocking(&handle, &tablet, || tablet.start_write(&prepared))?;
             for (pos, e) in decode_apply_errors(&resp) {
                 errors.push((prepared.batch_position(pos), e));
             }
@@ -203,6 +191,62 @@ impl TabletReplica {
         })
         .await
         .map_err(|e| TserverError::Internal(format!("write task failed: {e}")))?
+    }
+
+    /// The leader's bulk-insert path: checks the rows, replicates them as one record
+    /// and waits until this leader has written them into DiskRowSets. Returns the
+    /// timestamp and the per-row errors (by position in `rows`).
+    pub async fn bulk_insert(
+        self: &Arc<Self>,
+        rows: arrow::array::RecordBatch,
+    ) -> Result<(HybridTime, Vec<(usize, RowError)>)> {
+        self.group.check_leader_ready()?;
+        let me = self.clone();
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            let tablet = me.tablet();
+            let prepared = tablet.prepare_bulk(&rows)?;
+            drop(rows);
+            let mut errors = prepared.row_errors.clone();
+            if prepared.is_empty() {
+                return Ok((tablet.safe_time(), errors));
+            }
+            let (ts, resp) =
+                me.propose_blocking(&handle, &tablet, || tablet.start_bulk(&prepared))?;
+            for (pos, e) in decode_apply_errors(&resp) {
+                errors.push((prepared.batch_position(pos), e));
+            }
+            errors.sort_by_key(|(i, _)| *i);
+            Ok((ts, errors))
+        })
+        .await
+        .map_err(|e| TserverError::Internal(format!("bulk insert task failed: {e}")))?
+    }
+
+    /// Takes a timestamp and its record from `start` and submits the record to Raft
+    /// under the proposal order lock (so log order is timestamp order), then waits
+    /// until this replica has applied it. Returns the timestamp and what applying
+    /// returned. Runs on a blocking thread.
+    fn propose_blocking(
+        &self,
+        handle: &tokio::runtime::Handle,
+        tablet: &Tablet,
+        start: impl FnOnce() -> (HybridTime, Vec<u8>),
+    ) -> Result<(HybridTime, Vec<u8>)> {
+        let (ts, rx) = {
+            let _order = self.propose.blocking_lock();
+            let (ts, rec) = start();
+            match handle.block_on(self.group.submit(rec)) {
+                Ok(rx) => (ts, rx),
+                Err(e) => {
+                    tablet.finish_write(ts);
+                    return Err(e.into());
+                }
+            }
+        };
+        let res = handle.block_on(self.group.wait_response(rx));
+        tablet.finish_write(ts);
+        Ok((ts, res?))
     }
 
     /// Resolves the read mode of a scan on this replica. `READ_LATEST` needs the

@@ -12,7 +12,7 @@ use cairn_tablet::{ReadMode, ScanSpec, Scanner};
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
-use crate::convert::{encode_ipc, row_error, row_ops};
+use crate::convert::{decode_ipc, encode_ipc, row_error, row_ops};
 use crate::error::{Result, TserverError};
 use crate::manager::TabletManager;
 use crate::replica::TabletReplica;
@@ -210,6 +210,21 @@ impl TabletService {
         Ok((pb::InProcessScan { response, batches }, Some(schema)))
     }
 
+    /// The `BulkInsert` RPC for a caller in this process (rows already decoded).
+    pub async fn bulk_insert_rows(
+        &self,
+        req: pb::BulkInsertRequest,
+        rows: arrow::array::RecordBatch,
+    ) -> Result<pb::WriteResponse> {
+        self.observe(req.propagated_timestamp);
+        let replica = self.leader_replica(&req.tablet_id)?;
+        let (ts, errs) = replica.bulk_insert(rows).await?;
+        Ok(pb::WriteResponse {
+            row_errors: errs.iter().map(|(i, e)| row_error(*i, e)).collect(),
+            timestamp: ts.0,
+        })
+    }
+
     /// The `Write` RPC for a caller in this process.
     pub async fn write_ops(&self, req: pb::WriteRequest) -> Result<pb::WriteResponse> {
         self.observe(req.propagated_timestamp);
@@ -299,6 +314,23 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         request: Request<pb::WriteRequest>,
     ) -> Result<Response<pb::WriteResponse>, Status> {
         Ok(Response::new(self.write_ops(request.into_inner()).await?))
+    }
+
+    async fn bulk_insert(
+        &self,
+        request: Request<pb::BulkInsertRequest>,
+    ) -> Result<Response<pb::WriteResponse>, Status> {
+        let mut req = request.into_inner();
+        let batches = decode_ipc(&req.arrow_ipc)?;
+        req.arrow_ipc = Default::default();
+        let rows = match batches.first() {
+            Some(first) => arrow::compute::concat_batches(&first.schema(), &batches)
+                .map_err(|e| TserverError::InvalidArgument(format!("bad bulk batch: {e}")))?,
+            None => {
+                return Err(TserverError::InvalidArgument("a bulk insert needs rows".into()).into());
+            }
+        };
+        Ok(Response::new(self.bulk_insert_rows(req, rows).await?))
     }
 
     async fn scan(
@@ -502,5 +534,14 @@ impl pb::InProcessTabletServer for TabletService {
     ) -> futures::future::BoxFuture<'static, std::result::Result<pb::WriteResponse, Status>> {
         let svc = self.clone();
         Box::pin(async move { Ok(svc.write_ops(req).await?) })
+    }
+
+    fn bulk_insert(
+        &self,
+        req: pb::BulkInsertRequest,
+        rows: arrow::array::RecordBatch,
+    ) -> futures::future::BoxFuture<'static, std::result::Result<pb::WriteResponse, Status>> {
+        let svc = self.clone();
+        Box::pin(async move { Ok(svc.bulk_insert_rows(req, rows).await?) })
     }
 }

@@ -1,6 +1,6 @@
 //! In-process cluster tests: every RPC path through the client, bad input, snapshot
 //! reads on followers, replica agreement, schema changes, drop, restart, follower
-//! catch-up and re-replication after a server dies.
+//! catch-up, bulk loads, and re-replication after a server dies.
 
 mod common;
 
@@ -287,6 +287,108 @@ async fn follower_catches_up_and_restart_keeps_everything() {
     let t = c.open_table("t").await.unwrap();
     let ids = all_ids(&c, &t).await;
     assert_eq!(ids, (0..1500).collect::<Vec<_>>());
+}
+
+/// Rows of the test schema with ids `ids` as one Arrow batch (`n` left out: NULL).
+fn id_batch(ids: std::ops::Range<i64>) -> arrow::array::RecordBatch {
+    arrow::array::RecordBatch::try_from_iter(vec![
+        (
+            "id",
+            Arc::new(arrow::array::Int64Array::from_iter_values(ids.clone()))
+                as arrow::array::ArrayRef,
+        ),
+        (
+            "v",
+            Arc::new(arrow::array::StringArray::from_iter_values(
+                ids.map(|i| format!("row-{i}")),
+            )),
+        ),
+    ])
+    .unwrap()
+}
+
+/// Bulk loads over gRPC and in process: rows are routed to their tablets in chunks,
+/// existing keys come back as row errors, a follower that was down catches up on the
+/// bulk records, and everything survives a restart of every server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bulk_loads_replicate_and_survive_restarts() {
+    let mut cl = InProc::start(3, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    c.create_table(table_spec("b", 3, 3)).await.unwrap();
+    let t = c.open_table("b").await.unwrap();
+    insert_range(&c, &t, 0..100).await;
+    cl.stop_tserver(2).await;
+
+    // Over gRPC, in small chunks; ids 50..100 exist already.
+    let mut loader = c.bulk_loader(&t).await.unwrap();
+    loader.set_chunk_bytes(64 << 10);
+    for start in (50..5050).step_by(1000) {
+        loader.add(id_batch(start..start + 1000)).await.unwrap();
+    }
+    let summary = loader.finish().await.unwrap();
+    assert_eq!(summary.rows_written, 4950);
+    assert_eq!(
+        summary.row_errors.iter().map(|e| e.row).collect::<Vec<_>>(),
+        (0..50).collect::<Vec<_>>()
+    );
+    assert!(
+        summary
+            .row_errors
+            .iter()
+            .all(|e| e.kind == cairn_proto::RowErrorKind::AlreadyPresent)
+    );
+
+    // In process, with a key repeated within the load and a row that breaks a rule.
+    let ip = cl.in_process_client().await;
+    let t2 = ip.open_table("b").await.unwrap();
+    let mut loader = ip.bulk_loader(&t2).await.unwrap();
+    loader.add(id_batch(5050..6000)).await.unwrap();
+    loader.add(id_batch(5999..6000)).await.unwrap();
+    let bad = arrow::array::RecordBatch::try_from_iter(vec![(
+        "id",
+        Arc::new(arrow::array::Int64Array::from(vec![None, Some(7000)])) as arrow::array::ArrayRef,
+    )])
+    .unwrap();
+    loader.add(bad).await.unwrap();
+    let summary = loader.finish().await.unwrap();
+    assert_eq!(summary.rows_written, 951);
+    let errors: Vec<_> = summary.row_errors.iter().map(|e| (e.row, e.kind)).collect();
+    assert_eq!(
+        errors,
+        vec![
+            (950, cairn_proto::RowErrorKind::AlreadyPresent),
+            (951, cairn_proto::RowErrorKind::Invalid)
+        ]
+    );
+    let want: Vec<i64> = (0..6000).chain([7000]).collect();
+    assert_eq!(all_ids(&c, &t).await, want);
+    // The loaded rows went straight to DiskRowSets.
+    for ts in cl.tservers.iter().flatten() {
+        for r in ts.manager().list() {
+            if r.meta.table_id == t.id {
+                let stats = r.tablet().stats();
+                assert!(stats.mrs_rows <= 100, "{stats:?}");
+                assert!(stats.disk_rows >= 1500, "{stats:?}");
+            }
+        }
+    }
+
+    cl.start_tserver(2).await;
+    let live = cl.ts_addrs.clone();
+    wait_replicas_agree(
+        &c,
+        &t,
+        &live,
+        6001,
+        "the stopped follower to apply the loads",
+    )
+    .await;
+    cl.restart_all().await;
+    let c = cl.client().await;
+    let t = c.open_table("b").await.unwrap();
+    assert_eq!(all_ids(&c, &t).await, want);
+    let live = cl.ts_addrs.clone();
+    wait_replicas_agree(&c, &t, &live, 6001, "replicas to agree after the restart").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -588,5 +690,15 @@ impl cairn_proto::InProcessTabletServer for Counted {
     {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.write(req)
+    }
+
+    fn bulk_insert(
+        &self,
+        req: cairn_proto::BulkInsertRequest,
+        rows: arrow::array::RecordBatch,
+    ) -> futures::future::BoxFuture<'static, Result<cairn_proto::WriteResponse, tonic::Status>>
+    {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.bulk_insert(req, rows)
     }
 }
