@@ -327,7 +327,9 @@ impl pb::tablet_server_server::TabletServer for TabletService {
             Some(first) => arrow::compute::concat_batches(&first.schema(), &batches)
                 .map_err(|e| TserverError::InvalidArgument(format!("bad bulk batch: {e}")))?,
             None => {
-                return Err(TserverError::InvalidArgument("a bulk insert needs rows".into()).into());
+                return Err(
+                    TserverError::InvalidArgument("a bulk insert needs rows".into()).into(),
+                );
             }
         };
         Ok(Response::new(self.bulk_insert_rows(req, rows).await?))
