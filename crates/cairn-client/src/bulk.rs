@@ -325,23 +325,6 @@ async fn send_chunk(
         errors: vec![],
         failure: Some(e),
     };
-    let mut ipc: Option<bytes::Bytes> = None;
-    let needs_ipc = client
-        .locations(table, None)
-        .await
-        .map(|(_, locs)| {
-            locs.iter()
-                .filter(|t| t.tablet_id == tablet_id)
-                .flat_map(|t| t.replicas.iter())
-                .any(|r| client.in_process(&r.addr).is_none())
-        })
-        .unwrap_or(true);
-    if needs_ipc {
-        match crate::write::encode_ipc(&rows) {
-            Ok(b) => ipc = Some(b.into()),
-            Err(e) => return failed(e),
-        }
-    }
     let call = |server: LeaderServer, _rpc_timeout: Duration| {
         // One attempt may take what is left of the deadline (see the module docs).
         let t = deadline.rpc_timeout(deadline.remaining());
@@ -351,17 +334,13 @@ async fn send_chunk(
             propagated_timestamp: client.last_timestamp(),
         };
         let rows = rows.clone();
-        let ipc = ipc.clone();
         async move {
             match server {
                 LeaderServer::InProcess(s) => attempt_in_process(t, s.bulk_insert(req, rows)).await,
                 LeaderServer::Remote(mut s) => {
-                    req.arrow_ipc = match ipc {
-                        Some(b) => b,
-                        None => crate::write::encode_ipc(&rows)
-                            .map_err(|e| tonic::Status::internal(e.to_string()))?
-                            .into(),
-                    };
+                    req.arrow_ipc = crate::write::encode_ipc(&rows)
+                        .map_err(|e| tonic::Status::internal(e.to_string()))?
+                        .into();
                     attempt(t, s.bulk_insert(request(req, t))).await
                 }
             }

@@ -773,11 +773,19 @@ impl Tablet {
     /// Checks a bulk insert on a leader (columns named like the table's): rows that do
     /// not fit the schema get their error now and are left out of the record.
     pub fn prepare_bulk(&self, batch: &arrow::array::RecordBatch) -> Result<PreparedBulk> {
+        self.prepare_bulk_shaped(batch).map(|(p, _)| p)
+    }
+
+    /// [`Tablet::prepare_bulk`], also returning the accepted rows in record form.
+    fn prepare_bulk_shaped(
+        &self,
+        batch: &arrow::array::RecordBatch,
+    ) -> Result<(PreparedBulk, arrow::array::RecordBatch)> {
         if self.shut_down.load(Ordering::Acquire) {
             return Err(TabletError::ShutDown);
         }
         let shaped = crate::bulk::shape_batch(&self.schema(), batch)?;
-        Ok(PreparedBulk {
+        let prepared = PreparedBulk {
             ipc: if shaped.positions.is_empty() {
                 Vec::new()
             } else {
@@ -785,7 +793,8 @@ impl Tablet {
             },
             positions: shaped.positions,
             row_errors: shaped.row_errors,
-        })
+        };
+        Ok((prepared, shaped.batch))
     }
 
     /// Takes the bulk insert's timestamp (in flight until [`Tablet::finish_write`])
@@ -801,7 +810,7 @@ impl Tablet {
     /// its own log. Rows whose key exists get `AlreadyPresent`; rows that do not fit
     /// the schema get their error; the others are durable when this returns.
     pub fn bulk_insert(&self, batch: &arrow::array::RecordBatch) -> Result<WriteResult> {
-        let prepared = self.prepare_bulk(batch)?;
+        let (prepared, record) = self.prepare_bulk_shaped(batch)?;
         let mut row_errors = prepared.row_errors.clone();
         if prepared.is_empty() {
             return Ok(WriteResult {
@@ -811,7 +820,6 @@ impl Tablet {
         }
         // Row writes lock their keys before they look them up; so does a local bulk
         // insert, until its rowsets are installed.
-        let record = crate::bulk::decode_ipc(&prepared.ipc)?;
         let keys: Vec<Vec<u8>> = crate::bulk::row_keys(&self.schema(), &record)?
             .into_iter()
             .flatten()
@@ -906,7 +914,7 @@ impl Tablet {
             }
         }
         if !fresh.is_empty() {
-            let take = arrow::array::UInt32Array::from(fresh.clone());
+            let take = arrow::array::UInt32Array::from_iter_values(fresh.iter().copied());
             let sorted = arrow::compute::take_record_batch(&batch, &take)?;
             let fresh_keys: Vec<Vec<u8>> = fresh
                 .iter()

@@ -129,6 +129,20 @@ impl StateMachine for TabletSm {
     }
 }
 
+/// The validation errors of a leader's batch plus the errors its apply returned
+/// (record positions mapped to batch positions by `position`), in batch order.
+fn merge_apply_errors(
+    mut errors: Vec<(usize, RowError)>,
+    resp: &[u8],
+    position: impl Fn(usize) -> usize,
+) -> Vec<(usize, RowError)> {
+    for (pos, e) in decode_apply_errors(resp) {
+        errors.push((position(pos), e));
+    }
+    errors.sort_by_key(|(i, _)| *i);
+    errors
+}
+
 /// A tablet replica on this server.
 pub struct TabletReplica {
     /// Identity and partition.
@@ -175,7 +189,7 @@ impl TabletReplica {
         tokio::task::spawn_blocking(move || {
             let tablet = me.tablet();
             let prepared = tablet.prepare_write(ops)?;
-            let mut errors = prepared.row_errors.clone();
+            let errors = prepared.row_errors.clone();
             if prepared.is_empty() {
                 return Ok((tablet.safe_time(), errors));
             }
@@ -183,11 +197,10 @@ impl TabletReplica {
             let _locks = tablet.lock_rows(&prepared);
             let (ts, resp) =
                 me.propose_blocking(&handle, &tablet, || tablet.start_write(&prepared))?;
-            for (pos, e) in decode_apply_errors(&resp) {
-                errors.push((prepared.batch_position(pos), e));
-            }
-            errors.sort_by_key(|(i, _)| *i);
-            Ok((ts, errors))
+            Ok((
+                ts,
+                merge_apply_errors(errors, &resp, |p| prepared.batch_position(p)),
+            ))
         })
         .await
         .map_err(|e| TserverError::Internal(format!("write task failed: {e}")))?
@@ -207,17 +220,16 @@ impl TabletReplica {
             let tablet = me.tablet();
             let prepared = tablet.prepare_bulk(&rows)?;
             drop(rows);
-            let mut errors = prepared.row_errors.clone();
+            let errors = prepared.row_errors.clone();
             if prepared.is_empty() {
                 return Ok((tablet.safe_time(), errors));
             }
             let (ts, resp) =
                 me.propose_blocking(&handle, &tablet, || tablet.start_bulk(&prepared))?;
-            for (pos, e) in decode_apply_errors(&resp) {
-                errors.push((prepared.batch_position(pos), e));
-            }
-            errors.sort_by_key(|(i, _)| *i);
-            Ok((ts, errors))
+            Ok((
+                ts,
+                merge_apply_errors(errors, &resp, |p| prepared.batch_position(p)),
+            ))
         })
         .await
         .map_err(|e| TserverError::Internal(format!("bulk insert task failed: {e}")))?
