@@ -32,6 +32,21 @@ pub enum CommonError {
     /// A predicate is invalid for its column.
     #[error("invalid predicate: {0}")]
     InvalidPredicate(String),
+    /// A timestamp from a client or a peer lies further ahead of this server's clock
+    /// than the allowed clock offset.
+    #[error(
+        "timestamp {observed} is {ahead_ms} ms ahead of this server's clock, more than the \
+         allowed clock offset of {max_ms} ms: synchronise the clocks (NTP, chrony) or raise \
+         --max-clock-offset-ms"
+    )]
+    ClockOffset {
+        /// The timestamp (HybridTime, raw).
+        observed: u64,
+        /// How far ahead of the local clock it is.
+        ahead_ms: u64,
+        /// The bound.
+        max_ms: u64,
+    },
     /// An Arrow error surfaced while converting data.
     #[error("arrow error: {0}")]
     Arrow(String),

@@ -230,6 +230,12 @@ impl Log {
         entries: impl IntoIterator<Item = (u64, &'a [u8])>,
     ) -> Result<(), WalError> {
         self.check_poisoned()?;
+        if let Some(source) = injected_error("wal::append") {
+            return Err(WalError::Io {
+                path: self.dir.clone(),
+                source,
+            });
+        }
         let mut expected = self.next_index();
         let mut first = None;
         let mut buf = Vec::new();
@@ -517,6 +523,13 @@ impl Log {
     fn sync_active(&mut self) -> Result<(), WalError> {
         if !self.dirty {
             return Ok(());
+        }
+        if let Some(source) = injected_error("wal::fsync") {
+            self.poisoned = true;
+            return Err(WalError::Io {
+                path: self.dir.clone(),
+                source,
+            });
         }
         if let Some(active) = self.segments.last()
             && let Err(source) = active.file.sync_data()
@@ -906,4 +919,30 @@ fn damaged_length_evidence(
         }
     }
     Ok(None)
+}
+
+/// An I/O error injected by failpoint `name` (`return(ENOSPC)`, `return(EIO)`; the
+/// `delay(ms)` action makes the call slow instead). Without failpoints compiled in,
+/// never.
+fn injected_error(name: &str) -> Option<std::io::Error> {
+    // ENOSPC ("No space left on device") is 28 on Linux, EIO ("Input/output error") 5.
+    let errno = |arg: Option<String>| -> Option<std::io::Error> {
+        Some(std::io::Error::from_raw_os_error(
+            match arg.as_deref().map(str::trim) {
+                Some("ENOSPC") => 28,
+                _ => 5,
+            },
+        ))
+    };
+    // Without failpoints compiled in, the macros below expand to nothing.
+    let _ = &errno;
+    match name {
+        "wal::append" => {
+            fail::fail_point!("wal::append", errno);
+        }
+        _ => {
+            fail::fail_point!("wal::fsync", errno);
+        }
+    }
+    None
 }
