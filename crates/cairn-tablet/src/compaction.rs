@@ -310,8 +310,7 @@ pub fn major_delta_compaction(tablet: &Tablet, rs: &Arc<DiskRowSet>) -> Result<b
         size: usize_,
     });
     meta.next_file_seq = seq + 3;
-    rs.set_meta(meta);
-    tablet.persist_locked()?;
+    tablet.persist_rowsets(&[(rs.clone(), meta)], None)?;
     for n in old {
         let _ = std::fs::remove_file(rs.dir().join(n));
     }

@@ -99,6 +99,10 @@ pub struct DeltaFile {
     pub min_ts: HybridTime,
     /// Largest timestamp in the file.
     pub max_ts: HybridTime,
+    /// Number of updates among the deltas.
+    pub updates: usize,
+    /// Number of deletes among the deltas.
+    pub deletes: usize,
     /// Size on disk.
     pub size_bytes: u64,
 }
@@ -120,6 +124,10 @@ pub fn write_delta_file(path: &Path, entries: &[DeltaEntry]) -> Result<(u32, u64
     let mut f = File::create(path).map_err(|e| TabletError::io(path, e))?;
     f.write_all(&buf).map_err(|e| TabletError::io(path, e))?;
     f.sync_all().map_err(|e| TabletError::io(path, e))?;
+    // The new name must be durable before any metadata names the file.
+    if let Some(dir) = path.parent() {
+        crate::metadata::sync_dir(dir)?;
+    }
     Ok((crc32c::crc32c(&buf), buf.len() as u64))
 }
 
@@ -147,12 +155,18 @@ impl DeltaFile {
         let mut entries = Vec::with_capacity(n.min(body));
         let mut updated_columns = BTreeSet::new();
         let (mut min_ts, mut max_ts) = (HybridTime::MAX, HybridTime::MIN);
+        let (mut updates, mut deletes) = (0, 0);
         for _ in 0..n {
             let ordinal = r.u32().map_err(map_err)?;
             let ts = HybridTime(r.u64().map_err(map_err)?);
             let change = RowChange::decode(&mut r).map_err(map_err)?;
-            if let RowChange::Update(cells) = &change {
-                updated_columns.extend(cells.iter().map(|(id, _)| *id));
+            match &change {
+                RowChange::Update(cells) => {
+                    updates += 1;
+                    updated_columns.extend(cells.iter().map(|(id, _)| *id));
+                }
+                RowChange::Delete => deletes += 1,
+                RowChange::Reinsert(_) => {}
             }
             min_ts = min_ts.min(ts);
             max_ts = max_ts.max(ts);
@@ -171,6 +185,8 @@ impl DeltaFile {
             updated_columns,
             min_ts,
             max_ts,
+            updates,
+            deletes,
             size_bytes: bytes.len() as u64,
         })
     }

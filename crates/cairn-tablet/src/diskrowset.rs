@@ -21,29 +21,17 @@
 //! matching rows. Row groups with relevant deltas are read eagerly, deltas applied, and
 //! the predicates evaluated on the result.
 
-use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use arrow::array::{Array, ArrayRef, BooleanArray, new_null_array};
+use arrow::array::{Array, ArrayRef, BooleanArray};
 use arrow::compute::{filter, interleave};
-use arrow::datatypes::{Field, Schema as ArrowSchema};
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
-use bytes::Bytes;
-use cairn_common::predicate::conjunction_implies;
-use cairn_common::types::{array_from_values, array_of_repeated};
-use cairn_common::{
-    ColumnId, ColumnPredicate, ColumnStatistics, DataType, HybridTime, Schema, Value,
-};
+use cairn_common::types::array_from_values;
+use cairn_common::{ColumnId, ColumnPredicate, DataType, HybridTime, Schema, Value};
 use parking_lot::{Mutex, RwLock};
-use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
-use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
-    RowSelector,
-};
 
 use crate::cache::{BLOCK_ROWS, BlockCache};
 use crate::delta::{DeltaEntry, DeltaFile, DeltaMemStore};
@@ -53,423 +41,8 @@ use crate::keyindex::KeyIndex;
 use crate::metadata::{BaseFileMeta, FileMeta, RowSetMeta};
 use crate::ops::RowChange;
 
-static NEXT_FILE_UID: AtomicU64 = AtomicU64::new(1);
-
-/// The Parquet column name of a column id.
-pub fn parquet_column_name(id: ColumnId) -> String {
-    format!("c{id}")
-}
-
-/// Per-row-group statistics of one column of a base file.
-#[derive(Debug)]
-struct ColumnStats {
-    mins: ArrayRef,
-    maxs: ArrayRef,
-    null_counts: Vec<u64>,
-}
-
-/// One open Parquet base file.
-#[derive(Debug)]
-pub struct BaseFile {
-    uid: u64,
-    /// File name within the rowset directory.
-    pub meta: BaseFileMeta,
-    reader_meta: ArrowReaderMetadata,
-    data: Bytes,
-    stats: Vec<Option<ColumnStats>>,
-}
-
-impl BaseFile {
-    fn open(path: &Path, meta: BaseFileMeta) -> Result<BaseFile> {
-        let f = File::open(path).map_err(|e| TabletError::io(path, e))?;
-        // SAFETY: base files are immutable once written; Cairn never modifies them in place.
-        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| TabletError::io(path, e))?;
-        if crc32c::crc32c(&map) != meta.crc {
-            return Err(TabletError::corruption(
-                path,
-                "base data checksum does not match the tablet metadata",
-            ));
-        }
-        let data = Bytes::from_owner(map);
-        let reader_meta = ArrowReaderMetadata::load(
-            &data,
-            ArrowReaderOptions::new()
-                .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional),
-        )
-        .map_err(|e| TabletError::corruption(path, format!("unreadable Parquet footer: {e}")))?;
-        let arrow_schema = reader_meta.schema().clone();
-        let pq = reader_meta.parquet_schema();
-        let groups = reader_meta.metadata().row_groups();
-        let stats = meta
-            .column_ids
-            .iter()
-            .map(|id| {
-                let conv =
-                    StatisticsConverter::try_new(&parquet_column_name(*id), &arrow_schema, pq)
-                        .ok()?;
-                Some(ColumnStats {
-                    mins: conv.row_group_mins(groups.iter()).ok()?,
-                    maxs: conv.row_group_maxes(groups.iter()).ok()?,
-                    null_counts: conv
-                        .row_group_null_counts(groups.iter())
-                        .ok()?
-                        .iter()
-                        .map(|c| c.unwrap_or(u64::MAX))
-                        .collect(),
-                })
-            })
-            .collect();
-        Ok(BaseFile {
-            uid: NEXT_FILE_UID.fetch_add(1, Ordering::Relaxed),
-            meta,
-            reader_meta,
-            data,
-            stats,
-        })
-    }
-
-    /// Reads columns at file positions `cols` of row group `rg`, rows selected by `sel`
-    /// (relative to the row group), as one array per column.
-    fn read(&self, cols: &[usize], rg: usize, sel: Option<RowSelection>) -> Result<Vec<ArrayRef>> {
-        if cols.is_empty() {
-            return Ok(vec![]);
-        }
-        let err = |e: parquet::errors::ParquetError| TabletError::parquet(&self.meta.name, e);
-        let rows = self.reader_meta.metadata().row_group(rg).num_rows() as usize;
-        let mask = ProjectionMask::roots(self.reader_meta.parquet_schema(), cols.iter().copied());
-        let mut b = ParquetRecordBatchReaderBuilder::new_with_metadata(
-            self.data.clone(),
-            self.reader_meta.clone(),
-        )
-        .with_projection(mask)
-        .with_row_groups(vec![rg])
-        .with_batch_size(rows.max(1));
-        if let Some(s) = sel {
-            b = b.with_row_selection(s);
-        }
-        let reader = b.build().map_err(err)?;
-        let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>()?;
-        // The projection mask keeps file order; map back to the order asked for.
-        let mut sorted: Vec<usize> = cols.to_vec();
-        sorted.sort_unstable();
-        let schema = batches.first().map(|b| b.schema());
-        let out = cols
-            .iter()
-            .map(|c| {
-                let pos = sorted.iter().position(|x| x == c).unwrap_or(0);
-                match &schema {
-                    None => Ok(new_null_array(
-                        self.reader_meta.schema().field(*c).data_type(),
-                        0,
-                    )),
-                    Some(_) if batches.len() == 1 => Ok(batches[0].column(pos).clone()),
-                    Some(_) => {
-                        let parts: Vec<&dyn Array> =
-                            batches.iter().map(|b| b.column(pos).as_ref()).collect();
-                        Ok(arrow::compute::concat(&parts)?)
-                    }
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(out)
-    }
-}
-
-/// Base data: the Parquet files and which holds each column.
-#[derive(Debug)]
-pub struct BaseData {
-    /// The files, oldest first.
-    pub files: Vec<Arc<BaseFile>>,
-    /// Column id → (file index, column position in that file); newest file wins.
-    locations: HashMap<ColumnId, (usize, usize)>,
-    /// First ordinal of each row group, plus the total row count at the end.
-    group_starts: Vec<u32>,
-}
-
-impl BaseData {
-    fn new(files: Vec<Arc<BaseFile>>) -> BaseData {
-        let mut locations = HashMap::new();
-        for (fi, f) in files.iter().enumerate() {
-            for (ci, id) in f.meta.column_ids.iter().enumerate() {
-                locations.insert(*id, (fi, ci));
-            }
-        }
-        let mut group_starts = vec![0u32];
-        if let Some(f) = files.first() {
-            for g in f.reader_meta.metadata().row_groups() {
-                let last = *group_starts.last().unwrap_or(&0);
-                group_starts.push(last + g.num_rows() as u32);
-            }
-        }
-        BaseData {
-            files,
-            locations,
-            group_starts,
-        }
-    }
-
-    fn num_groups(&self) -> usize {
-        self.group_starts.len() - 1
-    }
-
-    /// Ordinal range `[start, end)` of row group `rg`.
-    pub fn group_range(&self, rg: usize) -> (u32, u32) {
-        (self.group_starts[rg], self.group_starts[rg + 1])
-    }
-
-    /// Every row of row group `rg` for the given columns (defaults for absent ones).
-    pub fn read_all(&self, schema: &Schema, ids: &[ColumnId], rg: usize) -> Result<Vec<ArrayRef>> {
-        let (a, b) = self.group_range(rg);
-        self.read_columns(schema, ids, rg, a, b, None, None)
-    }
-
-    /// Reads the given columns (by id) of row group `rg`, rows `[a, b)` (absolute
-    /// ordinals) further restricted by `mask` (over `[a, b)`), filling absent columns with
-    /// their defaults.
-    #[allow(clippy::too_many_arguments)]
-    fn read_columns(
-        &self,
-        schema: &Schema,
-        ids: &[ColumnId],
-        rg: usize,
-        a: u32,
-        b: u32,
-        mask: Option<&BooleanArray>,
-        cache: Option<&BlockCache>,
-    ) -> Result<Vec<ArrayRef>> {
-        let start = self.group_starts[rg];
-        let end = self.group_starts[rg + 1];
-        // A short range (a point lookup, a limited scan's window) comes from the block
-        // cache: decoding its pages again for every lookup is the cost of a
-        // key-value read.
-        let first_block = ((a - start) as usize) / BLOCK_ROWS;
-        let cached = cache.filter(|_| b > a && b - a <= CACHED_READ_MAX_ROWS);
-        // No row selection: the whole row group, or a read from cached blocks.
-        let selection = if cached.is_some() || (a == start && b == end && mask.is_none()) {
-            None
-        } else {
-            let mut sel = vec![];
-            if a > start {
-                sel.push(RowSelector::skip((a - start) as usize));
-            }
-            match mask {
-                None => sel.push(RowSelector::select((b - a) as usize)),
-                Some(m) => sel.extend(
-                    RowSelection::from_filters(std::slice::from_ref(m))
-                        .iter()
-                        .copied(),
-                ),
-            }
-            if end > b {
-                sel.push(RowSelector::skip((end - b) as usize));
-            }
-            Some(RowSelection::from(sel))
-        };
-        let out_len = match mask {
-            Some(m) => m.true_count(),
-            None => (b - a) as usize,
-        };
-        // Group the wanted columns by file.
-        let mut per_file: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new(); // file -> (out pos, file col)
-        let mut out: Vec<Option<ArrayRef>> = vec![None; ids.len()];
-        for (pos, id) in ids.iter().enumerate() {
-            match self.locations.get(id) {
-                Some(&(fi, ci)) => per_file.entry(fi).or_default().push((pos, ci)),
-                None => {
-                    let col = schema
-                        .index_of_id(*id)
-                        .map(|i| schema.column(i))
-                        .ok_or_else(|| {
-                            TabletError::InvalidRequest(format!(
-                                "column id {id} is not in the schema"
-                            ))
-                        })?;
-                    out[pos] = Some(array_of_repeated(
-                        &col.data_type,
-                        &col.read_default(),
-                        out_len,
-                    )?);
-                }
-            }
-        }
-        for (fi, cols) in per_file {
-            if let Some(cache) = cached {
-                let last_block = ((b - 1 - start) as usize) / BLOCK_ROWS;
-                let blocks = (first_block..=last_block)
-                    .map(|k| self.cached_block(cache, fi, rg, k))
-                    .collect::<Result<Vec<_>>>()?;
-                for (pos, ci) in cols {
-                    let mut pieces = Vec::with_capacity(blocks.len());
-                    for (k, block) in (first_block..).zip(&blocks) {
-                        let block_start = start as usize + k * BLOCK_ROWS;
-                        let from = (a as usize).max(block_start) - block_start;
-                        let to = (b as usize).min(block_start + block.num_rows()) - block_start;
-                        pieces.push(block.column(ci).slice(from, to - from));
-                    }
-                    let arr = match pieces.as_slice() {
-                        [one] => one.clone(),
-                        _ => {
-                            let refs: Vec<&dyn Array> = pieces.iter().map(|p| p.as_ref()).collect();
-                            arrow::compute::concat(&refs)?
-                        }
-                    };
-                    out[pos] = Some(match mask {
-                        Some(m) => filter(arr.as_ref(), m)?,
-                        None => arr,
-                    });
-                }
-                continue;
-            }
-            let file_cols: Vec<usize> = cols.iter().map(|(_, c)| *c).collect();
-            let arrays = self.files[fi].read(&file_cols, rg, selection.clone())?;
-            for ((pos, _), arr) in cols.into_iter().zip(arrays) {
-                out[pos] = Some(arr);
-            }
-        }
-        Ok(out
-            .into_iter()
-            .map(|a| a.unwrap_or_else(|| new_null_array(&arrow::datatypes::DataType::Null, 0)))
-            .collect())
-    }
-
-    /// Block `block` ([`BLOCK_ROWS`] rows) of row group `rg` of file `fi`, every
-    /// column of the file decoded: from the cache, or read and cached.
-    fn cached_block(
-        &self,
-        cache: &BlockCache,
-        fi: usize,
-        rg: usize,
-        block: usize,
-    ) -> Result<Arc<RecordBatch>> {
-        let file = &self.files[fi];
-        let key = (rg as u32) << 16 | block as u32;
-        if let Some(b) = cache.get(file.uid, key) {
-            return Ok(b);
-        }
-        let rows = (self.group_starts[rg + 1] - self.group_starts[rg]) as usize;
-        let lo = block * BLOCK_ROWS;
-        let hi = (lo + BLOCK_ROWS).min(rows);
-        let mut sel = vec![];
-        if lo > 0 {
-            sel.push(RowSelector::skip(lo));
-        }
-        sel.push(RowSelector::select(hi - lo));
-        if rows > hi {
-            sel.push(RowSelector::skip(rows - hi));
-        }
-        let cols: Vec<usize> = (0..file.meta.column_ids.len()).collect();
-        let arrays = file.read(&cols, rg, Some(RowSelection::from(sel)))?;
-        let fields: Vec<Field> = arrays
-            .iter()
-            .enumerate()
-            .map(|(i, a)| Field::new(format!("f{i}"), a.data_type().clone(), true))
-            .collect();
-        let b = Arc::new(RecordBatch::try_new(
-            Arc::new(ArrowSchema::new(fields)),
-            arrays,
-        )?);
-        cache.insert(file.uid, key, b.clone());
-        Ok(b)
-    }
-
-    /// Planner statistics of each column of `schema` (in schema order) over this base
-    /// data, from the Parquet row-group statistics. A column the files do not hold
-    /// (added later) has unknown bounds.
-    pub fn column_statistics(&self, schema: &Schema) -> Vec<ColumnStatistics> {
-        schema
-            .columns()
-            .iter()
-            .map(|col| {
-                let mut out = ColumnStatistics {
-                    column: col.name.clone(),
-                    ..Default::default()
-                };
-                let Some(&(fi, pos)) = self.locations.get(&col.id) else {
-                    return out;
-                };
-                let file = &self.files[fi];
-                for g in file.reader_meta.metadata().row_groups() {
-                    if let Some(c) = g.columns().get(pos) {
-                        out.bytes += c.uncompressed_size().max(0) as u64;
-                    }
-                }
-                let Some(st) = &file.stats[pos] else {
-                    return out;
-                };
-                let mut seen = ColumnStatistics {
-                    column: col.name.clone(),
-                    ..Default::default()
-                };
-                for rg in 0..self.num_groups() {
-                    let nulls = st.null_counts.get(rg).copied().unwrap_or(u64::MAX);
-                    if nulls != u64::MAX {
-                        out.null_count += nulls;
-                    }
-                    let bound = |a: &ArrayRef| {
-                        Value::from_array(a.as_ref(), rg, &col.data_type)
-                            .ok()
-                            .filter(|v| !v.is_null())
-                    };
-                    let (Some(min), Some(max)) = (bound(&st.mins), bound(&st.maxs)) else {
-                        let all_null =
-                            nulls == (self.group_starts[rg + 1] - self.group_starts[rg]) as u64;
-                        if all_null {
-                            continue;
-                        }
-                        // A group without bounds: the column's are unknown.
-                        return out;
-                    };
-                    let group = ColumnStatistics {
-                        column: col.name.clone(),
-                        min: Some(min),
-                        max: Some(max),
-                        ..Default::default()
-                    };
-                    if seen.min.is_none() {
-                        seen = group;
-                    } else {
-                        seen.merge(&group);
-                    }
-                }
-                out.min = seen.min;
-                out.max = seen.max;
-                out
-            })
-            .collect()
-    }
-
-    /// Whether min/max statistics prove no base row of `rg` matches `preds`.
-    fn stats_exclude(
-        &self,
-        schema: &Schema,
-        rg: usize,
-        preds: &[(usize, ColumnPredicate)],
-    ) -> bool {
-        preds.iter().any(|(ci, p)| {
-            let col = schema.column(*ci);
-            match self.locations.get(&col.id) {
-                None => !p.matches_value(&col.read_default()),
-                Some(&(fi, pos)) => {
-                    let Some(st) = &self.files[fi].stats[pos] else {
-                        return false;
-                    };
-                    let (Ok(min), Ok(max)) = (
-                        Value::from_array(st.mins.as_ref(), rg, &col.data_type),
-                        Value::from_array(st.maxs.as_ref(), rg, &col.data_type),
-                    ) else {
-                        return false;
-                    };
-                    let nulls = st.null_counts.get(rg).copied().unwrap_or(u64::MAX);
-                    let rows = (self.group_starts[rg + 1] - self.group_starts[rg]) as u64;
-                    if nulls == rows && nulls != u64::MAX {
-                        return !p.matches_value(&Value::Null);
-                    }
-                    !p.could_match_range(&min, &max, nulls > 0)
-                }
-            }
-        })
-    }
-}
+pub use crate::basedata::{BaseData, BaseFile, parquet_column_name};
+pub use crate::skipcache::SkipCache;
 
 /// The delta stores of a DiskRowSet.
 #[derive(Debug, Clone)]
@@ -520,82 +93,6 @@ impl Deltas {
         self.redo_files.iter().map(|f| f.len()).sum::<usize>()
             + self.frozen_dms.as_ref().map_or(0, |d| d.len())
             + self.dms.len()
-    }
-}
-
-/// Predicate-based data skipping (HRDBMS §III): per row group, conjunctions known to
-/// match no base row. Base data is immutable, so entries stay true until the base is
-/// rewritten (then the cache is cleared).
-#[derive(Debug, Default)]
-pub struct SkipCache {
-    groups: RwLock<Vec<Vec<Vec<ColumnPredicate>>>>,
-    dirty: AtomicBool,
-}
-
-/// Most conjunctions remembered per row group.
-const SKIP_CACHE_PER_GROUP: usize = 16;
-
-/// Longest IN list a remembered conjunction may hold.
-const SKIP_CACHE_MAX_IN_LIST: usize = 64;
-
-impl SkipCache {
-    fn with_groups(entries: Vec<Vec<Vec<ColumnPredicate>>>) -> Self {
-        SkipCache {
-            groups: RwLock::new(entries),
-            dirty: AtomicBool::new(false),
-        }
-    }
-    /// Whether a remembered conjunction proves `preds` matches nothing in `rg`.
-    pub fn known_empty(&self, rg: usize, preds: &[ColumnPredicate]) -> bool {
-        let g = self.groups.read();
-        g.get(rg)
-            .is_some_and(|cached| cached.iter().any(|c| conjunction_implies(preds, c)))
-    }
-    /// Remembers that `preds` matched nothing in `rg`. Conjunctions with long IN
-    /// lists (a join's key set, different in every query) are not remembered: they
-    /// rarely recur, and implication between IN lists costs the product of their
-    /// lengths on every later scan.
-    pub fn record(&self, rg: usize, num_groups: usize, preds: &[ColumnPredicate]) {
-        if preds.iter().any(|p| {
-            matches!(&p.op, cairn_common::PredicateOp::InList(vs) if vs.len() > SKIP_CACHE_MAX_IN_LIST)
-        }) {
-            return;
-        }
-        let mut g = self.groups.write();
-        if g.len() < num_groups {
-            g.resize(num_groups, vec![]);
-        }
-        let list = &mut g[rg];
-        if list.iter().any(|c| conjunction_implies(preds, c)) {
-            return;
-        }
-        list.retain(|c| !conjunction_implies(c, preds));
-        if list.len() >= SKIP_CACHE_PER_GROUP {
-            list.remove(0);
-        }
-        list.push(preds.to_vec());
-        self.dirty.store(true, Ordering::Relaxed);
-    }
-    /// Number of remembered conjunctions.
-    pub fn len(&self) -> usize {
-        self.groups.read().iter().map(|g| g.len()).sum()
-    }
-    /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// The entries, for persisting; clears the dirty flag.
-    pub fn snapshot_for_persist(&self) -> Option<Vec<Vec<Vec<ColumnPredicate>>>> {
-        if self.dirty.swap(false, Ordering::Relaxed) {
-            Some(self.groups.read().clone())
-        } else {
-            None
-        }
-    }
-    /// Forgets everything (after the base data changes).
-    pub fn clear(&self) {
-        self.groups.write().clear();
-        self.dirty.store(true, Ordering::Relaxed);
     }
 }
 
@@ -701,10 +198,9 @@ impl DiskRowSet {
                         "skip cache checksum does not match the tablet metadata",
                     ));
                 }
-                let entries = serde_json::from_slice(&bytes).map_err(|e| {
+                SkipCache::from_persisted(&bytes).map_err(|e| {
                     TabletError::corruption(&p, format!("unreadable skip cache: {e}"))
-                })?;
-                SkipCache::with_groups(entries)
+                })?
             }
         };
         Ok(DiskRowSet {
@@ -809,6 +305,18 @@ impl DiskRowSet {
             }
         }
         live
+    }
+
+    /// When the row at `ordinal` last changed: its latest REDO, or the version its base
+    /// data holds (its latest UNDO); [`HybridTime::MIN`] when that history is older than
+    /// the retention window and has been collected.
+    pub fn last_change(&self, ordinal: u32) -> HybridTime {
+        let (redo, undo) = self.deltas.read().collect(ordinal, ordinal + 1);
+        redo.iter()
+            .chain(undo.iter())
+            .map(|e| e.ts)
+            .max()
+            .unwrap_or(HybridTime::MIN)
     }
 
     /// Reads the base row at `ordinal` (through the block cache).
@@ -1026,9 +534,6 @@ impl DiskRowSet {
     }
 }
 
-/// Largest row range a scan reads through the block cache (at most two blocks).
-const CACHED_READ_MAX_ROWS: u32 = BLOCK_ROWS as u32;
-
 /// Builds a batch (which may have no columns) with `rows` rows.
 pub fn make_batch(
     schema: &arrow::datatypes::SchemaRef,
@@ -1162,35 +667,4 @@ fn apply_deltas(
         out.push(interleave(&[col.as_ref(), patch.as_ref()], &idx)?);
     }
     Ok((out, BooleanArray::from(visible)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use cairn_common::Value;
-
-    #[test]
-    fn skip_cache_forgets_nothing_it_can_use_and_skips_long_in_lists() {
-        let c = SkipCache::default();
-        let short = vec![ColumnPredicate::in_list(
-            "k",
-            (0..3).map(Value::Int64).collect(),
-        )];
-        c.record(0, 2, &short);
-        assert_eq!(c.len(), 1);
-        assert!(c.known_empty(0, &[ColumnPredicate::eq("k", Value::Int64(1))]));
-        assert!(!c.known_empty(1, &short));
-        let long = vec![ColumnPredicate::in_list(
-            "k",
-            (0..SKIP_CACHE_MAX_IN_LIST as i64 + 1)
-                .map(Value::Int64)
-                .collect(),
-        )];
-        c.record(1, 2, &long);
-        assert_eq!(
-            c.len(),
-            1,
-            "a conjunction with a long IN list is not remembered"
-        );
-    }
 }

@@ -60,6 +60,31 @@ pub enum TabletError {
     /// The tablet was closed.
     #[error("the tablet is shut down")]
     ShutDown,
+    /// The tablet stopped after a failure it cannot recover from in place (a metadata
+    /// write or a log append failed: disk full, I/O error). Its data on disk is
+    /// consistent; the replica must be replaced or the tablet reopened once the cause
+    /// is fixed.
+    #[error(
+        "the tablet has failed and accepts no more writes: {0}. Free space or fix the disk,          then restart the server (a replicated tablet is re-replicated elsewhere)"
+    )]
+    Failed(String),
+    /// A write waited too long for the row locks of its keys.
+    #[error(
+        "timed out waiting for other writes to the same rows to finish (a leader may be cut \
+         off from its followers); retry"
+    )]
+    LockTimeout,
+    /// A read waited too long for writes in flight at or below its snapshot.
+    #[error(
+        "timed out after {waited_ms} ms waiting for writes at or below {snapshot} to finish          (a leader may be cut off from its followers); retry, or read at an earlier snapshot"
+    )]
+    SafeTimeTimeout {
+        /// The snapshot read.
+        snapshot: HybridTime,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+
     /// An invalid request that is not about a particular value.
     #[error("invalid request: {0}")]
     InvalidRequest(String),

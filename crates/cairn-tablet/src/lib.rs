@@ -1,17 +1,20 @@
 //! # cairn-tablet — one tablet's storage engine
 //!
 //! A tablet is one shard of a table: a contiguous slice of its partition-key space,
-//! stored as described in §4 of the Kudu paper and DESIGN.md "Tablet storage". This crate
-//! is that engine, with no knowledge of replication or RPC: later, each Raft replica
-//! (`cairn-consensus`) owns one [`Tablet`] and feeds it the committed log.
+//! stored as described in §4 of the Kudu paper ("Tablet storage"). This crate is that
+//! engine, with no knowledge of replication or RPC: each Raft replica (on a tablet
+//! server) owns one [`Tablet`] and feeds it the committed log.
 //!
 //! How the pieces fit, from write to disk:
 //!
 //! - [`ops`]: row operations (INSERT, UPSERT, UPDATE, DELETE and their IGNORE forms),
 //!   row changes, and the log records that carry them.
-//! - [`tablet`]: the [`Tablet`]: schema, write path (validation → row [`locks`] →
-//!   [`mvcc`] timestamp → write-ahead log → apply), reads, log replay, and the
-//!   maintenance ops (flush, delta flush, compactions, GC, ALTER).
+//! - [`tablet`]: the [`Tablet`], a state machine fed by a log: the leader's write path
+//!   (validation → row [`locks`] → conditions → [`mvcc`] timestamp → record), applying
+//!   records, reads, and the maintenance ops (flush, delta flush, compactions, GC,
+//!   ALTER), split into one file per job.
+//! - [`local`]: [`LocalTablet`], a tablet with a log of its own (tests, tools, demo).
+//! - [`results`]: answers of applied client requests, for exactly-once retries.
 //! - [`bulk`]: bulk inserts — checked Arrow batches written straight into new
 //!   DiskRowSets.
 //! - [`memrowset`]: the in-memory store of new rows with MVCC mutation chains.
@@ -28,6 +31,7 @@
 //! - [`metadata`]: the atomically replaced, checksummed tablet metadata file.
 //! - [`cache`]: the decoded-block cache for point lookups.
 
+pub mod basedata;
 pub mod bulk;
 pub mod cache;
 pub mod compaction;
@@ -36,6 +40,7 @@ pub mod diskrowset;
 pub mod error;
 pub mod history;
 pub mod keyindex;
+pub mod local;
 pub mod locks;
 pub mod maintenance;
 pub mod memrowset;
@@ -43,16 +48,19 @@ pub mod metadata;
 pub mod mvcc;
 pub mod ops;
 pub mod policy;
+pub mod results;
 pub mod rowsets;
 pub mod scan;
+pub mod skipcache;
 pub mod tablet;
 pub mod writer;
 
 /// The log fsync policy (re-exported from `cairn-wal`).
 pub use cairn_wal::FsyncPolicy;
 pub use error::{Result, TabletError};
+pub use local::LocalTablet;
 pub use maintenance::MaintenanceManager;
-pub use ops::{OpKind, RowError, RowOp};
+pub use ops::{OpKind, RequestId, RequestRecord, RowCondition, RowError, RowOp};
 pub use scan::{ScanSpec, Scanner};
 pub use tablet::{
     AlterOp, PreparedBulk, PreparedWrite, ReadMode, Tablet, TabletOptions, WriteResult,

@@ -6,10 +6,16 @@
 //!    flush freeing the most memory wins.
 //! 2. **Log retention**: in-memory stores older than `max_memstore_age` are flushed so
 //!    the write-ahead log can be garbage-collected.
-//! 3. **Read performance**: the best of rowset compaction (by the budgeted knapsack
-//!    policy's benefit), major delta compaction (share of rows with REDOs), and minor
-//!    delta compaction (number of REDO files).
-//! 4. **Housekeeping**: history GC, log GC and persisting skip caches run every round.
+//! 3. **Read performance and space**: the best of rowset compaction (by the budgeted
+//!    knapsack policy's benefit), major delta compaction (share of rows with REDO
+//!    *updates* — deletes cannot be folded into base data), minor delta compaction
+//!    (number of REDO files), and rewriting a rowset alone to drop rows deleted before
+//!    the history retention window (share of such rows).
+//! 4. **Housekeeping**: history GC and persisting skip caches run every round, then the
+//!    owner's hook (a [`crate::local::LocalTablet`] discards its log there).
+//!
+//! An op that turns out to have nothing to do does not count as work: the thread then
+//! sleeps its interval instead of picking the same op again at once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +38,8 @@ pub enum MaintenanceOp {
     MajorDeltaCompaction(Arc<DiskRowSet>),
     /// Compact rowsets chosen by the policy.
     CompactRowsets,
+    /// Rewrite one rowset to drop rows deleted before the history retention window.
+    ReclaimDeleted(Arc<DiskRowSet>),
 }
 
 /// Picks the op to run next, if any.
@@ -68,10 +76,14 @@ pub fn pick_op(t: &Tablet) -> Option<MaintenanceOp> {
     }
     for rs in &comps.disk {
         let d = rs.deltas();
-        let file_redos: usize = d.redo_files.iter().map(|f| f.len()).sum();
-        let ratio = file_redos as f64 / rs.num_rows().max(1) as f64;
+        let file_updates: usize = d.redo_files.iter().map(|f| f.updates).sum();
+        let ratio = file_updates as f64 / rs.num_rows().max(1) as f64;
         if ratio >= 0.1 {
             consider(ratio * 2.0, MaintenanceOp::MajorDeltaCompaction(rs.clone()));
+        }
+        let dead = t.reclaimable_rows(rs) as f64 / rs.num_rows().max(1) as f64;
+        if dead >= o.reclaim_deleted_ratio {
+            consider(dead * 2.0, MaintenanceOp::ReclaimDeleted(rs.clone()));
         }
         if d.redo_files.len() >= 4 {
             consider(
@@ -83,7 +95,7 @@ pub fn pick_op(t: &Tablet) -> Option<MaintenanceOp> {
     perf.map(|(_, op)| op)
 }
 
-/// Runs one op.
+/// Runs one op. Returns whether it did any work.
 pub fn run_op(t: &Tablet, op: &MaintenanceOp) -> Result<bool> {
     match op {
         MaintenanceOp::FlushMrs => t.flush_mrs(),
@@ -91,20 +103,27 @@ pub fn run_op(t: &Tablet, op: &MaintenanceOp) -> Result<bool> {
         MaintenanceOp::MinorDeltaCompaction(rs) => t.minor_delta_compaction(rs),
         MaintenanceOp::MajorDeltaCompaction(rs) => t.major_delta_compaction(rs),
         MaintenanceOp::CompactRowsets => t.compact_by_policy(),
+        MaintenanceOp::ReclaimDeleted(rs) => t.compact_rowsets(Some(&[rs.id])),
     }
 }
 
-/// Runs the highest-scoring op and the housekeeping ops once. Returns the op run.
+/// Runs the highest-scoring op and the housekeeping ops once. Returns the op run, if
+/// it did any work.
 pub fn run_once(t: &Tablet) -> Result<Option<MaintenanceOp>> {
     let op = pick_op(t);
-    if let Some(op) = &op {
-        run_op(t, op)?;
+    let mut worked = None;
+    if let Some(op) = op
+        && run_op(t, &op)?
+    {
+        worked = Some(op);
     }
     t.gc_history()?;
-    t.gc_wal()?;
     t.persist_skip_caches()?;
-    Ok(op)
+    Ok(worked)
 }
+
+/// What the maintenance thread runs after each round (the tablet owner's housekeeping).
+pub type RoundHook = Box<dyn Fn() -> Result<()> + Send>;
 
 /// A running maintenance thread; stops (and joins) when dropped.
 pub struct MaintenanceManager {
@@ -115,16 +134,30 @@ pub struct MaintenanceManager {
 impl MaintenanceManager {
     /// Starts the maintenance thread for `tablet`.
     pub fn start(tablet: Arc<Tablet>) -> MaintenanceManager {
+        Self::start_with(tablet, Box::new(|| Ok(())))
+    }
+
+    /// Starts the maintenance thread for `tablet`, running `after_round` after each
+    /// round.
+    pub fn start_with(tablet: Arc<Tablet>, after_round: RoundHook) -> MaintenanceManager {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let handle = std::thread::Builder::new()
             .name("cairn-maintenance".into())
             .spawn(move || {
                 while !s.load(Ordering::Acquire) && !tablet.is_shut_down() {
-                    match run_once(&tablet) {
+                    let round = run_once(&tablet);
+                    if let Err(e) = after_round() {
+                        tracing::error!(error = %e, "maintenance housekeeping failed");
+                    }
+                    match round {
                         Ok(Some(_)) => continue,
                         Ok(None) => {}
+                        Err(crate::TabletError::ShutDown) => break,
                         Err(e) => tracing::error!(error = %e, "maintenance op failed"),
+                    }
+                    if tablet.failure().is_some() {
+                        break;
                     }
                     std::thread::sleep(tablet.options().maintenance_interval);
                 }

@@ -82,6 +82,14 @@ impl MrsRow {
         RowHistory { key, versions }
     }
 
+    /// When the row last changed (inserted, or its latest mutation).
+    pub fn last_change(&self) -> HybridTime {
+        self.mutations
+            .lock()
+            .last()
+            .map_or(self.insert_ts, |(ts, _)| (*ts).max(self.insert_ts))
+    }
+
     /// Changes made after `after`, in order.
     pub fn mutations_after(&self, after: HybridTime) -> Vec<(HybridTime, RowChange)> {
         self.mutations
@@ -141,7 +149,14 @@ impl MemRowSet {
         self.bytes
             .fetch_add(change.size_bytes() + 16, Ordering::Relaxed);
         self.note_index(log_index);
-        row.mutations.lock().push((ts, change));
+        let mut muts = row.mutations.lock();
+        debug_assert!(
+            muts.last().is_none_or(|(last, _)| *last <= ts) && row.insert_ts <= ts,
+            "mutations out of timestamp order: {ts:?} after {:?} (insert {:?})",
+            muts.last().map(|m| m.0),
+            row.insert_ts
+        );
+        muts.push((ts, change));
     }
 
     /// The row with this key, if any (live or deleted).

@@ -54,6 +54,10 @@ pub struct RowSetMeta {
     pub num_rows: u64,
     /// Every op with a log index at or below this is reflected in the rowset's files.
     pub durable_index: u64,
+    /// The timestamp of the log record at `durable_index` (records are in timestamp
+    /// order): what a reopened tablet takes as the timestamp of its last applied record.
+    #[serde(default)]
+    pub durable_ts: u64,
     /// Base data files, oldest first.
     pub base_files: Vec<BaseFileMeta>,
     /// Key index.
@@ -80,10 +84,16 @@ pub struct TabletMeta {
     pub schema: SchemaMeta,
     /// Every op at or below this log index that targeted a MemRowSet is flushed.
     pub mrs_flushed_index: u64,
+    /// The timestamp of the log record at `mrs_flushed_index`.
+    #[serde(default)]
+    pub mrs_flushed_ts: u64,
     /// Next rowset id.
     pub next_rowset_id: u64,
     /// Disk rowsets.
     pub rowsets: Vec<RowSetMeta>,
+    /// Answers of applied client requests (see [`crate::results`]).
+    #[serde(default)]
+    pub results: Vec<crate::results::ClientAnswers>,
 }
 
 impl TabletMeta {
@@ -93,8 +103,10 @@ impl TabletMeta {
             format_version: FORMAT_VERSION,
             schema: SchemaMeta::from_schema(schema),
             mrs_flushed_index: 0,
+            mrs_flushed_ts: 0,
             next_rowset_id: 1,
             rowsets: vec![],
+            results: vec![],
         }
     }
 

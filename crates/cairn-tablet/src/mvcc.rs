@@ -8,6 +8,7 @@
 //! the writes at or below it.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use cairn_common::{HybridClock, HybridTime};
 use parking_lot::{Condvar, Mutex};
@@ -64,13 +65,19 @@ impl MvccManager {
     }
 
     /// Blocks until no write at or below `ts` is in flight, after making sure the clock
-    /// is past `ts` so no later write can take a timestamp at or below it.
-    pub fn wait_until_safe(&self, clock: &HybridClock, ts: HybridTime) {
+    /// is past `ts` so no later write can take a timestamp at or below it. Returns
+    /// false if `timeout` passed first (a leader's write stuck waiting for its
+    /// followers).
+    pub fn wait_until_safe(&self, clock: &HybridClock, ts: HybridTime, timeout: Duration) -> bool {
         clock.update(ts);
+        let deadline = Instant::now() + timeout;
         let mut g = self.in_flight.lock();
         while g.keys().next().is_some_and(|first| *first <= ts) {
-            self.changed.wait(&mut g);
+            if self.changed.wait_until(&mut g, deadline).timed_out() {
+                return g.keys().next().is_none_or(|first| *first > ts);
+            }
         }
+        true
     }
 
     /// Number of writes in flight.
@@ -96,9 +103,13 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
             m2.finish(t1);
         });
-        m.wait_until_safe(&clock, t1);
+        assert!(m.wait_until_safe(&clock, t1, std::time::Duration::from_secs(10)));
         assert_eq!(m.in_flight_count(), 0);
         h.join().unwrap();
         assert!(m.snapshot_now(&clock) > t1);
+        // A write that never finishes makes the wait give up.
+        let t2 = m.start(&clock);
+        assert!(!m.wait_until_safe(&clock, t2, std::time::Duration::from_millis(20)));
+        m.finish(t2);
     }
 }

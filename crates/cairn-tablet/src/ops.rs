@@ -5,9 +5,19 @@
 //! [`RowChange`] in the store that owns the row: an update of some columns, a delete, or
 //! a re-insert of a row that had been deleted. Changes name columns by stable id, so
 //! they survive `ALTER TABLE`.
+//!
+//! A row op may carry a [`RowCondition`]: the row must not have changed since a given
+//! timestamp, or must satisfy predicates. The leader checks conditions under the row
+//! locks it holds until the write is applied, so no other writer of the row can slip in
+//! between check and change; ops whose condition fails are left out of the record.
+//!
+//! A write may carry a [`RequestId`] (client id + sequence number): the record then also
+//! holds what the leader knows of the client's batch (positions, early errors), so that
+//! applying it yields the complete answer, which the tablet remembers
+//! ([`crate::results::ResultTracker`]) and gives again to a retry of the same request.
 
 use cairn_common::codec::{self, Reader};
-use cairn_common::{ColumnId, HybridTime, Schema, Value};
+use cairn_common::{ColumnId, ColumnPredicate, HybridTime, Schema, Value};
 
 use crate::error::{Result, TabletError};
 
@@ -54,6 +64,27 @@ impl OpKind {
     }
 }
 
+/// Conditions an op must meet when it is applied; an op whose condition fails changes
+/// nothing and gets a row error. The default is no condition.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RowCondition {
+    /// The row must be live and must not have changed after this timestamp (its reader
+    /// saw it at this snapshot); otherwise [`RowError::Conflict`]. UPDATE and DELETE
+    /// statements write with it, so a change made after they read a row is never
+    /// overwritten blindly.
+    pub unchanged_since: Option<HybridTime>,
+    /// The row must be live and satisfy every predicate; otherwise
+    /// [`RowError::ConditionFailed`] (HyperDex's conditional put).
+    pub predicates: Vec<ColumnPredicate>,
+}
+
+impl RowCondition {
+    /// Whether there is nothing to check.
+    pub fn is_empty(&self) -> bool {
+        self.unchanged_since.is_none() && self.predicates.is_empty()
+    }
+}
+
 /// One write operation on one row. `values` has one slot per schema column (schema
 /// order); `None` means "not given". Key columns are always required.
 #[derive(Clone, Debug, PartialEq)]
@@ -62,15 +93,32 @@ pub struct RowOp {
     pub kind: OpKind,
     /// The cells given, by schema position.
     pub values: Vec<Option<Value>>,
+    /// What must hold when the op is applied.
+    pub condition: RowCondition,
 }
 
 impl RowOp {
-    /// An op with every column given (insert / upsert of a full row).
-    pub fn full(kind: OpKind, row: Vec<Value>) -> Self {
+    /// An op of `kind` with these cells and no condition.
+    pub fn new(kind: OpKind, values: Vec<Option<Value>>) -> Self {
         RowOp {
             kind,
-            values: row.into_iter().map(Some).collect(),
+            values,
+            condition: RowCondition::default(),
         }
+    }
+    /// An op with every column given (insert / upsert of a full row).
+    pub fn full(kind: OpKind, row: Vec<Value>) -> Self {
+        Self::new(kind, row.into_iter().map(Some).collect())
+    }
+    /// The same op, applied only if the row has not changed after `ts`.
+    pub fn unchanged_since(mut self, ts: HybridTime) -> Self {
+        self.condition.unchanged_since = Some(ts);
+        self
+    }
+    /// The same op, applied only if the row satisfies `predicates`.
+    pub fn if_matches(mut self, predicates: Vec<ColumnPredicate>) -> Self {
+        self.condition.predicates = predicates;
+        self
     }
     /// `INSERT` of a full row.
     pub fn insert(row: Vec<Value>) -> Self {
@@ -102,7 +150,7 @@ impl RowOp {
         for (name, v) in cells {
             values[schema.index_of(name)?] = Some(v.clone());
         }
-        Ok(RowOp { kind, values })
+        Ok(RowOp::new(kind, values))
     }
     /// `UPDATE` of some cells of the row with key `key`.
     pub fn update(schema: &Schema, key: &[Value], cells: &[(&str, Value)]) -> Result<Self> {
@@ -114,8 +162,9 @@ impl RowOp {
     }
 }
 
-/// Why one row of a write batch failed. Other rows of the batch are unaffected.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+/// Why one row of a write batch failed. Other rows of the batch are unaffected (unless
+/// the batch is all-or-nothing).
+#[derive(Clone, Debug, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum RowError {
     /// INSERT of a key that exists.
     #[error("key already present")]
@@ -126,6 +175,189 @@ pub enum RowError {
     /// The row does not fit the schema.
     #[error("{0}")]
     Invalid(String),
+    /// The row changed after the snapshot the op's condition names (read again and
+    /// retry).
+    #[error("the row was changed by another writer after it was read")]
+    Conflict,
+    /// The row is absent or does not satisfy the op's predicates.
+    #[error("the row does not meet the write's condition")]
+    ConditionFailed,
+    /// The op was valid, but another op of its all-or-nothing batch failed, so none
+    /// was applied.
+    #[error("not applied: another row of the same all-or-nothing batch failed")]
+    Aborted,
+}
+
+impl RowError {
+    /// Appends the error's encoding (log records, cached answers).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let (tag, msg) = match self {
+            RowError::AlreadyPresent => (1u8, ""),
+            RowError::NotFound => (2, ""),
+            RowError::Invalid(m) => (3, m.as_str()),
+            RowError::Conflict => (4, ""),
+            RowError::ConditionFailed => (5, ""),
+            RowError::Aborted => (6, ""),
+        };
+        out.push(tag);
+        codec::put_bytes(out, msg.as_bytes());
+    }
+    /// Reads an error written by [`RowError::encode`].
+    pub fn decode(r: &mut Reader<'_>) -> cairn_common::Result<RowError> {
+        let tag = r.u8()?;
+        let msg = r.string()?;
+        Ok(match tag {
+            1 => RowError::AlreadyPresent,
+            2 => RowError::NotFound,
+            4 => RowError::Conflict,
+            5 => RowError::ConditionFailed,
+            6 => RowError::Aborted,
+            _ => RowError::Invalid(msg),
+        })
+    }
+}
+
+/// Encodes row errors by position (the answer of an apply).
+pub fn encode_row_errors(errors: &[(usize, RowError)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    codec::put_u32(&mut out, errors.len() as u32);
+    for (i, e) in errors {
+        codec::put_u32(&mut out, *i as u32);
+        e.encode(&mut out);
+    }
+    out
+}
+
+/// Decodes what [`encode_row_errors`] wrote.
+pub fn decode_row_errors(b: &[u8]) -> cairn_common::Result<Vec<(usize, RowError)>> {
+    let mut r = Reader::new(b, "row errors");
+    let n = r.u32()? as usize;
+    if n > r.remaining() {
+        return Err(cairn_common::CommonError::Decode {
+            what: "row errors",
+            detail: "count exceeds the data".into(),
+        });
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let i = r.u32()? as usize;
+        out.push((i, RowError::decode(&mut r)?));
+    }
+    Ok(out)
+}
+
+/// One client request, for exactly-once writes (Kudu's `RequestIdPB`): retries of a
+/// request carry the same id and get the first attempt's answer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct RequestId {
+    /// The client, unique per client instance.
+    pub client_id: String,
+    /// The request's number within the client.
+    pub seq_no: u64,
+    /// Every request of this client numbered below this has its answer: the server may
+    /// forget them.
+    pub first_incomplete_seq_no: u64,
+}
+
+/// What a logged write knows of the client request it answers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestRecord {
+    /// The request.
+    pub id: RequestId,
+    /// Position in the client's batch of each op (row) of the record; empty means the
+    /// same positions.
+    pub positions: Vec<u32>,
+    /// Rows of the client's batch that failed before replication.
+    pub early_errors: Vec<(u32, RowError)>,
+}
+
+impl RequestRecord {
+    /// A record of `id` for a batch whose rows map to the record one to one.
+    pub fn plain(id: RequestId) -> Self {
+        RequestRecord {
+            id,
+            positions: vec![],
+            early_errors: vec![],
+        }
+    }
+    /// A record of `id` whose row `i` is row `positions[i]` of the client's batch
+    /// (empty: the same positions), and whose batch rows in `early_errors` failed
+    /// before replication.
+    pub fn new(id: RequestId, positions: Vec<u32>, early_errors: &[(usize, RowError)]) -> Self {
+        RequestRecord {
+            id,
+            positions,
+            early_errors: early_errors
+                .iter()
+                .map(|(i, e)| (*i as u32, e.clone()))
+                .collect(),
+        }
+    }
+    /// The client's position of record row `pos`.
+    pub fn position(&self, pos: usize) -> usize {
+        self.positions.get(pos).map_or(pos, |p| *p as usize)
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        codec::put_bytes(out, self.id.client_id.as_bytes());
+        codec::put_u64(out, self.id.seq_no);
+        codec::put_u64(out, self.id.first_incomplete_seq_no);
+        codec::put_u32(out, self.positions.len() as u32);
+        for p in &self.positions {
+            codec::put_u32(out, *p);
+        }
+        codec::put_u32(out, self.early_errors.len() as u32);
+        for (p, e) in &self.early_errors {
+            codec::put_u32(out, *p);
+            e.encode(out);
+        }
+    }
+    fn decode(r: &mut Reader<'_>) -> cairn_common::Result<RequestRecord> {
+        let client_id = r.string()?;
+        let seq_no = r.u64()?;
+        let first_incomplete_seq_no = r.u64()?;
+        let n = r.u32()? as usize;
+        if n > r.remaining() {
+            return Err(bad_record("position count exceeds the data"));
+        }
+        let mut positions = Vec::with_capacity(n);
+        for _ in 0..n {
+            positions.push(r.u32()?);
+        }
+        let n = r.u32()? as usize;
+        if n > r.remaining() {
+            return Err(bad_record("error count exceeds the data"));
+        }
+        let mut early_errors = Vec::with_capacity(n);
+        for _ in 0..n {
+            let p = r.u32()?;
+            early_errors.push((p, RowError::decode(r)?));
+        }
+        Ok(RequestRecord {
+            id: RequestId {
+                client_id,
+                seq_no,
+                first_incomplete_seq_no,
+            },
+            positions,
+            early_errors,
+        })
+    }
+}
+
+fn bad_record(d: &str) -> cairn_common::CommonError {
+    cairn_common::CommonError::Decode {
+        what: "log record",
+        detail: d.to_string(),
+    }
+}
+
+/// A row op as logged: cells named by column id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoggedOp {
+    /// What to do.
+    pub kind: OpKind,
+    /// The cells given.
+    pub cells: Vec<(ColumnId, Value)>,
 }
 
 /// A change recorded against an existing row (in a MemRowSet mutation chain or a delta
@@ -193,16 +425,20 @@ impl RowChange {
     }
 }
 
-/// A record in the tablet's write-ahead log.
+/// A record in the tablet's write-ahead log (the Raft log of a replicated tablet).
 #[derive(Clone, Debug, PartialEq)]
 pub enum LogRecord {
-    /// A write batch: every op was validated before it was logged; replay re-applies
-    /// them at the same timestamp.
+    /// A write batch: every op was validated before it was logged; applying it again
+    /// (replay) runs the same ops at the same timestamp.
     Write {
         /// The batch's timestamp.
         ts: HybridTime,
-        /// The ops, with cells named by column id.
-        ops: Vec<(OpKind, Vec<(ColumnId, Value)>)>,
+        /// The ops.
+        ops: Vec<LoggedOp>,
+        /// All or nothing: if any op fails when applied, none is.
+        atomic: bool,
+        /// The client request it answers, if the client gave an id.
+        request: Option<RequestRecord>,
     },
     /// A schema change: the schema after it.
     AlterSchema {
@@ -216,105 +452,156 @@ pub enum LogRecord {
         ts: HybridTime,
         /// The rows.
         ipc: Vec<u8>,
+        /// The client request it answers, if the client gave an id.
+        request: Option<RequestRecord>,
     },
 }
+
+// Record tags. 1 and 3 are the forms before conditions and request ids; they are still
+// read.
+const TAG_WRITE_V1: u8 = 1;
+const TAG_ALTER: u8 = 2;
+const TAG_BULK_V1: u8 = 3;
+const TAG_WRITE: u8 = 4;
+const TAG_BULK: u8 = 5;
 
 impl LogRecord {
     /// Builds a write record from ops validated against `schema`.
     pub fn write(ts: HybridTime, schema: &Schema, ops: &[&RowOp]) -> LogRecord {
-        let ops = ops
-            .iter()
-            .map(|op| {
-                let cells = op
-                    .values
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, v)| v.as_ref().map(|v| (schema.column(i).id, v.clone())))
-                    .collect();
-                (op.kind, cells)
-            })
-            .collect();
-        LogRecord::Write { ts, ops }
+        let ops = ops.iter().map(|op| logged_op(schema, op)).collect();
+        LogRecord::Write {
+            ts,
+            ops,
+            atomic: false,
+            request: None,
+        }
     }
 
     /// Serialises the record.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         match self {
-            LogRecord::Write { ts, ops } => {
-                out.push(1);
+            LogRecord::Write {
+                ts,
+                ops,
+                atomic,
+                request,
+            } => {
+                out.push(TAG_WRITE);
                 codec::put_u64(&mut out, ts.0);
+                out.push(*atomic as u8 | (request.is_some() as u8) << 1);
+                if let Some(r) = request {
+                    r.encode(&mut out);
+                }
                 codec::put_u32(&mut out, ops.len() as u32);
-                for (kind, cells) in ops {
-                    out.push(kind.tag());
-                    codec::put_u32(&mut out, cells.len() as u32);
-                    for (id, v) in cells {
+                for op in ops {
+                    out.push(op.kind.tag());
+                    codec::put_u32(&mut out, op.cells.len() as u32);
+                    for (id, v) in &op.cells {
                         codec::put_u32(&mut out, *id);
                         codec::put_value(&mut out, v);
                     }
                 }
             }
             LogRecord::AlterSchema { schema } => {
-                out.push(2);
+                out.push(TAG_ALTER);
                 codec::put_bytes(&mut out, &serde_json::to_vec(schema).unwrap_or_default());
             }
-            LogRecord::BulkInsert { ts, ipc } => return Self::encode_bulk(*ts, ipc),
+            LogRecord::BulkInsert { ts, ipc, request } => {
+                return Self::encode_bulk(*ts, ipc, request.as_ref());
+            }
         }
         out
     }
 
     /// Serialises a [`LogRecord::BulkInsert`] without copying its rows first.
-    pub fn encode_bulk(ts: HybridTime, ipc: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(ipc.len() + 16);
-        out.push(3);
+    pub fn encode_bulk(ts: HybridTime, ipc: &[u8], request: Option<&RequestRecord>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(ipc.len() + 64);
+        out.push(TAG_BULK);
         codec::put_u64(&mut out, ts.0);
+        out.push(request.is_some() as u8);
+        if let Some(r) = request {
+            r.encode(&mut out);
+        }
         codec::put_bytes(&mut out, ipc);
         out
     }
 
-    /// Parses a record written by [`LogRecord::encode`].
+    /// Parses a record written by [`LogRecord::encode`] (or by an earlier version).
     pub fn decode(b: &[u8]) -> cairn_common::Result<LogRecord> {
         let mut r = Reader::new(b, "log record");
-        let bad = |d: &str| cairn_common::CommonError::Decode {
-            what: "log record",
-            detail: d.to_string(),
-        };
         match r.u8()? {
-            1 => {
+            tag @ (TAG_WRITE_V1 | TAG_WRITE) => {
                 let ts = HybridTime(r.u64()?);
+                let (atomic, request) = if tag == TAG_WRITE {
+                    let flags = r.u8()?;
+                    let request = if flags & 2 != 0 {
+                        Some(RequestRecord::decode(&mut r)?)
+                    } else {
+                        None
+                    };
+                    (flags & 1 != 0, request)
+                } else {
+                    (false, None)
+                };
                 let n = r.u32()? as usize;
                 if n > r.remaining() {
-                    return Err(bad("op count exceeds the data"));
+                    return Err(bad_record("op count exceeds the data"));
                 }
                 let mut ops = Vec::with_capacity(n);
                 for _ in 0..n {
-                    let kind = OpKind::from_tag(r.u8()?).ok_or_else(|| bad("unknown op kind"))?;
+                    let kind =
+                        OpKind::from_tag(r.u8()?).ok_or_else(|| bad_record("unknown op kind"))?;
                     let m = r.u32()? as usize;
                     if m > r.remaining() {
-                        return Err(bad("cell count exceeds the data"));
+                        return Err(bad_record("cell count exceeds the data"));
                     }
                     let mut cells = Vec::with_capacity(m);
                     for _ in 0..m {
                         let id = r.u32()?;
                         cells.push((id, r.value()?));
                     }
-                    ops.push((kind, cells));
+                    ops.push(LoggedOp { kind, cells });
                 }
-                Ok(LogRecord::Write { ts, ops })
+                Ok(LogRecord::Write {
+                    ts,
+                    ops,
+                    atomic,
+                    request,
+                })
             }
-            2 => {
+            TAG_ALTER => {
                 let bytes = r.bytes()?;
-                let schema =
-                    serde_json::from_slice(bytes).map_err(|e| bad(&format!("bad schema: {e}")))?;
+                let schema = serde_json::from_slice(bytes)
+                    .map_err(|e| bad_record(&format!("bad schema: {e}")))?;
                 Ok(LogRecord::AlterSchema { schema })
             }
-            3 => {
+            tag @ (TAG_BULK_V1 | TAG_BULK) => {
                 let ts = HybridTime(r.u64()?);
+                let request = if tag == TAG_BULK && r.u8()? == 1 {
+                    Some(RequestRecord::decode(&mut r)?)
+                } else {
+                    None
+                };
                 let ipc = r.bytes()?.to_vec();
-                Ok(LogRecord::BulkInsert { ts, ipc })
+                Ok(LogRecord::BulkInsert { ts, ipc, request })
             }
-            t => Err(bad(&format!("unknown record type {t}"))),
+            t => Err(bad_record(&format!("unknown record type {t}"))),
         }
+    }
+}
+
+/// The logged form of an op validated against `schema`.
+pub fn logged_op(schema: &Schema, op: &RowOp) -> LoggedOp {
+    let cells = op
+        .values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.as_ref().map(|v| (schema.column(i).id, v.clone())))
+        .collect();
+    LoggedOp {
+        kind: op.kind,
+        cells,
     }
 }
 
@@ -327,14 +614,47 @@ mod tests {
         let rec = LogRecord::Write {
             ts: HybridTime(42),
             ops: vec![
-                (
-                    OpKind::Insert,
-                    vec![(0, Value::Int64(1)), (1, Value::String("a".into()))],
-                ),
-                (OpKind::Delete, vec![(0, Value::Int64(2))]),
+                LoggedOp {
+                    kind: OpKind::Insert,
+                    cells: vec![(0, Value::Int64(1)), (1, Value::String("a".into()))],
+                },
+                LoggedOp {
+                    kind: OpKind::Delete,
+                    cells: vec![(0, Value::Int64(2))],
+                },
             ],
+            atomic: true,
+            request: Some(RequestRecord {
+                id: RequestId {
+                    client_id: "c1".into(),
+                    seq_no: 7,
+                    first_incomplete_seq_no: 5,
+                },
+                positions: vec![0, 2, 3],
+                early_errors: vec![(1, RowError::Invalid("bad".into()))],
+            }),
         };
         assert_eq!(LogRecord::decode(&rec.encode()).unwrap(), rec);
+        // The first record form (no flags, no conditions) is still read.
+        let mut v1 = vec![1u8];
+        codec::put_u64(&mut v1, 42);
+        codec::put_u32(&mut v1, 1);
+        v1.push(OpKind::Delete.tag());
+        codec::put_u32(&mut v1, 1);
+        codec::put_u32(&mut v1, 0);
+        codec::put_value(&mut v1, &Value::Int64(2));
+        assert_eq!(
+            LogRecord::decode(&v1).unwrap(),
+            LogRecord::Write {
+                ts: HybridTime(42),
+                ops: vec![LoggedOp {
+                    kind: OpKind::Delete,
+                    cells: vec![(0, Value::Int64(2))],
+                }],
+                atomic: false,
+                request: None,
+            }
+        );
         let schema = cairn_common::Schema::new(
             vec![cairn_common::ColumnSpec::new(
                 "k",
@@ -350,8 +670,11 @@ mod tests {
         let bulk = LogRecord::BulkInsert {
             ts: HybridTime(9),
             ipc: vec![1, 2, 3],
+            request: None,
         };
         assert_eq!(LogRecord::decode(&bulk.encode()).unwrap(), bulk);
+        let errs = vec![(3, RowError::Conflict), (9, RowError::Invalid("m".into()))];
+        assert_eq!(decode_row_errors(&encode_row_errors(&errs)).unwrap(), errs);
         assert!(LogRecord::decode(&[1, 2, 3]).is_err());
         let mut buf = Vec::new();
         RowChange::Reinsert(vec![(3, Value::Null)]).encode(&mut buf);

@@ -26,7 +26,7 @@ use cairn_common::types::array_from_values;
 use cairn_common::{ColumnPredicate, HybridTime, PredicateOp, Schema};
 
 use crate::cache::BLOCK_ROWS;
-use crate::diskrowset::{BaseData, Deltas, DiskRowSet, RowSetScan, make_batch};
+use crate::diskrowset::{BaseData, Deltas, DiskRowSet, RowSetScan, SkipCache, make_batch};
 use crate::error::{Result, TabletError};
 use crate::memrowset::MemRowSet;
 use crate::tablet::{ReadMode, Tablet};
@@ -188,7 +188,8 @@ pub struct Scanner {
     snapshot: HybridTime,
     projection: Vec<usize>,
     predicates: Vec<(usize, ColumnPredicate)>,
-    conjunction: Vec<ColumnPredicate>,
+    /// The conjunction as the skip caches key it (columns by id).
+    skip_key: Vec<ColumnPredicate>,
     out_schema: SchemaRef,
     lower: Vec<u8>,
     upper: Vec<u8>,
@@ -284,6 +285,7 @@ impl Scanner {
         let empty = conjunction_is_none(&conjunction)
             || (!upper.is_empty() && lower >= upper)
             || spec.limit == Some(0);
+        let skip_key = SkipCache::key_of(&schema, &conjunction);
         Ok(Scanner {
             out_schema: schema.project_arrow(&projection),
             tablet,
@@ -291,7 +293,7 @@ impl Scanner {
             snapshot,
             projection,
             predicates,
-            conjunction,
+            skip_key,
             lower,
             upper,
             batch_size: spec.batch_size,
@@ -325,7 +327,7 @@ impl Scanner {
             schema: &self.schema,
             projection: &self.projection,
             predicates: &self.predicates,
-            conjunction: &self.conjunction,
+            conjunction: &self.skip_key,
             snapshot: self.snapshot,
             out_schema: self.out_schema.clone(),
         };

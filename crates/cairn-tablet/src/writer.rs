@@ -142,21 +142,23 @@ pub struct RowSetWriter<'a> {
     ids: Vec<ColumnId>,
     arrow_schema: SchemaRef,
     config: WriterConfig,
-    alloc_id: &'a mut dyn FnMut() -> u64,
+    alloc_id: Box<dyn FnMut() -> u64 + 'a>,
     durable_index: u64,
+    durable_ts: u64,
     open: Option<Open>,
     done: Vec<RowSetMeta>,
 }
 
 impl<'a> RowSetWriter<'a> {
     /// A writer creating rowset directories under `rowsets_dir`, with ids from
-    /// `alloc_id`, recording `durable_index` in each rowset.
+    /// `alloc_id`, recording in each rowset that it holds every record up to log index
+    /// `durable.0`, whose timestamp is `durable.1`.
     pub fn new(
         rowsets_dir: &Path,
         schema: &'a Schema,
         config: WriterConfig,
-        durable_index: u64,
-        alloc_id: &'a mut dyn FnMut() -> u64,
+        durable: (u64, cairn_common::HybridTime),
+        alloc_id: Box<dyn FnMut() -> u64 + 'a>,
     ) -> Self {
         let ids: Vec<ColumnId> = schema.columns().iter().map(|c| c.id).collect();
         let arrow_schema = base_arrow_schema(schema, &ids);
@@ -167,7 +169,8 @@ impl<'a> RowSetWriter<'a> {
             arrow_schema,
             config,
             alloc_id,
-            durable_index,
+            durable_index: durable.0,
+            durable_ts: durable.1.0,
             open: None,
             done: vec![],
         }
@@ -339,6 +342,7 @@ impl<'a> RowSetWriter<'a> {
             id: o.id,
             num_rows: o.keys.len() as u64,
             durable_index: self.durable_index,
+            durable_ts: self.durable_ts,
             base_files: vec![BaseFileMeta {
                 name: base.name,
                 crc: base.crc,

@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cairn_common::{ColumnPredicate, ColumnSpec, DataType, HybridTime, Schema, Value};
 use cairn_tablet::{
-    AlterOp, MaintenanceManager, ReadMode, RowError, RowOp, ScanSpec, Tablet, TabletError,
-    TabletOptions,
+    AlterOp, LocalTablet, ReadMode, RowError, RowOp, ScanSpec, TabletError, TabletOptions,
 };
 use common::{ordered_rows, rows_of, small_options};
 
@@ -40,8 +39,8 @@ fn writers_scanners_and_maintenance_at_once() {
         dms_flush_bytes: 4 << 10,
         ..small_options()
     };
-    let t = Tablet::create(dir.path(), kv_schema(), opts).unwrap();
-    let mm = MaintenanceManager::start(t.clone());
+    let t = LocalTablet::create(dir.path(), kv_schema(), opts).unwrap();
+    let mm = t.start_maintenance();
     let stop = Arc::new(AtomicBool::new(false));
     const WRITERS: i64 = 3;
     const PER_WRITER: i64 = 1500;
@@ -112,7 +111,7 @@ fn writers_scanners_and_maintenance_at_once() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     mm.stop();
-    let check = |t: &Arc<Tablet>| {
+    let check = |t: &LocalTablet| {
         let rows = ordered_rows(t);
         assert_eq!(rows.len() as i64, WRITERS * PER_WRITER);
         for r in rows {
@@ -130,12 +129,12 @@ fn writers_scanners_and_maintenance_at_once() {
         "the maintenance manager flushed"
     );
     drop(t);
-    check(&Tablet::open(dir.path(), small_options()).unwrap());
+    check(&LocalTablet::open(dir.path(), small_options()).unwrap());
 }
 
 /// Builds a tablet with every kind of file, then closes it.
 fn tablet_with_every_file(dir: &Path) {
-    let t = Tablet::create(dir, kv_schema(), small_options()).unwrap();
+    let t = LocalTablet::create(dir, kv_schema(), small_options()).unwrap();
     let ops: Vec<_> = (0..200).map(|k| RowOp::insert(row(k, 0, k))).collect();
     t.write(ops).unwrap();
     t.flush_mrs().unwrap();
@@ -221,14 +220,14 @@ fn flipped_bytes_in_every_kind_of_file_are_reported() {
         let pos = bytes.len() / 2;
         bytes[pos] ^= 0x5A;
         std::fs::write(&target, &bytes).unwrap();
-        match Tablet::open(&copy, small_options()) {
+        match LocalTablet::open(&copy, small_options()) {
             Err(TabletError::Corruption { .. }) | Err(TabletError::Wal(_)) => {}
             Err(e) => panic!("{}: unexpected error kind {e}", rel.display()),
             Ok(_) => panic!("{}: corruption went unnoticed", rel.display()),
         }
     }
     // And the untouched copy opens fine with all data.
-    let t = Tablet::open(&pristine, small_options()).unwrap();
+    let t = LocalTablet::open(&pristine, small_options()).unwrap();
     assert_eq!(
         t.scan(ScanSpec::default()).unwrap().count_rows().unwrap(),
         200
@@ -238,7 +237,7 @@ fn flipped_bytes_in_every_kind_of_file_are_reported() {
 #[test]
 fn alter_adds_drops_and_renames_without_rewriting() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Tablet::create(dir.path(), kv_schema(), small_options()).unwrap();
+    let t = LocalTablet::create(dir.path(), kv_schema(), small_options()).unwrap();
     t.write((0..100).map(|k| RowOp::insert(row(k, 1, k))).collect())
         .unwrap();
     t.flush_mrs().unwrap();
@@ -269,7 +268,7 @@ fn alter_adds_drops_and_renames_without_rewriting() {
         Value::String("new".into()),
     ])])
     .unwrap();
-    let check = |t: &Arc<Tablet>| {
+    let check = |t: &LocalTablet| {
         let rows = rows_of(
             &schema,
             &t.scan(ScanSpec {
@@ -296,7 +295,7 @@ fn alter_adds_drops_and_renames_without_rewriting() {
     };
     check(&t);
     drop(t);
-    let t = Tablet::open(dir.path(), small_options()).unwrap();
+    let t = LocalTablet::open(dir.path(), small_options()).unwrap();
     assert_eq!(t.schema().index_of("value").unwrap(), 1);
     check(&t);
 }
@@ -304,7 +303,7 @@ fn alter_adds_drops_and_renames_without_rewriting() {
 #[test]
 fn lazy_materialisation_and_skip_cache() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Tablet::create(dir.path(), kv_schema(), small_options()).unwrap();
+    let t = LocalTablet::create(dir.path(), kv_schema(), small_options()).unwrap();
     // w cycles 0..10 so min/max statistics cannot rule row groups out for w = 3.
     t.write(
         (0..640)
@@ -360,24 +359,24 @@ fn lazy_materialisation_and_skip_cache() {
     // The cache survives a reopen once persisted.
     t.persist_skip_caches().unwrap();
     drop(t);
-    let t = Tablet::open(dir.path(), small_options()).unwrap();
+    let t = LocalTablet::open(dir.path(), small_options()).unwrap();
     assert!(t.components().disk.iter().any(|r| !r.skip_cache.is_empty()));
 }
 
 #[test]
 fn bad_input_gets_clear_errors_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Tablet::create(dir.path(), kv_schema(), small_options()).unwrap();
+    let t = LocalTablet::create(dir.path(), kv_schema(), small_options()).unwrap();
     let schema = t.schema();
     let r = t
         .write(vec![
             RowOp::insert(vec![Value::Int64(1), Value::Int32(1), Value::Int64(1)]),
             RowOp::insert(vec![Value::Int32(2), Value::Int32(1), Value::Int64(1)]),
             RowOp::insert(vec![Value::Null, Value::Int32(1), Value::Int64(1)]),
-            RowOp {
-                kind: cairn_tablet::OpKind::Insert,
-                values: vec![Some(Value::Int64(3)), None, None],
-            },
+            RowOp::new(
+                cairn_tablet::OpKind::Insert,
+                vec![Some(Value::Int64(3)), None, None],
+            ),
             RowOp::insert(vec![Value::Int64(1), Value::Int32(1), Value::Int64(1)]),
         ])
         .unwrap();
@@ -408,7 +407,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
         }),
         Err(TabletError::SnapshotTooOld { .. })
     ));
-    assert!(Tablet::create(dir.path(), schema.as_ref().clone(), small_options()).is_err());
+    assert!(LocalTablet::create(dir.path(), schema.as_ref().clone(), small_options()).is_err());
     assert_eq!(
         t.scan(ScanSpec::default()).unwrap().count_rows().unwrap(),
         1
@@ -429,7 +428,7 @@ fn limited_scans_read_in_windows_and_return_the_first_rows() {
         mrs_flush_bytes: 64 << 20,
         ..small_options()
     };
-    let t = Tablet::create(dir.path(), kv_schema(), opts).unwrap();
+    let t = LocalTablet::create(dir.path(), kv_schema(), opts).unwrap();
     let n = 20_000i64;
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
         let ops = chunk
@@ -515,7 +514,7 @@ fn limited_scans_read_in_windows_and_return_the_first_rows() {
 #[test]
 fn column_statistics_come_from_the_stored_rowsets() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Tablet::create(dir.path(), kv_schema(), small_options()).unwrap();
+    let t = LocalTablet::create(dir.path(), kv_schema(), small_options()).unwrap();
     assert!(t.column_statistics().is_empty(), "no rowset yet");
     t.write((10..60).map(|k| RowOp::insert(row(k, 3, k * 2))).collect())
         .unwrap();
@@ -543,4 +542,102 @@ fn column_statistics_come_from_the_stored_rowsets() {
     let stats = t.column_statistics();
     assert_eq!(stats.len(), 4);
     assert_eq!((stats[3].min.as_ref(), stats[3].max.as_ref()), (None, None));
+}
+
+/// A column dropped and added again under the same name is a new column: what the
+/// predicate skip cache learnt about the old one must not skip rows of the new one.
+#[test]
+fn skip_cache_forgets_a_dropped_column_reused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = LocalTablet::create(dir.path(), kv_schema(), small_options()).unwrap();
+    let x = || ColumnSpec::new("x", DataType::Int64).nullable();
+    t.alter_schema(AlterOp::AddColumn(x())).unwrap();
+    t.write(
+        (0..200)
+            .map(|k| {
+                RowOp::insert(vec![
+                    Value::Int64(k),
+                    Value::Int32(1),
+                    Value::Int64(k),
+                    Value::Int64((k * 2) % 100),
+                ])
+            })
+            .collect(),
+    )
+    .unwrap();
+    t.flush_mrs().unwrap();
+    let matching = |t: &LocalTablet| {
+        t.scan(ScanSpec {
+            predicates: vec![ColumnPredicate::eq("x", Value::Int64(51))],
+            projection: Some(vec!["k".into()]),
+            ..Default::default()
+        })
+        .unwrap()
+        .count_rows()
+        .unwrap()
+    };
+    // x is even, 0 to 98 in every row group (min/max cannot rule out x = 51): every
+    // row group is learnt to match nothing.
+    assert_eq!(matching(&t), 0);
+    assert!(t.components().disk.iter().any(|r| !r.skip_cache.is_empty()));
+    t.persist_skip_caches().unwrap();
+    t.alter_schema(AlterOp::DropColumn("x".into())).unwrap();
+    t.alter_schema(AlterOp::AddColumn(x().with_default(Value::Int64(51))))
+        .unwrap();
+    assert_eq!(matching(&t), 200, "the new x is 51 in every row");
+    drop(t);
+    let t = LocalTablet::open(dir.path(), small_options()).unwrap();
+    assert_eq!(matching(&t), 200, "and after a reopen");
+}
+
+/// A rowset whose REDOs are deletes offers major delta compaction nothing to fold:
+/// the maintenance manager must not keep picking it (a busy loop), and once the
+/// deletes are older than the history retention the rowset is rewritten without the
+/// deleted rows.
+#[test]
+fn deletes_neither_spin_maintenance_nor_stay_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = TabletOptions {
+        history_retention: std::time::Duration::from_millis(300),
+        ..small_options()
+    };
+    let t = LocalTablet::create(dir.path(), kv_schema(), opts).unwrap();
+    t.write((0..400).map(|k| RowOp::insert(row(k, 0, k))).collect())
+        .unwrap();
+    t.flush_mrs().unwrap();
+    t.compact_rowsets(None).unwrap();
+    let schema = t.schema();
+    t.write(
+        (0..300)
+            .map(|k| RowOp::delete(&schema, &[Value::Int64(k)]).unwrap())
+            .collect(),
+    )
+    .unwrap();
+    t.flush_deltas().unwrap();
+    // Before the deletes age out of the retention window there is nothing to do.
+    let op = cairn_tablet::maintenance::pick_op(t.tablet());
+    assert!(
+        !matches!(
+            op,
+            Some(cairn_tablet::maintenance::MaintenanceOp::MajorDeltaCompaction(_))
+        ),
+        "picked {op:?}: deletes cannot be folded into base data"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    // Then rewriting the rowsets drops them; afterwards nothing is left to do.
+    let mut rounds = 0;
+    while cairn_tablet::maintenance::run_once(t.tablet())
+        .unwrap()
+        .is_some()
+    {
+        rounds += 1;
+        assert!(rounds < 20, "maintenance keeps finding work");
+    }
+    assert!(rounds > 0, "the deleted rows were reclaimed");
+    assert_eq!(
+        t.stats().disk_rows,
+        100,
+        "the deleted rows are gone from disk"
+    );
+    assert_eq!(ordered_rows(&t).len(), 100);
 }

@@ -1,7 +1,9 @@
 //! Randomized model-based test of the tablet (in the style of Kudu's fuzz-itest): random
 //! sequences of every write op, bulk inserts, flushes, delta flushes, delta and rowset
 //! compactions, reopen-from-disk, ALTER, and scans (full, predicate, ordered, limited, and at past
-//! snapshots) are checked against an in-memory oracle that keeps every version.
+//! snapshots) are checked against an in-memory oracle that keeps every version. Writes
+//! carry conditions (unchanged since a snapshot, predicates on the row) and some
+//! batches are all or nothing.
 //!
 //! Seeds that once failed are kept in `FIXED_SEEDS`; `CAIRN_FUZZ_SEEDS=n` runs more.
 
@@ -13,7 +15,7 @@ use std::sync::Arc;
 use arrow::record_batch::RecordBatch;
 use cairn_common::types::array_from_values;
 use cairn_common::{ColumnPredicate, ColumnSpec, DataType, HybridTime, Value};
-use cairn_tablet::{AlterOp, OpKind, ReadMode, RowError, RowOp, ScanSpec, Tablet};
+use cairn_tablet::{AlterOp, LocalTablet, OpKind, ReadMode, RowError, RowOp, ScanSpec};
 use common::{rows_of, small_options, test_schema};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -51,6 +53,132 @@ impl Oracle {
     fn set(&mut self, k: Key, ts: HybridTime, row: Option<Vec<Value>>) {
         self.versions.entry(k).or_default().push((ts, row));
     }
+    fn last_change(&self, k: &Key) -> HybridTime {
+        self.versions
+            .get(k)
+            .and_then(|v| v.last())
+            .map_or(HybridTime::MIN, |(ts, _)| *ts)
+    }
+
+    /// What a write batch should do to each row: an error, or the row's new state
+    /// (`None` inside: deleted), or no change. Conditions are checked first, in order,
+    /// against the rows as the batch found them (a row changed earlier in the batch
+    /// fails any condition); an all-or-nothing batch with any failing row changes
+    /// nothing, its other rows reporting `Aborted`.
+    fn expect_batch(
+        &self,
+        schema: &cairn_common::Schema,
+        ops: &[RowOp],
+        keys: &[Key],
+        atomic: bool,
+    ) -> Vec<Result<Option<Option<Vec<Value>>>, RowError>> {
+        let mut live: BTreeMap<Key, Option<Vec<Value>>> = BTreeMap::new();
+        let mut touched = std::collections::BTreeSet::new();
+        let mut failed: BTreeMap<usize, RowError> = BTreeMap::new();
+        for (i, (op, k)) in ops.iter().zip(keys).enumerate() {
+            let now = live
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| self.current(k).cloned());
+            let c = &op.condition;
+            let err = if let Some(since) = c.unchanged_since
+                && (touched.contains(k) || now.is_none() || self.last_change(k) > since)
+            {
+                Some(RowError::Conflict)
+            } else if !c.predicates.is_empty()
+                && (touched.contains(k)
+                    || !now.as_ref().is_some_and(|r| {
+                        c.predicates
+                            .iter()
+                            .all(|p| p.matches_value(&r[schema.index_of(&p.column).unwrap()]))
+                    }))
+            {
+                Some(RowError::ConditionFailed)
+            } else if atomic {
+                match (op.kind, now.is_some()) {
+                    (OpKind::Insert, true) => Some(RowError::AlreadyPresent),
+                    (OpKind::Update | OpKind::Delete, false) => Some(RowError::NotFound),
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            match err {
+                Some(e) => {
+                    failed.insert(i, e);
+                }
+                None => {
+                    touched.insert(k.clone());
+                    let after = Self::op_result(schema, op, &now);
+                    live.insert(
+                        k.clone(),
+                        match after {
+                            Ok(Some(new)) => new,
+                            _ => now,
+                        },
+                    );
+                }
+            }
+        }
+        if atomic && !failed.is_empty() {
+            return (0..ops.len())
+                .map(|i| Err(failed.get(&i).cloned().unwrap_or(RowError::Aborted)))
+                .collect();
+        }
+        // Apply in order against the rows' real states.
+        let mut state: BTreeMap<Key, Option<Vec<Value>>> = BTreeMap::new();
+        let mut out = Vec::with_capacity(ops.len());
+        for (i, (op, k)) in ops.iter().zip(keys).enumerate() {
+            if let Some(e) = failed.get(&i) {
+                out.push(Err(e.clone()));
+                continue;
+            }
+            let now = state
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| self.current(k).cloned());
+            let r = Self::op_result(schema, op, &now);
+            if let Ok(Some(new)) = &r {
+                state.insert(k.clone(), new.clone());
+            }
+            out.push(r);
+        }
+        out
+    }
+
+    /// What `op` does to a row whose state is `now`.
+    fn op_result(
+        schema: &cairn_common::Schema,
+        op: &RowOp,
+        now: &Option<Vec<Value>>,
+    ) -> Result<Option<Option<Vec<Value>>>, RowError> {
+        let full = |o: &RowOp| -> Vec<Value> {
+            o.values
+                .iter()
+                .enumerate()
+                .map(|(c, v)| v.clone().unwrap_or_else(|| schema.column(c).read_default()))
+                .collect()
+        };
+        match (op.kind, now) {
+            (OpKind::Insert, Some(_)) => Err(RowError::AlreadyPresent),
+            (OpKind::InsertIgnore, Some(_)) => Ok(None),
+            (OpKind::Insert | OpKind::InsertIgnore | OpKind::Upsert, None) => {
+                Ok(Some(Some(full(op))))
+            }
+            (OpKind::Upsert | OpKind::Update | OpKind::UpdateIgnore, Some(row)) => {
+                let mut r = row.clone();
+                for (slot, v) in r.iter_mut().zip(&op.values).skip(2) {
+                    if let Some(v) = v {
+                        *slot = v.clone();
+                    }
+                }
+                Ok(Some(Some(r)))
+            }
+            (OpKind::Update | OpKind::Delete, None) => Err(RowError::NotFound),
+            (OpKind::UpdateIgnore | OpKind::DeleteIgnore, None) => Ok(None),
+            (OpKind::Delete | OpKind::DeleteIgnore, Some(_)) => Ok(Some(None)),
+        }
+    }
 }
 
 fn key_of(rng: &mut StdRng) -> Key {
@@ -74,7 +202,7 @@ fn run(seed: u64, steps: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t");
-    let mut tablet = Tablet::create(&path, test_schema(), small_options()).unwrap();
+    let mut tablet = LocalTablet::create(&path, test_schema(), small_options()).unwrap();
     let mut oracle = Oracle {
         versions: BTreeMap::new(),
         ncols: 5,
@@ -88,7 +216,11 @@ fn run(seed: u64, steps: usize) {
             eprintln!("{ctx}");
         }
         let schema = tablet.schema();
-        match rng.random_range(0..100) {
+        let choice = rng.random_range(0..100);
+        if std::env::var("CAIRN_FUZZ_TRACE").is_ok() {
+            eprintln!("{ctx}: choice {choice}");
+        }
+        match choice {
             0..=5 => {
                 // A bulk insert: new rows as one Arrow batch. Columns the batch omits
                 // (sometimes `s`, and columns added by ALTER) take their defaults.
@@ -153,6 +285,7 @@ fn run(seed: u64, steps: usize) {
             }
             6..=54 => {
                 let n = rng.random_range(1..12);
+                let atomic = rng.random_bool(0.2);
                 let mut ops = vec![];
                 let mut keys = vec![];
                 for _ in 0..n {
@@ -180,56 +313,58 @@ fn run(seed: u64, steps: usize) {
                             values[4].get_or_insert(Value::Double(1.0));
                         }
                     }
-                    ops.push(RowOp { kind, values });
+                    let mut op = RowOp::new(kind, values);
+                    match rng.random_range(0..10) {
+                        // Written only if unchanged since a past write (or since now).
+                        0 => {
+                            let since = match timestamps.len() {
+                                0 => HybridTime::MIN,
+                                n => timestamps[rng.random_range(n.saturating_sub(5)..n)],
+                            };
+                            op = op.unchanged_since(since);
+                        }
+                        // Written only if `v` is in some range (a conditional put).
+                        1 => {
+                            op = op.if_matches(vec![ColumnPredicate::ge(
+                                "v",
+                                Value::Int64(rng.random_range(-1000..1000)),
+                            )]);
+                        }
+                        _ => {}
+                    }
+                    ops.push(op);
                     keys.push(k);
                 }
-                let res = tablet.write(ops.clone()).unwrap();
-                timestamps.push(res.ts);
+                let res = if atomic {
+                    tablet.write_atomic(ops.clone()).unwrap()
+                } else {
+                    tablet.write(ops.clone()).unwrap()
+                };
                 let errs: BTreeMap<usize, RowError> = res.row_errors.into_iter().collect();
-                for (i, (op, k)) in ops.iter().zip(keys).enumerate() {
-                    let live = oracle.current(&k).cloned();
-                    let full = |o: &RowOp| -> Vec<Value> {
-                        o.values
-                            .iter()
-                            .enumerate()
-                            .map(|(c, v)| {
-                                v.clone().unwrap_or_else(|| schema.column(c).read_default())
-                            })
-                            .collect()
-                    };
-                    let expected: Result<Option<Option<Vec<Value>>>, RowError> =
-                        match (op.kind, &live) {
-                            (OpKind::Insert, Some(_)) => Err(RowError::AlreadyPresent),
-                            (OpKind::InsertIgnore, Some(_)) => Ok(None),
-                            (OpKind::Insert | OpKind::InsertIgnore | OpKind::Upsert, None) => {
-                                Ok(Some(Some(full(op))))
-                            }
-                            (OpKind::Upsert | OpKind::Update | OpKind::UpdateIgnore, Some(row)) => {
-                                let mut r = row.clone();
-                                for (slot, v) in r.iter_mut().zip(&op.values).skip(2) {
-                                    if let Some(v) = v {
-                                        *slot = v.clone();
-                                    }
-                                }
-                                Ok(Some(Some(r)))
-                            }
-                            (OpKind::Update | OpKind::Delete, None) => Err(RowError::NotFound),
-                            (OpKind::UpdateIgnore | OpKind::DeleteIgnore, None) => Ok(None),
-                            (OpKind::Delete | OpKind::DeleteIgnore, Some(_)) => Ok(Some(None)),
-                        };
-                    match expected {
-                        Err(e) => assert_eq!(
-                            errs.get(&i),
-                            Some(&e),
-                            "{ctx}: op {i} {:?} on {k:?}",
-                            op.kind
-                        ),
-                        Ok(change) => {
-                            assert_eq!(errs.get(&i), None, "{ctx}: op {i} {:?} on {k:?}", op.kind);
-                            if let Some(new) = change {
-                                oracle.set(k, res.ts, new);
-                            }
-                        }
+                let expected = oracle.expect_batch(&schema, &ops, &keys, atomic);
+                for (i, (e, k)) in expected.iter().zip(&keys).enumerate() {
+                    assert_eq!(
+                        errs.get(&i),
+                        e.as_ref().err(),
+                        "{ctx}: op {i} {:?} on {k:?} (atomic: {atomic}, condition: {:?})\n\
+                         batch: {:?}\nkeys: {keys:?}\nrow errors: {errs:?}\nbefore: {:?}",
+                        ops[i].kind,
+                        ops[i].condition,
+                        ops.iter()
+                            .map(|o| (o.kind, &o.condition))
+                            .collect::<Vec<_>>(),
+                        keys.iter().map(|k| oracle.current(k)).collect::<Vec<_>>()
+                    );
+                }
+                if expected
+                    .iter()
+                    .any(|e| e.as_ref().is_ok_and(|c| c.is_some()))
+                {
+                    timestamps.push(res.ts);
+                }
+                for (e, k) in expected.into_iter().zip(keys) {
+                    if let Ok(Some(new)) = e {
+                        oracle.set(k, res.ts, new);
                     }
                 }
             }
@@ -262,7 +397,7 @@ fn run(seed: u64, steps: usize) {
             }
             76..=79 => {
                 drop(tablet);
-                tablet = Tablet::open(&path, small_options()).unwrap();
+                tablet = LocalTablet::open(&path, small_options()).unwrap();
             }
             80 if extra_cols < 2 => {
                 extra_cols += 1;
@@ -355,10 +490,23 @@ fn run(seed: u64, steps: usize) {
                 assert_eq!(got, want, "{ctx}: ordered limit {limit}");
             }
         }
+        if std::env::var("CAIRN_FUZZ_CHECK_EVERY_STEP").is_ok() {
+            let mut s = tablet
+                .scan(ScanSpec {
+                    ordered: true,
+                    ..Default::default()
+                })
+                .unwrap();
+            assert_eq!(
+                rows_of(&tablet.schema(), &s.collect_all().unwrap()),
+                oracle.at(HybridTime::MAX),
+                "{ctx}: state after the step"
+            );
+        }
     }
     // Final full check after a reopen.
     drop(tablet);
-    let tablet = Tablet::open(&path, small_options()).unwrap();
+    let tablet = LocalTablet::open(&path, small_options()).unwrap();
     let schema = tablet.schema();
     let mut s = tablet
         .scan(ScanSpec {

@@ -69,7 +69,7 @@ pub fn rows_of(schema: &Schema, batches: &[RecordBatch]) -> Vec<Vec<Value>> {
 }
 
 /// Every row of the tablet (latest), in key order.
-pub fn ordered_rows(t: &std::sync::Arc<cairn_tablet::Tablet>) -> Vec<Vec<Value>> {
+pub fn ordered_rows(t: &cairn_tablet::LocalTablet) -> Vec<Vec<Value>> {
     let schema = t.schema();
     let batches = t
         .scan(cairn_tablet::ScanSpec {

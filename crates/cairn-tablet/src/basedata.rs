@@ -1,0 +1,458 @@
+//! A DiskRowSet's base data (Kudu §4.3): one or more immutable Parquet files.
+//!
+//! The first file holds every column; a major delta compaction that rewrites some
+//! columns adds a file holding just those, which then shadows the older copies. Parquet
+//! columns are named `c<id>` after stable column ids, so renames and drops never touch
+//! them; columns added later read as their default. Every file has the same row groups,
+//! and pages of at most [`BLOCK_ROWS`] rows with page indexes, so a row selection decodes
+//! only the pages it needs. Per-row-group min/max statistics let scans skip groups.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow::array::{Array, ArrayRef, BooleanArray, new_null_array};
+use arrow::compute::filter;
+use arrow::datatypes::{Field, Schema as ArrowSchema};
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use cairn_common::types::array_of_repeated;
+use cairn_common::{ColumnId, ColumnPredicate, ColumnStatistics, Schema, Value};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
+    RowSelector,
+};
+
+use crate::cache::{BLOCK_ROWS, BlockCache};
+use crate::error::{Result, TabletError};
+use crate::metadata::BaseFileMeta;
+
+/// Largest row range a scan reads through the block cache (at most two blocks).
+pub(crate) const CACHED_READ_MAX_ROWS: u32 = BLOCK_ROWS as u32;
+
+static NEXT_FILE_UID: AtomicU64 = AtomicU64::new(1);
+
+/// The Parquet column name of a column id.
+pub fn parquet_column_name(id: ColumnId) -> String {
+    format!("c{id}")
+}
+
+/// Per-row-group statistics of one column of a base file.
+#[derive(Debug)]
+pub(crate) struct ColumnStats {
+    pub(crate) mins: ArrayRef,
+    pub(crate) maxs: ArrayRef,
+    pub(crate) null_counts: Vec<u64>,
+}
+
+/// One open Parquet base file.
+#[derive(Debug)]
+pub struct BaseFile {
+    pub(crate) uid: u64,
+    /// File name within the rowset directory.
+    pub meta: BaseFileMeta,
+    pub(crate) reader_meta: ArrowReaderMetadata,
+    pub(crate) data: Bytes,
+    pub(crate) stats: Vec<Option<ColumnStats>>,
+}
+
+impl BaseFile {
+    pub(crate) fn open(path: &Path, meta: BaseFileMeta) -> Result<BaseFile> {
+        let f = File::open(path).map_err(|e| TabletError::io(path, e))?;
+        // SAFETY: base files are immutable once written; Cairn never modifies them in place.
+        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| TabletError::io(path, e))?;
+        if crc32c::crc32c(&map) != meta.crc {
+            return Err(TabletError::corruption(
+                path,
+                "base data checksum does not match the tablet metadata",
+            ));
+        }
+        let data = Bytes::from_owner(map);
+        let reader_meta = ArrowReaderMetadata::load(
+            &data,
+            ArrowReaderOptions::new()
+                .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional),
+        )
+        .map_err(|e| TabletError::corruption(path, format!("unreadable Parquet footer: {e}")))?;
+        let arrow_schema = reader_meta.schema().clone();
+        let pq = reader_meta.parquet_schema();
+        let groups = reader_meta.metadata().row_groups();
+        let stats = meta
+            .column_ids
+            .iter()
+            .map(|id| {
+                let conv =
+                    StatisticsConverter::try_new(&parquet_column_name(*id), &arrow_schema, pq)
+                        .ok()?;
+                Some(ColumnStats {
+                    mins: conv.row_group_mins(groups.iter()).ok()?,
+                    maxs: conv.row_group_maxes(groups.iter()).ok()?,
+                    null_counts: conv
+                        .row_group_null_counts(groups.iter())
+                        .ok()?
+                        .iter()
+                        .map(|c| c.unwrap_or(u64::MAX))
+                        .collect(),
+                })
+            })
+            .collect();
+        Ok(BaseFile {
+            uid: NEXT_FILE_UID.fetch_add(1, Ordering::Relaxed),
+            meta,
+            reader_meta,
+            data,
+            stats,
+        })
+    }
+
+    /// Reads columns at file positions `cols` of row group `rg`, rows selected by `sel`
+    /// (relative to the row group), as one array per column.
+    pub(crate) fn read(
+        &self,
+        cols: &[usize],
+        rg: usize,
+        sel: Option<RowSelection>,
+    ) -> Result<Vec<ArrayRef>> {
+        if cols.is_empty() {
+            return Ok(vec![]);
+        }
+        let err = |e: parquet::errors::ParquetError| TabletError::parquet(&self.meta.name, e);
+        let rows = self.reader_meta.metadata().row_group(rg).num_rows() as usize;
+        let mask = ProjectionMask::roots(self.reader_meta.parquet_schema(), cols.iter().copied());
+        let mut b = ParquetRecordBatchReaderBuilder::new_with_metadata(
+            self.data.clone(),
+            self.reader_meta.clone(),
+        )
+        .with_projection(mask)
+        .with_row_groups(vec![rg])
+        .with_batch_size(rows.max(1));
+        if let Some(s) = sel {
+            b = b.with_row_selection(s);
+        }
+        let reader = b.build().map_err(err)?;
+        let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>()?;
+        // The projection mask keeps file order; map back to the order asked for.
+        let mut sorted: Vec<usize> = cols.to_vec();
+        sorted.sort_unstable();
+        let schema = batches.first().map(|b| b.schema());
+        let out = cols
+            .iter()
+            .map(|c| {
+                let pos = sorted.iter().position(|x| x == c).unwrap_or(0);
+                match &schema {
+                    None => Ok(new_null_array(
+                        self.reader_meta.schema().field(*c).data_type(),
+                        0,
+                    )),
+                    Some(_) if batches.len() == 1 => Ok(batches[0].column(pos).clone()),
+                    Some(_) => {
+                        let parts: Vec<&dyn Array> =
+                            batches.iter().map(|b| b.column(pos).as_ref()).collect();
+                        Ok(arrow::compute::concat(&parts)?)
+                    }
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(out)
+    }
+}
+
+/// Base data: the Parquet files and which holds each column.
+#[derive(Debug)]
+pub struct BaseData {
+    /// The files, oldest first.
+    pub files: Vec<Arc<BaseFile>>,
+    /// Column id → (file index, column position in that file); newest file wins.
+    pub(crate) locations: HashMap<ColumnId, (usize, usize)>,
+    /// First ordinal of each row group, plus the total row count at the end.
+    pub(crate) group_starts: Vec<u32>,
+}
+
+impl BaseData {
+    pub(crate) fn new(files: Vec<Arc<BaseFile>>) -> BaseData {
+        let mut locations = HashMap::new();
+        for (fi, f) in files.iter().enumerate() {
+            for (ci, id) in f.meta.column_ids.iter().enumerate() {
+                locations.insert(*id, (fi, ci));
+            }
+        }
+        let mut group_starts = vec![0u32];
+        if let Some(f) = files.first() {
+            for g in f.reader_meta.metadata().row_groups() {
+                let last = *group_starts.last().unwrap_or(&0);
+                group_starts.push(last + g.num_rows() as u32);
+            }
+        }
+        BaseData {
+            files,
+            locations,
+            group_starts,
+        }
+    }
+
+    pub(crate) fn num_groups(&self) -> usize {
+        self.group_starts.len() - 1
+    }
+
+    /// Ordinal range `[start, end)` of row group `rg`.
+    pub fn group_range(&self, rg: usize) -> (u32, u32) {
+        (self.group_starts[rg], self.group_starts[rg + 1])
+    }
+
+    /// Every row of row group `rg` for the given columns (defaults for absent ones).
+    pub fn read_all(&self, schema: &Schema, ids: &[ColumnId], rg: usize) -> Result<Vec<ArrayRef>> {
+        let (a, b) = self.group_range(rg);
+        self.read_columns(schema, ids, rg, a, b, None, None)
+    }
+
+    /// Reads the given columns (by id) of row group `rg`, rows `[a, b)` (absolute
+    /// ordinals) further restricted by `mask` (over `[a, b)`), filling absent columns with
+    /// their defaults.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn read_columns(
+        &self,
+        schema: &Schema,
+        ids: &[ColumnId],
+        rg: usize,
+        a: u32,
+        b: u32,
+        mask: Option<&BooleanArray>,
+        cache: Option<&BlockCache>,
+    ) -> Result<Vec<ArrayRef>> {
+        let start = self.group_starts[rg];
+        let end = self.group_starts[rg + 1];
+        // A short range (a point lookup, a limited scan's window) comes from the block
+        // cache: decoding its pages again for every lookup is the cost of a
+        // key-value read.
+        let first_block = ((a - start) as usize) / BLOCK_ROWS;
+        let cached = cache.filter(|_| b > a && b - a <= CACHED_READ_MAX_ROWS);
+        // No row selection: the whole row group, or a read from cached blocks.
+        let selection = if cached.is_some() || (a == start && b == end && mask.is_none()) {
+            None
+        } else {
+            let mut sel = vec![];
+            if a > start {
+                sel.push(RowSelector::skip((a - start) as usize));
+            }
+            match mask {
+                None => sel.push(RowSelector::select((b - a) as usize)),
+                Some(m) => sel.extend(
+                    RowSelection::from_filters(std::slice::from_ref(m))
+                        .iter()
+                        .copied(),
+                ),
+            }
+            if end > b {
+                sel.push(RowSelector::skip((end - b) as usize));
+            }
+            Some(RowSelection::from(sel))
+        };
+        let out_len = match mask {
+            Some(m) => m.true_count(),
+            None => (b - a) as usize,
+        };
+        // Group the wanted columns by file.
+        let mut per_file: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new(); // file -> (out pos, file col)
+        let mut out: Vec<Option<ArrayRef>> = vec![None; ids.len()];
+        for (pos, id) in ids.iter().enumerate() {
+            match self.locations.get(id) {
+                Some(&(fi, ci)) => per_file.entry(fi).or_default().push((pos, ci)),
+                None => {
+                    let col = schema
+                        .index_of_id(*id)
+                        .map(|i| schema.column(i))
+                        .ok_or_else(|| {
+                            TabletError::InvalidRequest(format!(
+                                "column id {id} is not in the schema"
+                            ))
+                        })?;
+                    out[pos] = Some(array_of_repeated(
+                        &col.data_type,
+                        &col.read_default(),
+                        out_len,
+                    )?);
+                }
+            }
+        }
+        for (fi, cols) in per_file {
+            if let Some(cache) = cached {
+                let last_block = ((b - 1 - start) as usize) / BLOCK_ROWS;
+                let blocks = (first_block..=last_block)
+                    .map(|k| self.cached_block(cache, fi, rg, k))
+                    .collect::<Result<Vec<_>>>()?;
+                for (pos, ci) in cols {
+                    let mut pieces = Vec::with_capacity(blocks.len());
+                    for (k, block) in (first_block..).zip(&blocks) {
+                        let block_start = start as usize + k * BLOCK_ROWS;
+                        let from = (a as usize).max(block_start) - block_start;
+                        let to = (b as usize).min(block_start + block.num_rows()) - block_start;
+                        pieces.push(block.column(ci).slice(from, to - from));
+                    }
+                    let arr = match pieces.as_slice() {
+                        [one] => one.clone(),
+                        _ => {
+                            let refs: Vec<&dyn Array> = pieces.iter().map(|p| p.as_ref()).collect();
+                            arrow::compute::concat(&refs)?
+                        }
+                    };
+                    out[pos] = Some(match mask {
+                        Some(m) => filter(arr.as_ref(), m)?,
+                        None => arr,
+                    });
+                }
+                continue;
+            }
+            let file_cols: Vec<usize> = cols.iter().map(|(_, c)| *c).collect();
+            let arrays = self.files[fi].read(&file_cols, rg, selection.clone())?;
+            for ((pos, _), arr) in cols.into_iter().zip(arrays) {
+                out[pos] = Some(arr);
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| new_null_array(&arrow::datatypes::DataType::Null, 0)))
+            .collect())
+    }
+
+    /// Block `block` ([`BLOCK_ROWS`] rows) of row group `rg` of file `fi`, every
+    /// column of the file decoded: from the cache, or read and cached.
+    pub(crate) fn cached_block(
+        &self,
+        cache: &BlockCache,
+        fi: usize,
+        rg: usize,
+        block: usize,
+    ) -> Result<Arc<RecordBatch>> {
+        let file = &self.files[fi];
+        let key = (rg as u32) << 16 | block as u32;
+        if let Some(b) = cache.get(file.uid, key) {
+            return Ok(b);
+        }
+        let rows = (self.group_starts[rg + 1] - self.group_starts[rg]) as usize;
+        let lo = block * BLOCK_ROWS;
+        let hi = (lo + BLOCK_ROWS).min(rows);
+        let mut sel = vec![];
+        if lo > 0 {
+            sel.push(RowSelector::skip(lo));
+        }
+        sel.push(RowSelector::select(hi - lo));
+        if rows > hi {
+            sel.push(RowSelector::skip(rows - hi));
+        }
+        let cols: Vec<usize> = (0..file.meta.column_ids.len()).collect();
+        let arrays = file.read(&cols, rg, Some(RowSelection::from(sel)))?;
+        let fields: Vec<Field> = arrays
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Field::new(format!("f{i}"), a.data_type().clone(), true))
+            .collect();
+        let b = Arc::new(RecordBatch::try_new(
+            Arc::new(ArrowSchema::new(fields)),
+            arrays,
+        )?);
+        cache.insert(file.uid, key, b.clone());
+        Ok(b)
+    }
+
+    /// Planner statistics of each column of `schema` (in schema order) over this base
+    /// data, from the Parquet row-group statistics. A column the files do not hold
+    /// (added later) has unknown bounds.
+    pub fn column_statistics(&self, schema: &Schema) -> Vec<ColumnStatistics> {
+        schema
+            .columns()
+            .iter()
+            .map(|col| {
+                let mut out = ColumnStatistics {
+                    column: col.name.clone(),
+                    ..Default::default()
+                };
+                let Some(&(fi, pos)) = self.locations.get(&col.id) else {
+                    return out;
+                };
+                let file = &self.files[fi];
+                for g in file.reader_meta.metadata().row_groups() {
+                    if let Some(c) = g.columns().get(pos) {
+                        out.bytes += c.uncompressed_size().max(0) as u64;
+                    }
+                }
+                let Some(st) = &file.stats[pos] else {
+                    return out;
+                };
+                let mut seen = ColumnStatistics {
+                    column: col.name.clone(),
+                    ..Default::default()
+                };
+                for rg in 0..self.num_groups() {
+                    let nulls = st.null_counts.get(rg).copied().unwrap_or(u64::MAX);
+                    if nulls != u64::MAX {
+                        out.null_count += nulls;
+                    }
+                    let bound = |a: &ArrayRef| {
+                        Value::from_array(a.as_ref(), rg, &col.data_type)
+                            .ok()
+                            .filter(|v| !v.is_null())
+                    };
+                    let (Some(min), Some(max)) = (bound(&st.mins), bound(&st.maxs)) else {
+                        let all_null =
+                            nulls == (self.group_starts[rg + 1] - self.group_starts[rg]) as u64;
+                        if all_null {
+                            continue;
+                        }
+                        // A group without bounds: the column's are unknown.
+                        return out;
+                    };
+                    let group = ColumnStatistics {
+                        column: col.name.clone(),
+                        min: Some(min),
+                        max: Some(max),
+                        ..Default::default()
+                    };
+                    if seen.min.is_none() {
+                        seen = group;
+                    } else {
+                        seen.merge(&group);
+                    }
+                }
+                out.min = seen.min;
+                out.max = seen.max;
+                out
+            })
+            .collect()
+    }
+
+    /// Whether min/max statistics prove no base row of `rg` matches `preds`.
+    pub(crate) fn stats_exclude(
+        &self,
+        schema: &Schema,
+        rg: usize,
+        preds: &[(usize, ColumnPredicate)],
+    ) -> bool {
+        preds.iter().any(|(ci, p)| {
+            let col = schema.column(*ci);
+            match self.locations.get(&col.id) {
+                None => !p.matches_value(&col.read_default()),
+                Some(&(fi, pos)) => {
+                    let Some(st) = &self.files[fi].stats[pos] else {
+                        return false;
+                    };
+                    let (Ok(min), Ok(max)) = (
+                        Value::from_array(st.mins.as_ref(), rg, &col.data_type),
+                        Value::from_array(st.maxs.as_ref(), rg, &col.data_type),
+                    ) else {
+                        return false;
+                    };
+                    let nulls = st.null_counts.get(rg).copied().unwrap_or(u64::MAX);
+                    let rows = (self.group_starts[rg + 1] - self.group_starts[rg]) as u64;
+                    if nulls == rows && nulls != u64::MAX {
+                        return !p.matches_value(&Value::Null);
+                    }
+                    !p.could_match_range(&min, &max, nulls > 0)
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,211 @@
+//! A tablet with a write-ahead log of its own, for tests, tools and `cairn tablet-demo`.
+//!
+//! On a tablet server the Raft log feeds each tablet; [`LocalTablet`] plays that part
+//! with a plain [`cairn_wal::Log`]: a write is validated and checked, its record appended
+//! (and fsynced, by policy) and then applied through the same [`Tablet::apply`] as a
+//! replica's. Records are appended and applied one at a time under one lock, as a Raft
+//! state machine applies them in log order. Opening applies the log again from the
+//! tablet's durable index; maintenance also discards the log segments below it.
+
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use cairn_common::{HybridClock, Schema};
+use cairn_wal::{Log, LogOptions};
+use parking_lot::Mutex;
+
+use crate::error::{Result, TabletError};
+use crate::maintenance::MaintenanceManager;
+use crate::ops::{RowError, RowOp};
+use crate::scan::{ScanSpec, Scanner};
+use crate::tablet::{AlterOp, Tablet, TabletOptions, WriteResult};
+
+/// How long a local write waits for its checks (it never waits for other writers: they
+/// run one at a time).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A tablet and its own log.
+pub struct LocalTablet {
+    tablet: Arc<Tablet>,
+    log: Mutex<Log>,
+}
+
+impl std::fmt::Debug for LocalTablet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LocalTablet({})", self.tablet.dir().display())
+    }
+}
+
+impl Deref for LocalTablet {
+    type Target = Tablet;
+    fn deref(&self) -> &Tablet {
+        &self.tablet
+    }
+}
+
+impl LocalTablet {
+    /// Creates a new, empty tablet with its log in `dir` (which must not hold one).
+    pub fn create(dir: &Path, schema: Schema, opts: TabletOptions) -> Result<Arc<LocalTablet>> {
+        Tablet::create(dir, schema, opts.clone(), Arc::new(HybridClock::new()))?;
+        Self::open(dir, opts)
+    }
+
+    /// Opens the tablet in `dir` and applies its log from the durable index on.
+    pub fn open(dir: &Path, opts: TabletOptions) -> Result<Arc<LocalTablet>> {
+        let log = Log::open(
+            &dir.join("wal"),
+            LogOptions {
+                segment_size: opts.wal_segment_bytes,
+                fsync: opts.fsync,
+            },
+        )?;
+        let tablet = Tablet::open(dir, opts, Arc::new(HybridClock::new()))?;
+        let t = Arc::new(LocalTablet {
+            tablet,
+            log: Mutex::new(log),
+        });
+        t.replay()?;
+        Ok(t)
+    }
+
+    /// The tablet.
+    pub fn tablet(&self) -> &Arc<Tablet> {
+        &self.tablet
+    }
+
+    /// Applies every logged record after the durable index, in order.
+    fn replay(&self) -> Result<()> {
+        let log = self.log.lock();
+        let start = self.tablet.durable_index() + 1;
+        let Some(last) = log.last_index() else {
+            return Ok(());
+        };
+        let mut from = start;
+        let mut replayed = 0usize;
+        while from <= last {
+            let to = (from + 4096).min(last + 1);
+            for (index, payload) in log.read_range(from, to)? {
+                self.tablet.apply(index, &payload)?;
+                replayed += 1;
+            }
+            from = to;
+        }
+        tracing::info!(dir = %self.tablet.dir().display(), replayed, from = start, "replayed the write-ahead log");
+        Ok(())
+    }
+
+    /// Appends `record` and applies it. REQUIRES: the log lock (passed in).
+    fn log_and_apply(&self, log: &mut Log, record: &[u8]) -> Result<Vec<(usize, RowError)>> {
+        let index = log.next_index().unwrap_or(1);
+        if let Err(e) = log.append(index, record) {
+            self.tablet
+                .fail(format!("appending to the log failed: {e}"));
+            return Err(e.into());
+        }
+        self.tablet.apply(index, record)
+    }
+
+    /// Applies a batch of row ops, each atomic on its own row. Rows that fail
+    /// validation, their condition or their op's precondition get an error; the others
+    /// are durable in the log when this returns.
+    pub fn write(&self, ops: Vec<RowOp>) -> Result<WriteResult> {
+        self.write_batch(ops, false)
+    }
+
+    /// Applies a batch of row ops all or nothing: if any row would fail, no row is
+    /// written and every row reports an error ([`RowError::Aborted`] for the valid
+    /// ones).
+    pub fn write_atomic(&self, ops: Vec<RowOp>) -> Result<WriteResult> {
+        self.write_batch(ops, true)
+    }
+
+    fn write_batch(&self, ops: Vec<RowOp>, atomic: bool) -> Result<WriteResult> {
+        let mut p = self.tablet.prepare_write(ops)?;
+        let mut log = self.log.lock();
+        self.tablet
+            .check_write(&mut p, atomic, Instant::now() + CHECK_TIMEOUT)?;
+        if p.is_empty() {
+            return Ok(WriteResult {
+                ts: self.tablet.safe_time(),
+                row_errors: p.row_errors,
+            });
+        }
+        let (ts, rec) = self.tablet.start_write(&p, atomic, None);
+        let res = self.log_and_apply(&mut log, &rec);
+        self.tablet.finish_write(ts);
+        let mut row_errors = p.row_errors.clone();
+        row_errors.extend(res?.into_iter().map(|(i, e)| (p.batch_position(i), e)));
+        row_errors.sort_by_key(|(i, _)| *i);
+        Ok(WriteResult { ts, row_errors })
+    }
+
+    /// Inserts a batch of new rows (columns named like the table's) straight into
+    /// DiskRowSets (see [`crate::bulk`]). Rows whose key exists get `AlreadyPresent`;
+    /// rows that do not fit the schema get their error; the others are durable when
+    /// this returns.
+    pub fn bulk_insert(&self, batch: &RecordBatch) -> Result<WriteResult> {
+        let prepared = self.tablet.prepare_bulk(batch)?;
+        let mut row_errors = prepared.row_errors.clone();
+        if prepared.is_empty() {
+            return Ok(WriteResult {
+                ts: self.tablet.safe_time(),
+                row_errors,
+            });
+        }
+        let mut log = self.log.lock();
+        let (ts, rec) = self.tablet.start_bulk(&prepared, None);
+        let res = self.log_and_apply(&mut log, &rec);
+        self.tablet.finish_write(ts);
+        row_errors.extend(
+            res?.into_iter()
+                .map(|(i, e)| (prepared.batch_position(i), e)),
+        );
+        row_errors.sort_by_key(|(i, _)| *i);
+        Ok(WriteResult { ts, row_errors })
+    }
+
+    /// Changes the schema (see [`Tablet::prepare_alter`]); durable when this returns.
+    pub fn alter_schema(&self, op: AlterOp) -> Result<()> {
+        let rec = self.tablet.prepare_alter(&op)?;
+        let mut log = self.log.lock();
+        self.log_and_apply(&mut log, &rec)?;
+        log.sync()?;
+        Ok(())
+    }
+
+    /// Deletes log segments every store has made durable. Returns segments deleted.
+    pub fn gc_log(&self) -> Result<usize> {
+        let keep_from = self.tablet.durable_index() + 1;
+        Ok(self.log.lock().gc(keep_from)?)
+    }
+
+    /// Bytes and segments of the log.
+    pub fn log_size(&self) -> (u64, usize) {
+        let log = self.log.lock();
+        (log.size_bytes(), log.segment_count())
+    }
+
+    /// Starts the maintenance thread, which also discards the log behind the durable
+    /// index.
+    pub fn start_maintenance(self: &Arc<Self>) -> MaintenanceManager {
+        let me = self.clone();
+        MaintenanceManager::start_with(
+            self.tablet.clone(),
+            Box::new(move || me.gc_log().map(|_| ())),
+        )
+    }
+
+    /// Scans with the given spec.
+    pub fn scan(&self, spec: ScanSpec) -> Result<Scanner> {
+        self.tablet.scan(spec)
+    }
+
+    /// Stops the tablet and syncs the log.
+    pub fn shutdown(&self) -> Result<()> {
+        self.tablet.shutdown();
+        self.log.lock().sync().map_err(TabletError::from)
+    }
+}

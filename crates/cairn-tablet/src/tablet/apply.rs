@@ -1,0 +1,315 @@
+//! Applying committed log records: the one way data enters a tablet.
+//!
+//! Every replica applies the same records in log order through [`Tablet::apply`] — the
+//! first time, and again after a restart for the records after the durable index. Each
+//! row op goes to the store that owns its key; a store whose files already hold the
+//! record's index skips it, so re-application changes nothing that survived. Whether a
+//! key exists is decided here, so every replica computes the same row errors.
+//!
+//! An all-or-nothing record is applied only if none of its ops fails; the leader checked
+//! that under row locks, so it fails here only if a bulk insert raced it onto one of its
+//! keys. A record that answers a client request records its answer in the result
+//! tracker; a second record of the same request (a duplicate that reached the log
+//! twice) changes nothing and returns the first answer.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use cairn_common::key::encode_row_key;
+use cairn_common::{HybridTime, Schema, Value};
+
+use super::{Location, Tablet};
+use crate::error::{Result, TabletError};
+use crate::history::{Row, row_cells};
+use crate::ops::{
+    LogRecord, LoggedOp, OpKind, RequestId, RequestRecord, RowChange, RowError, RowOp,
+};
+use crate::results::CachedAnswer;
+use crate::rowsets::Components;
+
+/// What an op does to the row it finds.
+enum Decision {
+    /// Insert a new row into the MemRowSet.
+    Insert,
+    /// Record a change on the existing row.
+    Change(RowChange),
+    /// Nothing to do.
+    Nothing,
+}
+
+impl Tablet {
+    /// Applies the committed record at log index `index`. Returns the row errors of a
+    /// write — by position in the client's batch when the record answers a request
+    /// ([`crate::ops::RequestRecord`]), else by position in the record; every replica
+    /// computes the same.
+    pub fn apply(&self, index: u64, record: &[u8]) -> Result<Vec<(usize, RowError)>> {
+        self.check_healthy()?;
+        let rec = LogRecord::decode(record)
+            .map_err(|e| TabletError::corruption(&self.dir, format!("log entry {index}: {e}")))?;
+        fail::fail_point!("tablet::apply", |arg| Err(TabletError::io(
+            &self.dir,
+            std::io::Error::other(arg.unwrap_or_else(|| "injected failure".into()))
+        )));
+        match rec {
+            LogRecord::Write {
+                ts,
+                ops,
+                atomic,
+                request,
+            } => {
+                self.mvcc.start_at(&self.clock, ts);
+                let gate = self.gate.read();
+                let res = self.apply_write(index, ts, ops, atomic, request.as_ref());
+                self.note_applied(index, ts);
+                drop(gate);
+                self.mvcc.finish(ts);
+                res
+            }
+            LogRecord::BulkInsert { ts, ipc, request } => {
+                self.mvcc.start_at(&self.clock, ts);
+                let res = self.apply_bulk(index, ts, &ipc, request.as_ref());
+                let gate = self.gate.read();
+                self.note_applied(index, ts);
+                drop(gate);
+                self.mvcc.finish(ts);
+                res
+            }
+            LogRecord::AlterSchema { schema } => {
+                self.apply_alter(index, schema)?;
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// The answer this tablet gave to client request `id`, if it still remembers it
+    /// (timestamp and row errors by position in the client's batch).
+    pub fn answer_of(&self, id: &RequestId) -> Option<(HybridTime, Vec<(usize, RowError)>)> {
+        self.results.get(id).map(|a| (HybridTime(a.ts), a.errors))
+    }
+
+    /// Records that everything up to `index` (timestamps up to `ts`) is applied.
+    /// REQUIRES: the write gate held shared, so a cut sees both or neither.
+    pub(crate) fn note_applied(&self, index: u64, ts: HybridTime) {
+        self.applied_index.fetch_max(index, Ordering::AcqRel);
+        self.applied_ts.fetch_max(ts.0, Ordering::AcqRel);
+    }
+
+    /// The answer a request already has from another log entry, if any: the record at
+    /// `index` is then a duplicate and must change nothing.
+    pub(crate) fn answered_elsewhere(
+        &self,
+        request: Option<&RequestRecord>,
+        index: u64,
+    ) -> Option<CachedAnswer> {
+        let r = request?;
+        self.results.get(&r.id).filter(|a| a.index != index)
+    }
+
+    /// Completes the answer of a request record from the apply's row errors (by
+    /// record position) and remembers it; re-application of the same entry keeps the
+    /// first answer (stores that held the entry skipped their rows this time).
+    pub(crate) fn answer(
+        &self,
+        request: Option<&RequestRecord>,
+        index: u64,
+        ts: HybridTime,
+        errors: Vec<(usize, RowError)>,
+    ) -> Vec<(usize, RowError)> {
+        let Some(r) = request else {
+            return errors;
+        };
+        if let Some(first) = self.results.get(&r.id) {
+            return first.errors;
+        }
+        let mut all: Vec<(usize, RowError)> = r
+            .early_errors
+            .iter()
+            .map(|(p, e)| (*p as usize, e.clone()))
+            .collect();
+        all.extend(errors.into_iter().map(|(p, e)| (r.position(p), e)));
+        all.sort_by_key(|(i, _)| *i);
+        self.results.record(
+            &r.id,
+            CachedAnswer {
+                index,
+                ts: ts.0,
+                errors: all.clone(),
+            },
+            ts,
+        );
+        all
+    }
+
+    /// Applies a write record's ops.
+    /// REQUIRES: the write gate held shared.
+    fn apply_write(
+        &self,
+        index: u64,
+        ts: HybridTime,
+        ops: Vec<LoggedOp>,
+        atomic: bool,
+        request: Option<&RequestRecord>,
+    ) -> Result<Vec<(usize, RowError)>> {
+        if let Some(first) = self.answered_elsewhere(request, index) {
+            return Ok(first.errors);
+        }
+        let schema = self.schema();
+        let comps = self.components();
+        let mut rows = Vec::with_capacity(ops.len());
+        for op in ops {
+            let mut values = vec![None; schema.num_columns()];
+            for (id, v) in op.cells {
+                if let Some(i) = schema.index_of_id(id) {
+                    values[i] = Some(v);
+                }
+            }
+            let op = RowOp::new(op.kind, values);
+            let key_row: Vec<Value> = op
+                .values
+                .iter()
+                .map(|v| v.clone().unwrap_or(Value::Null))
+                .collect();
+            let key = encode_row_key(&schema, &key_row)?;
+            rows.push((op, key));
+        }
+        if atomic {
+            let failed = self.atomic_failures(&comps, &rows, index);
+            if !failed.is_empty() {
+                tracing::warn!(
+                    index,
+                    "an all-or-nothing write met a row changed since its leader checked it \
+                     (a concurrent bulk insert); none of its rows was applied"
+                );
+                let errors = (0..rows.len())
+                    .map(|p| (p, failed.get(&p).cloned().unwrap_or(RowError::Aborted)))
+                    .collect();
+                return Ok(self.answer(request, index, ts, errors));
+            }
+        }
+        let mut errors = Vec::new();
+        for (pos, (op, key)) in rows.into_iter().enumerate() {
+            if let Err(e) = self.apply_op(&schema, &comps, &op, key, ts, index) {
+                errors.push((pos, e));
+            }
+        }
+        Ok(self.answer(request, index, ts, errors))
+    }
+
+    /// The ops of an all-or-nothing record that would fail, by record position. Rows
+    /// whose store already holds the record (re-application) count as applied.
+    fn atomic_failures(
+        &self,
+        comps: &Components,
+        rows: &[(RowOp, Vec<u8>)],
+        index: u64,
+    ) -> HashMap<usize, RowError> {
+        let mut live_now: HashMap<&[u8], bool> = HashMap::new();
+        let mut failed = HashMap::new();
+        for (pos, (op, key)) in rows.iter().enumerate() {
+            let live = match live_now.get(key.as_slice()) {
+                Some(l) => *l,
+                None => {
+                    let loc = self.locate(comps, key);
+                    if self.holds(&loc, index) {
+                        continue;
+                    }
+                    loc_live(&loc)
+                }
+            };
+            let e = match (op.kind, live) {
+                (OpKind::Insert, true) => Some(RowError::AlreadyPresent),
+                (OpKind::Update | OpKind::Delete, false) => Some(RowError::NotFound),
+                _ => None,
+            };
+            match e {
+                Some(e) => {
+                    failed.insert(pos, e);
+                }
+                None => {
+                    let after = match op.kind {
+                        OpKind::Insert | OpKind::InsertIgnore | OpKind::Upsert => true,
+                        OpKind::Delete | OpKind::DeleteIgnore => false,
+                        OpKind::Update | OpKind::UpdateIgnore => live,
+                    };
+                    live_now.insert(key, after);
+                }
+            }
+        }
+        failed
+    }
+
+    /// Whether the store holding `loc` already holds every op at `index`.
+    pub(crate) fn holds(&self, loc: &Location, index: u64) -> bool {
+        let durable = match loc {
+            Location::Disk(rs, _) => rs.durable_index(),
+            _ => self.mrs_flushed_index.load(Ordering::Acquire),
+        };
+        index <= durable
+    }
+
+    /// Applies one row op at log index `index`, unless the store owning its key already
+    /// holds that index.
+    /// REQUIRES: the write gate held shared (or exclusively).
+    pub(crate) fn apply_op(
+        &self,
+        schema: &Schema,
+        comps: &Components,
+        op: &RowOp,
+        key: Vec<u8>,
+        ts: HybridTime,
+        index: u64,
+    ) -> std::result::Result<(), RowError> {
+        let loc = self.locate(comps, &key);
+        if self.holds(&loc, index) {
+            return Ok(());
+        }
+        let full_row = || -> Row {
+            schema
+                .columns()
+                .iter()
+                .zip(&op.values)
+                .map(|(c, v)| v.clone().unwrap_or_else(|| c.read_default()))
+                .collect()
+        };
+        let absent = matches!(loc, Location::Absent);
+        let decision = match (op.kind, loc_live(&loc)) {
+            (OpKind::Insert, true) => return Err(RowError::AlreadyPresent),
+            (OpKind::InsertIgnore, true) => Decision::Nothing,
+            (OpKind::Insert | OpKind::InsertIgnore | OpKind::Upsert, false) if absent => {
+                Decision::Insert
+            }
+            (OpKind::Insert | OpKind::InsertIgnore | OpKind::Upsert, false) => {
+                Decision::Change(RowChange::Reinsert(row_cells(schema, &full_row())))
+            }
+            (OpKind::Upsert | OpKind::Update | OpKind::UpdateIgnore, true) => {
+                Decision::Change(RowChange::Update(
+                    op.values
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| !schema.is_key_column(*i))
+                        .filter_map(|(i, v)| v.as_ref().map(|v| (schema.column(i).id, v.clone())))
+                        .collect(),
+                ))
+            }
+            (OpKind::Update | OpKind::Delete, false) => return Err(RowError::NotFound),
+            (OpKind::UpdateIgnore | OpKind::DeleteIgnore, false) => Decision::Nothing,
+            (OpKind::Delete | OpKind::DeleteIgnore, true) => Decision::Change(RowChange::Delete),
+        };
+        match (decision, loc) {
+            (Decision::Insert, _) => comps.mrs.insert(key, full_row(), ts, index),
+            (Decision::Change(c), Location::Disk(rs, o)) => rs.dms().add(o, ts, c),
+            (Decision::Change(c), Location::Mem(m, r)) => m.mutate(&r, ts, c, index),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Whether the row found at `loc` is live.
+fn loc_live(loc: &Location) -> bool {
+    match loc {
+        Location::Disk(rs, o) => rs.is_live(*o),
+        Location::Mem(_, r) => r.is_live(),
+        Location::Absent => false,
+    }
+}

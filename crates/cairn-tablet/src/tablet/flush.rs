@@ -1,0 +1,303 @@
+//! Flushes: the MemRowSet into new DiskRowSets, DeltaMemStores into REDO files, and
+//! checkpoints (flush everything, then list a consistent set of files for a copy).
+//!
+//! A flush follows cut → write → install. The cut (write gate held exclusively) freezes
+//! the store at the last applied log index and takes the timestamp of the last applied
+//! record as its snapshot ([`Tablet::cut_snapshot`]); the write turns the frozen store's
+//! versions up to that snapshot into files; the install (gate held again) carries the
+//! changes the frozen rows received after the cut — exactly the changes newer than the
+//! snapshot, all of them at log indexes past the cut — into the new rowsets' in-memory
+//! delta stores, swaps the components and records the new durable marks. A new
+//! rowset declares itself durable up to the cut, and nothing it holds only in memory is
+//! at or below the cut, so a restart re-applies exactly what is missing.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use cairn_common::{HybridTime, Schema};
+use parking_lot::RwLockWriteGuard;
+
+use super::Tablet;
+use crate::delta::{DeltaMemStore, write_delta_file};
+use crate::diskrowset::DiskRowSet;
+use crate::error::{Result, TabletError};
+use crate::history::{Row, apply_change, flush_row};
+use crate::memrowset::{MemRowSet, MrsRow};
+use crate::metadata::{FileMeta, RowSetMeta};
+use crate::ops::RowChange;
+use crate::rowsets::Components;
+
+impl Tablet {
+    /// Flushes the MemRowSet into new DiskRowSets. Returns false if it was empty.
+    pub fn flush_mrs(&self) -> Result<bool> {
+        let _m = self.maint_lock()?;
+        self.flush_mrs_locked(false).map(|(flushed, _)| flushed)
+    }
+
+    /// Flushes the MemRowSet. With `hold_gate`, appliers stay blocked from the cut
+    /// until the caller drops the returned guard (used by ALTER).
+    /// REQUIRES: the maintenance lock.
+    pub(crate) fn flush_mrs_locked(
+        &self,
+        hold_gate: bool,
+    ) -> Result<(bool, Option<RwLockWriteGuard<'_, ()>>)> {
+        let gate = self.gate.write();
+        let comps = self.components();
+        if comps.mrs.is_empty() {
+            return Ok((false, hold_gate.then_some(gate)));
+        }
+        let cut = self.applied_index();
+        let snap = self.cut_snapshot();
+        let frozen = comps.mrs.clone();
+        let new_mrs = Arc::new(MemRowSet::new(self.alloc_rowset_id()));
+        let mut frozen_list = comps.frozen.clone();
+        frozen_list.push(frozen.clone());
+        *self.comps.write() = Arc::new(Components::new(new_mrs, frozen_list, comps.disk.clone()));
+        let gate = if hold_gate {
+            Some(gate)
+        } else {
+            drop(gate);
+            None
+        };
+
+        let schema = self.schema();
+        let ahm = self.ancient_history_mark();
+        let mut w = self.rowset_writer(&schema, (cut, snap));
+        for (key, row) in frozen.iter() {
+            if let Some(f) = flush_row(&schema, row.history(&schema, key, snap), ahm) {
+                w.append(f)?;
+            }
+        }
+        let outputs = self.open_rowsets(w.finish()?)?;
+
+        let gate = match gate {
+            Some(g) => g,
+            None => self.gate.write(),
+        };
+        let comps = self.components();
+        for (key, row) in frozen.iter() {
+            self.carry_over(
+                &schema,
+                &comps,
+                &outputs,
+                &key,
+                row.mutations_after(snap),
+                cut + 1,
+            );
+        }
+        let mut disk = comps.disk.clone();
+        disk.extend(outputs.iter().cloned());
+        let frozen_left: Vec<_> = comps
+            .frozen
+            .iter()
+            .filter(|m| !Arc::ptr_eq(m, &frozen))
+            .cloned()
+            .collect();
+        *self.comps.write() = Arc::new(Components::new(comps.mrs.clone(), frozen_left, disk));
+        self.persist_with(|m| {
+            m.mrs_flushed_index = cut;
+            m.mrs_flushed_ts = snap.0;
+        })?;
+        fail::fail_point!("tablet::after_flush_mrs");
+        tracing::debug!(
+            rows = frozen.len(),
+            rowsets = outputs.len(),
+            cut,
+            "flushed the MemRowSet"
+        );
+        Ok((true, hold_gate.then_some(gate)))
+    }
+
+    /// Re-applies changes made after a cut to rows that now live in `outputs` (or, if a
+    /// row was dropped as dead history, to the MemRowSet).
+    /// REQUIRES: the write gate held exclusively.
+    pub(crate) fn carry_over(
+        &self,
+        schema: &Schema,
+        comps: &Components,
+        outputs: &[Arc<DiskRowSet>],
+        key: &[u8],
+        changes: Vec<(HybridTime, RowChange)>,
+        log_index: u64,
+    ) {
+        if changes.is_empty() {
+            return;
+        }
+        for rs in outputs {
+            if let Some(o) = rs.keys.find(key) {
+                let dms = rs.dms();
+                for (ts, c) in changes {
+                    dms.add(o as u32, ts, c);
+                }
+                return;
+            }
+        }
+        // The row had been dropped (deleted beyond history); the first change re-inserts it.
+        let mut state: Option<Row> = None;
+        let mut inserted: Option<Arc<MrsRow>> = None;
+        for (ts, c) in changes {
+            match &inserted {
+                None => {
+                    apply_change(schema, &mut state, &c);
+                    if let Some(row) = state.take() {
+                        comps.mrs.insert(key.to_vec(), row, ts, log_index);
+                        inserted = comps.mrs.get(key);
+                    }
+                }
+                Some(r) => comps.mrs.mutate(r, ts, c, log_index),
+            }
+        }
+    }
+
+    /// Flushes every non-empty DeltaMemStore into a REDO delta file.
+    pub fn flush_deltas(&self) -> Result<usize> {
+        let _m = self.maint_lock()?;
+        let rowsets: Vec<_> = self.components().disk.clone();
+        let mut n = 0;
+        for rs in rowsets {
+            if self.flush_dms_locked(&rs)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Flushes one rowset's DeltaMemStore. REQUIRES: the maintenance lock.
+    pub(crate) fn flush_dms_locked(&self, rs: &Arc<DiskRowSet>) -> Result<bool> {
+        let (frozen, cut, snap) = {
+            let _g = self.gate.write();
+            let mut d = rs.deltas();
+            if d.dms.is_empty() {
+                return Ok(false);
+            }
+            let cut = self.applied_index();
+            let frozen = d.dms.clone();
+            d.frozen_dms = Some(frozen.clone());
+            d.dms = Arc::new(DeltaMemStore::new());
+            rs.set_deltas(d);
+            (frozen, cut, self.cut_snapshot())
+        };
+        let mut meta = rs.meta();
+        let name = format!("redo-{}.delta", meta.next_file_seq);
+        let (crc, size) = write_delta_file(&rs.dir().join(&name), &frozen.entries())?;
+        let file = Arc::new(crate::delta::DeltaFile::open(
+            &rs.dir().join(&name),
+            &name,
+            crc,
+        )?);
+        let _g = self.gate.write();
+        let mut d = rs.deltas();
+        d.redo_files.push(file);
+        d.frozen_dms = None;
+        rs.set_deltas(d);
+        meta.next_file_seq += 1;
+        meta.redo_files.push(FileMeta { name, crc, size });
+        // A DeltaMemStore only takes records after the rowset's mark, so the cut is
+        // past it; `max` keeps the mark from moving back all the same.
+        if cut > meta.durable_index {
+            meta.durable_index = cut;
+            meta.durable_ts = snap.0;
+        }
+        self.persist_rowsets(&[(rs.clone(), meta)], None)?;
+        Ok(true)
+    }
+
+    /// Writes the metadata with these rowsets' records replaced (and the MemRowSet's
+    /// flushed index and timestamp, if given); only once that is written do the
+    /// rowsets take the new records (and durable indexes) as theirs.
+    /// REQUIRES: the maintenance lock and the write gate held exclusively.
+    pub(crate) fn persist_rowsets(
+        &self,
+        updates: &[(Arc<DiskRowSet>, RowSetMeta)],
+        mrs_flushed: Option<(u64, HybridTime)>,
+    ) -> Result<()> {
+        self.persist_with(|m| {
+            if let Some((i, ts)) = mrs_flushed {
+                m.mrs_flushed_index = i;
+                m.mrs_flushed_ts = ts.0;
+            }
+            for (rs, new) in updates {
+                if let Some(e) = m.rowsets.iter_mut().find(|e| e.id == rs.id) {
+                    *e = new.clone();
+                }
+            }
+        })?;
+        for (rs, new) in updates {
+            rs.set_meta(new.clone());
+            rs.set_durable_index(new.durable_index);
+        }
+        Ok(())
+    }
+
+    /// Flushes every in-memory store, so that [`Tablet::durable_index`] reaches the
+    /// applied index (before a tablet copy or a log purge).
+    pub fn flush_all(&self) -> Result<()> {
+        self.flush_mrs()?;
+        self.flush_deltas()?;
+        // Stores with nothing in memory hold everything up to the current cut: advance
+        // their marks too, or an idle store would pin the log forever.
+        let _m = self.maint_lock()?;
+        let _g = self.gate.write();
+        let cut = self.applied_index();
+        let snap = self.cut_snapshot();
+        let comps = self.components();
+        let mrs_flushed = (comps.mrs.is_empty()
+            && comps.frozen.is_empty()
+            && self.mrs_flushed_index.load(Ordering::Acquire) < cut)
+            .then_some((cut, snap));
+        let mut updates = Vec::new();
+        for rs in &comps.disk {
+            let d = rs.deltas();
+            if d.dms.is_empty() && d.frozen_dms.is_none() && rs.durable_index() < cut {
+                let mut meta = rs.meta();
+                meta.durable_index = cut;
+                meta.durable_ts = snap.0;
+                updates.push((rs.clone(), meta));
+            }
+        }
+        if mrs_flushed.is_some() || !updates.is_empty() {
+            self.persist_rowsets(&updates, mrs_flushed)?;
+        }
+        Ok(())
+    }
+
+    /// Lists the files that make up the tablet (metadata last), relative to its
+    /// directory, with hard links under `into` so that maintenance cannot delete them
+    /// while they are copied. The caller removes `into` afterwards.
+    /// Also returns the log index the files cover ([`Tablet::durable_index`]).
+    pub fn checkpoint_files(&self, into: &Path) -> Result<(Vec<PathBuf>, u64)> {
+        let _m = self.maint_lock()?;
+        let _g = self.gate.write();
+        self.persist()?;
+        let durable = self.durable_index();
+        let mut out = Vec::new();
+        let mut stack = vec![self.dir.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).map_err(|e| TabletError::io(&d, e))? {
+                let e = e.map_err(|e| TabletError::io(&d, e))?;
+                let p = e.path();
+                let rel = p.strip_prefix(&self.dir).unwrap_or(&p).to_path_buf();
+                if rel.starts_with("wal") || rel.to_string_lossy().ends_with(".tmp") {
+                    continue;
+                }
+                let ft = e.file_type().map_err(|e| TabletError::io(&p, e))?;
+                if ft.is_dir() {
+                    stack.push(p);
+                } else {
+                    let dst = into.join(&rel);
+                    if let Some(parent) = dst.parent() {
+                        std::fs::create_dir_all(parent).map_err(|e| TabletError::io(parent, e))?;
+                    }
+                    std::fs::hard_link(&p, &dst).map_err(|e| TabletError::io(&dst, e))?;
+                    out.push(rel);
+                }
+            }
+        }
+        let meta = PathBuf::from(crate::metadata::METADATA_FILE);
+        out.retain(|p| p != &meta);
+        out.sort();
+        out.push(meta);
+        Ok((out, durable))
+    }
+}

@@ -1,0 +1,320 @@
+//! The leader's side of a write: validate a batch, lock its rows, check its conditions,
+//! take its timestamp and encode the record to replicate.
+//!
+//! Rows that do not fit the schema get their error here and are left out of the record.
+//! Conditions (`unchanged_since`, predicates) and an all-or-nothing batch's "every op
+//! will succeed" are checked by the leader under the rows' locks, against state that
+//! holds every write it proposed before: a row that fails is left out of the record, so
+//! followers never evaluate a condition. Whether a key exists is decided again when the
+//! record is applied ([`super::apply`]), in log order, identically on every replica.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use cairn_common::key::encode_row_key;
+use cairn_common::{HybridTime, Schema, Value};
+
+use super::{Location, Tablet};
+use crate::error::{Result, TabletError};
+use crate::history::Row;
+use crate::locks::RowLocks;
+use crate::ops::{LogRecord, OpKind, RequestId, RequestRecord, RowError, RowOp, logged_op};
+use crate::rowsets::Components;
+
+/// A leader's validated write batch, not yet replicated ([`Tablet::prepare_write`]).
+#[derive(Debug)]
+pub struct PreparedWrite {
+    schema: std::sync::Arc<Schema>,
+    /// (position in the caller's batch, validated op, encoded key).
+    rows: Vec<(usize, RowOp, Vec<u8>)>,
+    /// Rows that failed validation, by position in the caller's batch.
+    pub row_errors: Vec<(usize, RowError)>,
+}
+
+impl PreparedWrite {
+    /// Whether no row passed validation (nothing to replicate).
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+    /// Number of rows to replicate.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+    /// Maps the position of a row in the replicated record back to its position in
+    /// the caller's batch.
+    pub fn batch_position(&self, record_pos: usize) -> usize {
+        self.rows.get(record_pos).map_or(usize::MAX, |r| r.0)
+    }
+    /// What the record must know of the client's request `id` (positions and early
+    /// errors), so that applying it yields the whole answer.
+    pub fn request_record(&self, id: RequestId) -> RequestRecord {
+        let positions = if self.row_errors.is_empty() {
+            vec![]
+        } else {
+            self.rows.iter().map(|r| r.0 as u32).collect()
+        };
+        RequestRecord::new(id, positions, &self.row_errors)
+    }
+}
+
+impl Tablet {
+    /// Validates an op; returns it with defaults filled in (insert-like ops) and its key.
+    pub(crate) fn prepare(
+        &self,
+        schema: &Schema,
+        mut op: RowOp,
+    ) -> std::result::Result<(RowOp, Vec<u8>), RowError> {
+        let inv = |e: cairn_common::CommonError| RowError::Invalid(e.to_string());
+        if op.values.len() != schema.num_columns() {
+            return Err(RowError::Invalid(format!(
+                "the op has {} cells but the table has {} columns",
+                op.values.len(),
+                schema.num_columns()
+            )));
+        }
+        for &k in schema.key_indexes() {
+            if op.values[k].as_ref().is_none_or(|v| v.is_null()) {
+                return Err(RowError::Invalid(format!(
+                    "missing value for primary key column '{}'",
+                    schema.column(k).name
+                )));
+            }
+        }
+        for (i, v) in op.values.iter().enumerate() {
+            if let Some(v) = v {
+                schema.validate_cell(schema.column(i), v).map_err(inv)?;
+            }
+        }
+        for p in &op.condition.predicates {
+            p.validate(schema).map_err(inv)?;
+        }
+        if matches!(op.kind, OpKind::Insert | OpKind::InsertIgnore) {
+            for (i, c) in schema.columns().iter().enumerate() {
+                if op.values[i].is_none() {
+                    if c.default.is_none() && !c.nullable {
+                        return Err(RowError::Invalid(format!(
+                            "column '{}' is NOT NULL and has no default: give it a value",
+                            c.name
+                        )));
+                    }
+                    op.values[i] = Some(c.read_default());
+                }
+            }
+        }
+        if op.kind == OpKind::Upsert {
+            for (i, c) in schema.columns().iter().enumerate() {
+                if c.default.is_none() && !c.nullable && op.values[i].is_none() {
+                    return Err(RowError::Invalid(format!(
+                        "column '{}' is NOT NULL and has no default: an UPSERT must give it a value",
+                        c.name
+                    )));
+                }
+            }
+        }
+        let key_row: Vec<Value> = op
+            .values
+            .iter()
+            .map(|v| v.clone().unwrap_or(Value::Null))
+            .collect();
+        let key = encode_row_key(schema, &key_row).map_err(inv)?;
+        Ok((op, key))
+    }
+
+    /// Validates a write batch on a leader: rows that do not fit the schema get their
+    /// error now and are left out of the record to replicate.
+    pub fn prepare_write(&self, ops: Vec<RowOp>) -> Result<PreparedWrite> {
+        self.check_healthy()?;
+        let schema = self.schema();
+        let mut rows = Vec::with_capacity(ops.len());
+        let mut row_errors = Vec::new();
+        for (i, op) in ops.into_iter().enumerate() {
+            match self.prepare(&schema, op) {
+                Ok((op, key)) => rows.push((i, op, key)),
+                Err(e) => row_errors.push((i, e)),
+            }
+        }
+        Ok(PreparedWrite {
+            schema,
+            rows,
+            row_errors,
+        })
+    }
+
+    /// Locks the rows of a prepared batch until the returned guard is dropped (after
+    /// the batch is applied), so writers of one key take turns. Waits until `deadline`
+    /// at most.
+    pub fn lock_rows(&self, p: &PreparedWrite, deadline: Instant) -> Result<RowLocks> {
+        self.locks
+            .lock_all(p.rows.iter().map(|(_, _, k)| k.as_slice()), Some(deadline))
+            .ok_or(TabletError::LockTimeout)
+    }
+
+    /// The leader's checks of a locked batch against the rows' current state: each
+    /// op's condition, and for an all-or-nothing (`atomic`) batch whether every op will
+    /// succeed. Ops that fail move to the batch's row errors; if an atomic batch has any
+    /// error, every op does (the others as [`RowError::Aborted`]) and nothing is left to
+    /// replicate.
+    /// REQUIRES: the batch's row locks held, and every write this leader proposed
+    /// earlier applied on it (true for rows it holds locks on: their writers release
+    /// them only once applied).
+    pub fn check_write(
+        &self,
+        p: &mut PreparedWrite,
+        atomic: bool,
+        deadline: Instant,
+    ) -> Result<()> {
+        if atomic && !p.row_errors.is_empty() {
+            for (pos, _, _) in p.rows.drain(..) {
+                p.row_errors.push((pos, RowError::Aborted));
+            }
+            p.row_errors.sort_by_key(|(i, _)| *i);
+            return Ok(());
+        }
+        let needs_state = atomic || p.rows.iter().any(|(_, op, _)| !op.condition.is_empty());
+        if !needs_state {
+            return Ok(());
+        }
+        // Bulk inserts take no row locks: wait for those already proposed over these
+        // keys, so the state checked is the state the record will meet.
+        let keys: Vec<&[u8]> = p.rows.iter().map(|(_, _, k)| k.as_slice()).collect();
+        if !self.pending_bulk.wait_clear(&keys, deadline) {
+            return Err(TabletError::LockTimeout);
+        }
+        let schema = p.schema.clone();
+        let comps = self.components();
+        // Liveness of keys changed earlier in this batch.
+        let mut in_batch: HashMap<Vec<u8>, bool> = HashMap::new();
+        let mut failed = Vec::new();
+        for (n, (pos, op, key)) in p.rows.iter().enumerate() {
+            let (live, last_change) = match in_batch.get(key) {
+                Some(&live) => (live, HybridTime::MAX),
+                None => self.row_status(&comps, key),
+            };
+            let verdict = if let Some(since) = op.condition.unchanged_since
+                && (!live || last_change > since)
+            {
+                Err(RowError::Conflict)
+            } else if !op.condition.predicates.is_empty()
+                && !self.predicates_hold(&schema, &comps, key, op, live, &in_batch)?
+            {
+                Err(RowError::ConditionFailed)
+            } else if atomic {
+                match (op.kind, live) {
+                    (OpKind::Insert, true) => Err(RowError::AlreadyPresent),
+                    (OpKind::Update | OpKind::Delete, false) => Err(RowError::NotFound),
+                    _ => Ok(()),
+                }
+            } else {
+                Ok(())
+            };
+            match verdict {
+                Ok(()) => {
+                    let after = match op.kind {
+                        OpKind::Insert | OpKind::InsertIgnore | OpKind::Upsert => true,
+                        OpKind::Delete | OpKind::DeleteIgnore => false,
+                        OpKind::Update | OpKind::UpdateIgnore => live,
+                    };
+                    in_batch.insert(key.clone(), after);
+                }
+                Err(e) => failed.push((n, *pos, e)),
+            }
+        }
+        if failed.is_empty() {
+            return Ok(());
+        }
+        if atomic {
+            let failed_at: HashMap<usize, RowError> =
+                failed.into_iter().map(|(_, pos, e)| (pos, e)).collect();
+            for (pos, _, _) in p.rows.drain(..) {
+                let e = failed_at.get(&pos).cloned().unwrap_or(RowError::Aborted);
+                p.row_errors.push((pos, e));
+            }
+        } else {
+            for &(n, pos, ref e) in failed.iter().rev() {
+                p.rows.remove(n);
+                p.row_errors.push((pos, e.clone()));
+            }
+        }
+        p.row_errors.sort_by_key(|(i, _)| *i);
+        Ok(())
+    }
+
+    /// Whether `op`'s predicates hold on the row with `key` (live, not changed earlier
+    /// in the same batch, and matching each of them).
+    fn predicates_hold(
+        &self,
+        schema: &Schema,
+        comps: &Components,
+        key: &[u8],
+        op: &RowOp,
+        live: bool,
+        in_batch: &HashMap<Vec<u8>, bool>,
+    ) -> Result<bool> {
+        if !live || in_batch.contains_key(key) {
+            return Ok(false);
+        }
+        let Some(row) = self.current_row(schema, comps, key)? else {
+            return Ok(false);
+        };
+        Ok(op.condition.predicates.iter().all(|pr| {
+            schema
+                .index_of(&pr.column)
+                .is_ok_and(|i| pr.matches_value(&row[i]))
+        }))
+    }
+
+    /// Whether the row with `key` is live now, and when it last changed
+    /// ([`HybridTime::MIN`] if its history is older than the retention window).
+    pub(crate) fn row_status(&self, comps: &Components, key: &[u8]) -> (bool, HybridTime) {
+        match self.locate(comps, key) {
+            Location::Disk(rs, o) => (rs.is_live(o), rs.last_change(o)),
+            Location::Mem(_, r) => (r.is_live(), r.last_change()),
+            Location::Absent => (false, HybridTime::MIN),
+        }
+    }
+
+    /// The row with `key` as it is now (`None`: absent or deleted).
+    pub(crate) fn current_row(
+        &self,
+        schema: &Schema,
+        comps: &Components,
+        key: &[u8],
+    ) -> Result<Option<Row>> {
+        match self.locate(comps, key) {
+            Location::Disk(rs, o) => rs.row_at(schema, o, HybridTime::MAX),
+            Location::Mem(_, r) => Ok(r.state_at(schema, HybridTime::MAX)),
+            Location::Absent => Ok(None),
+        }
+    }
+
+    /// Takes the batch's timestamp (registered in flight until
+    /// [`Tablet::finish_write`]) and encodes the record to replicate. With `atomic`,
+    /// the batch is all or nothing when applied; with `request`, applying it records
+    /// the answer for retries of the request.
+    /// REQUIRES: the caller's proposal-order lock, so log order is timestamp order.
+    pub fn start_write(
+        &self,
+        p: &PreparedWrite,
+        atomic: bool,
+        request: Option<RequestRecord>,
+    ) -> (HybridTime, Vec<u8>) {
+        let ts = self.mvcc.start(&self.clock);
+        let ops = p
+            .rows
+            .iter()
+            .map(|(_, op, _)| logged_op(&p.schema, op))
+            .collect();
+        let rec = LogRecord::Write {
+            ts,
+            ops,
+            atomic,
+            request,
+        };
+        (ts, rec.encode())
+    }
+
+    /// Marks a leader's write at `ts` finished (applied, or abandoned).
+    pub fn finish_write(&self, ts: HybridTime) {
+        self.mvcc.finish(ts);
+    }
+}
