@@ -10,10 +10,10 @@
 //! row-by-row apply and the later flush that the `Write` path costs. Rows whose key
 //! exists come back as row errors ([`BulkLoadSummary::row_errors`]), like INSERT.
 //!
-//! Retries: a chunk is sent again only when it certainly did not reach the log (not
-//! the leader, server unreachable). An attempt may take the whole operation timeout —
-//! writing a chunk takes a while — because a retry after a timed-out attempt that did
-//! get applied would report every row of the chunk as already present.
+//! Retries: every attempt of a chunk carries the same request id, so a retry after a
+//! timed-out attempt that did get applied returns that attempt's answer instead of
+//! reporting every row as already present. An attempt may still take what is left of
+//! the operation timeout, because writing a chunk takes a while.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -325,6 +325,7 @@ async fn send_chunk(
         errors: vec![],
         failure: Some(e),
     };
+    let request_id = client.start_request();
     let call = |server: LeaderServer, _rpc_timeout: Duration| {
         // One attempt may take what is left of the deadline (see the module docs).
         let t = deadline.rpc_timeout(deadline.remaining());
@@ -332,6 +333,7 @@ async fn send_chunk(
             tablet_id: tablet_id.clone(),
             arrow_ipc: Default::default(),
             propagated_timestamp: client.last_timestamp(),
+            request_id: Some(request_id.id()),
         };
         let rows = rows.clone();
         async move {

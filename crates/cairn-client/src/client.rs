@@ -22,6 +22,7 @@ use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{ClientError, Failure, Result, classify, normalize_addr};
+use crate::requests::{Request, RequestTracker};
 use crate::retry::{Backoff, Deadline, attempt, request};
 use crate::scan::ScanBuilder;
 use crate::session::WriteSession;
@@ -86,6 +87,8 @@ struct Shared {
     in_process: RwLock<HashMap<String, Arc<dyn InProcessTabletServer>>>,
     /// Highest HybridTime seen in responses.
     last_ts: AtomicU64,
+    /// The client id and its requests in progress (exactly-once writes and DDL).
+    requests: Arc<RequestTracker>,
 }
 
 /// A connection to a Cairn cluster. Cheap to clone; clones share connections, the
@@ -136,6 +139,7 @@ impl Client {
                 locations: RwLock::new(HashMap::new()),
                 in_process: RwLock::new(HashMap::new()),
                 last_ts: AtomicU64::new(0),
+                requests: RequestTracker::new(),
             }),
             opts: ClientOptions::default(),
         })
@@ -161,6 +165,7 @@ impl Client {
     pub async fn create_table(&self, spec: CreateTableSpec) -> Result<String> {
         spec.partition.validate(&spec.schema)?;
         spec.partition.create_partitions(&spec.range_bounds)?;
+        let id = self.start_request();
         let req = CreateTableRequest {
             name: spec.name.clone(),
             schema_json: to_json(&SchemaMeta::from_schema(&spec.schema))?.into(),
@@ -168,6 +173,7 @@ impl Client {
             range_bounds_json: to_json(&spec.range_bounds)?.into(),
             replicas: spec.replicas,
             if_not_exists: spec.if_not_exists,
+            request_id: Some(id.id()),
         };
         let what = format!("creating table '{}'", spec.name);
         let resp = self
@@ -228,7 +234,9 @@ impl Client {
         Ok(())
     }
 
-    async fn send_alter(&self, name: &str, req: AlterTableRequest) -> Result<()> {
+    async fn send_alter(&self, name: &str, mut req: AlterTableRequest) -> Result<()> {
+        let id = self.start_request();
+        req.request_id = Some(id.id());
         self.call_master(&format!("altering table '{name}'"), move |mut m, t| {
             let r = request(req.clone(), t);
             async move { m.alter_table(r).await }
@@ -240,9 +248,11 @@ impl Client {
 
     /// Drops a table. With `if_exists`, a missing table is not an error.
     pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<()> {
+        let id = self.start_request();
         let req = DropTableRequest {
             name: name.to_string(),
             if_exists,
+            request_id: Some(id.id()),
         };
         let r = self
             .call_master(&format!("dropping table '{name}'"), move |mut m, t| {
@@ -419,6 +429,16 @@ impl Client {
                 "a master answered but was not recorded as the leader".into(),
             )),
         }
+    }
+
+    /// This client's id for exactly-once requests (shared by its clones).
+    pub fn client_id(&self) -> &str {
+        self.shared.requests.client_id()
+    }
+
+    /// Starts a request that retries must name alike (see [`crate::requests`]).
+    pub(crate) fn start_request(&self) -> Request {
+        self.shared.requests.start()
     }
 
     // ------------------------------------------------------------------ internals

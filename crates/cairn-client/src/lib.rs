@@ -24,6 +24,12 @@
 //!   tablet servers, prunes tablets that cannot match, reads every tablet at one
 //!   snapshot, and survives server failures by reopening the scan on another replica
 //!   (see [`scan`] for what is resumed how).
+//! - **Exactly once.** Every write request, bulk-insert chunk and DDL call carries a
+//!   request id ([`requests`]); retries after a timeout or a leader change get the
+//!   first attempt's answer. Operations may carry a [`Condition`] (row unchanged since
+//!   a timestamp, or predicates on the row), checked by the leader under the row lock,
+//!   and a session can write each tablet's share all or nothing
+//!   ([`WriteSession::set_atomic`]).
 //! - **Consistency.** The client tracks the highest HybridTime seen in responses
 //!   ([`Client::last_timestamp`]) and propagates it with every request, so a client's
 //!   reads with [`ReadMode::ReadYourWrites`] see its writes, and causality can be passed
@@ -60,6 +66,7 @@
 pub mod bulk;
 pub mod client;
 pub mod error;
+pub mod requests;
 mod retry;
 pub mod scan;
 pub mod session;
@@ -73,7 +80,7 @@ pub use error::{ClientError, Result};
 pub use scan::{READ_AHEAD_BATCHES, ReadMode, ScanBuilder, ScanCursor, ScanResult};
 pub use session::{FlushMode, RowErrorInfo, WriteSession};
 pub use table::{CreateTableSpec, ReplicaInfo, Table, TabletLocationInfo, locate_tablet};
-pub use write::{EncodedWrite, Operation, decode_ipc, encode_write};
+pub use write::{Condition, EncodedWrite, Operation, decode_ipc, encode_write};
 
 /// Raw gRPC stubs returned by [`Client::tablet_server`] and [`Client::master`].
 pub use cairn_proto::master_client::MasterClient;

@@ -97,6 +97,8 @@ pub struct WriteSession {
     /// Buffered operations per tablet id, in apply order.
     buffers: HashMap<String, Vec<(usize, Operation)>>,
     buffered: usize,
+    /// Each tablet's write is all or nothing.
+    atomic: bool,
     next_index: usize,
     in_flight: JoinSet<Outcome>,
     /// Write in flight -> (its tablet, its number of operations). At most one per
@@ -118,6 +120,7 @@ impl WriteSession {
             timeout,
             buffers: HashMap::new(),
             buffered: 0,
+            atomic: false,
             next_index: 0,
             in_flight: JoinSet::new(),
             in_flight_meta: HashMap::new(),
@@ -135,6 +138,14 @@ impl WriteSession {
     /// (default 1000; at least 1).
     pub fn set_batch_rows(&mut self, n: usize) {
         self.batch_rows = n.max(1);
+    }
+
+    /// Makes every write of the session to one tablet all or nothing: if any of its
+    /// rows fails (its condition, a duplicate key, a missing row), none is applied and
+    /// the others fail with `ABORTED`. With [`FlushMode::Manual`] and one `flush`, each
+    /// tablet's share of the session is one such write. Off by default.
+    pub fn set_atomic(&mut self, atomic: bool) {
+        self.atomic = atomic;
     }
 
     /// Sets how many background writes may be in flight at once (default 8; at least 1).
@@ -268,9 +279,10 @@ impl WriteSession {
         let table = self.table.clone();
         let deadline = Deadline::after(self.timeout);
         let tid = tablet_id.to_string();
-        let handle = self
-            .in_flight
-            .spawn(async move { write_ops(&client, &table, Some(tid), ops, deadline).await });
+        let atomic = self.atomic;
+        let handle = self.in_flight.spawn(async move {
+            write_ops(&client, &table, Some(tid), ops, deadline, atomic).await
+        });
         self.in_flight_meta
             .insert(handle.id(), (tablet_id.to_string(), n));
     }
@@ -348,6 +360,7 @@ async fn write_ops(
     first_tablet: Option<String>,
     ops: Vec<(usize, Operation)>,
     deadline: Deadline,
+    atomic: bool,
 ) -> Outcome {
     let mut out = Outcome::default();
     let mut todo: Vec<(String, Vec<(usize, Operation)>)> = Vec::new();
@@ -385,7 +398,7 @@ async fn write_ops(
         }
         let results = futures::future::join_all(
             todo.drain(..)
-                .map(|(t, ops)| write_tablet(client, table, t, ops, deadline)),
+                .map(|(t, ops)| write_tablet(client, table, t, ops, deadline, atomic)),
         )
         .await;
         for r in results {
@@ -426,6 +439,7 @@ async fn write_tablet(
     tablet_id: String,
     ops: Vec<(usize, Operation)>,
     deadline: Deadline,
+    atomic: bool,
 ) -> TabletWrite {
     let what = format!(
         "writing {} row(s) to tablet {tablet_id} of table '{}'",
@@ -436,11 +450,16 @@ async fn write_tablet(
         Ok(e) => e,
         Err(e) => return TabletWrite::Failed(e, ops),
     };
+    // Every attempt carries the same request id: a retry after a lost answer gets the
+    // first attempt's answer, never a second application.
+    let request_id = client.start_request();
     let call = |server: LeaderServer, t: Duration| {
         let req = WriteRequest {
             tablet_id: tablet_id.clone(),
             batches: encoded.batches.clone(),
             propagated_timestamp: client.last_timestamp(),
+            request_id: Some(request_id.id()),
+            atomic,
         };
         async move {
             match server {

@@ -16,22 +16,69 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use cairn_common::key;
 use cairn_common::types::array_from_values;
-use cairn_common::{Schema, Value};
-use cairn_proto::{OpKind, RowBatch, RowError, RowErrorKind};
+use cairn_common::{ColumnPredicate, Schema, Value};
+use cairn_proto::{OpKind, RowBatch, RowCondition, RowError, RowErrorKind};
 
 use crate::error::{ClientError, Result};
 use crate::session::RowErrorInfo;
 
-/// One row operation: a kind and one optional cell per schema column.
+/// One row operation: a kind, one optional cell per schema column, and an optional
+/// condition.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Operation {
     /// What to do with the row.
     pub kind: OpKind,
     /// One slot per schema column, in schema order; `None` = not given.
     pub values: Vec<Option<Value>>,
+    /// What must hold for the operation to be applied (checked by the tablet leader
+    /// under the row lock); the default is nothing.
+    pub condition: Condition,
+}
+
+/// A condition on the row an [`Operation`] writes. If it does not hold when the leader
+/// applies the operation, the row fails with `CONFLICT` or `CONDITION_FAILED` and
+/// nothing changes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Condition {
+    /// The row must exist and must not have changed after this HybridTime (typically
+    /// the snapshot it was read at): a compare-and-set on the row's version.
+    pub unchanged_since: Option<u64>,
+    /// The row must exist and satisfy every predicate: a compare-and-set on values
+    /// (HyperDex's conditional put).
+    pub predicates: Vec<ColumnPredicate>,
+}
+
+impl Condition {
+    /// Whether there is nothing to check.
+    pub fn is_empty(&self) -> bool {
+        self.unchanged_since.is_none() && self.predicates.is_empty()
+    }
 }
 
 impl Operation {
+    /// An operation of `kind` with these cells and no condition.
+    pub fn new(kind: OpKind, values: Vec<Option<Value>>) -> Operation {
+        Operation {
+            kind,
+            values,
+            condition: Condition::default(),
+        }
+    }
+
+    /// The same operation, applied only if the row has not changed after the
+    /// HybridTime `ts` (else `CONFLICT`).
+    pub fn unchanged_since(mut self, ts: u64) -> Operation {
+        self.condition.unchanged_since = Some(ts);
+        self
+    }
+
+    /// The same operation, applied only if the row exists and satisfies `predicates`
+    /// (else `CONDITION_FAILED`).
+    pub fn if_matches(mut self, predicates: Vec<ColumnPredicate>) -> Operation {
+        self.condition.predicates = predicates;
+        self
+    }
+
     /// Inserts a full row (one value per column, schema order). Fails on the server
     /// with `ALREADY_PRESENT` if the key exists.
     pub fn insert(row: Vec<Value>) -> Operation {
@@ -93,7 +140,7 @@ impl Operation {
             }
             values[i] = Some(v.clone());
         }
-        Ok(Operation { kind, values })
+        Ok(Operation::new(kind, values))
     }
 
     /// An operation of any kind from named cells only (key columns included).
@@ -108,14 +155,11 @@ impl Operation {
             }
             values[i] = Some(v.clone());
         }
-        Ok(Operation { kind, values })
+        Ok(Operation::new(kind, values))
     }
 
     fn full(kind: OpKind, row: Vec<Value>) -> Operation {
-        Operation {
-            kind,
-            values: row.into_iter().map(Some).collect(),
-        }
+        Operation::new(kind, row.into_iter().map(Some).collect())
     }
 
     /// Checks the operation against `schema` before it is buffered: width, key columns
@@ -159,6 +203,9 @@ impl Operation {
                 }
                 Some(v) => schema.validate_cell(c, v)?,
             }
+        }
+        for p in &self.condition.predicates {
+            p.validate(schema)?;
         }
         Ok(())
     }
@@ -267,6 +314,24 @@ pub fn encode_write<'a>(
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(g.ops.len())),
         )?;
         let ipc = encode_ipc(&batch)?;
+        let mut conditions = Vec::new();
+        for (row, (_, op)) in g.ops.iter().enumerate() {
+            let c = &op.condition;
+            if c.is_empty() {
+                continue;
+            }
+            conditions.push(RowCondition {
+                row: row as u32,
+                unchanged_since: c.unchanged_since.unwrap_or(0),
+                predicates_json: if c.predicates.is_empty() {
+                    Default::default()
+                } else {
+                    serde_json::to_vec(&c.predicates)
+                        .map_err(|e| ClientError::Internal(format!("encoding a condition: {e}")))?
+                        .into()
+                },
+            });
+        }
         out.batches.push(RowBatch {
             op_kinds: g
                 .ops
@@ -275,6 +340,7 @@ pub fn encode_write<'a>(
                 .collect::<Vec<u8>>()
                 .into(),
             arrow_ipc: ipc.into(),
+            conditions,
         });
         out.row_map.extend(g.ops.iter().map(|(n, _)| *n));
     }

@@ -19,6 +19,9 @@ pub enum ConsensusError {
     /// The group has been shut down.
     #[error("the consensus group is shut down")]
     ShutDown,
+    /// A transient failure (no quorum answered in time, a wait timed out): retry.
+    #[error("{0}")]
+    Unavailable(String),
     /// A file could not be read or written.
     #[error("I/O error on {path}: {source}")]
     Io {
@@ -62,7 +65,9 @@ impl ConsensusError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            ConsensusError::NotLeader { .. } | ConsensusError::LeaderNotReady
+            ConsensusError::NotLeader { .. }
+                | ConsensusError::LeaderNotReady
+                | ConsensusError::Unavailable(_)
         )
     }
 }

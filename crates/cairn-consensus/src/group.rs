@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_wal::FsyncPolicy;
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Config, ServerState, SnapshotPolicy};
 
 use crate::error::{ConsensusError, Result};
@@ -97,6 +97,9 @@ pub struct RaftGroup {
     stepping_down: parking_lot::Mutex<Option<tokio::time::Instant>>,
     /// (term, log index) this leader must have applied before it serves.
     ready_from: parking_lot::Mutex<Option<(u64, u64)>>,
+    /// The last completed leadership confirmation: when it started and the read index
+    /// it returned. Concurrent reads share rounds (see [`RaftGroup::confirm_leadership`]).
+    read_round: tokio::sync::Mutex<Option<(tokio::time::Instant, u64)>>,
 }
 
 impl std::fmt::Debug for RaftGroup {
@@ -160,6 +163,7 @@ impl RaftGroup {
             election_timeout: opts.election_timeout,
             stepping_down: parking_lot::Mutex::new(None),
             ready_from: parking_lot::Mutex::new(None),
+            read_round: tokio::sync::Mutex::new(None),
         }))
     }
 
@@ -247,6 +251,57 @@ impl RaftGroup {
             return Err(ConsensusError::LeaderNotReady);
         }
         Ok(())
+    }
+
+    /// Confirms that this member still leads — a round of heartbeats answered by a
+    /// quorum (the read-index step of Raft §6.4, openraft's `get_read_log_id`) — and
+    /// waits until it has applied everything committed when the round started. A read
+    /// served afterwards is linearizable: no other leader can have committed anything
+    /// it does not see. A leader cut off from its followers fails here within a
+    /// heartbeat interval, never serving a stale read.
+    ///
+    /// Concurrent callers share rounds: a caller uses the last round if that round
+    /// started after the caller arrived, else it waits for (or runs) the next one.
+    pub async fn confirm_leadership(&self, deadline: tokio::time::Instant) -> Result<()> {
+        self.check_leader_ready()?;
+        let arrived = tokio::time::Instant::now();
+        let index = {
+            let mut last = tokio::time::timeout_at(deadline, self.read_round.lock())
+                .await
+                .map_err(|_| self.confirm_timeout())?;
+            match *last {
+                Some((started, index)) if started >= arrived => index,
+                _ => {
+                    let started = tokio::time::Instant::now();
+                    let r = tokio::time::timeout_at(deadline, self.raft.get_read_log_id())
+                        .await
+                        .map_err(|_| self.confirm_timeout())?;
+                    let index = match r {
+                        Ok((read, _applied)) => read.map_or(0, |l| l.index),
+                        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))) => {
+                            *last = None;
+                            return Err(self.not_leader());
+                        }
+                        Err(e) => {
+                            *last = None;
+                            return Err(ConsensusError::Unavailable(format!(
+                                "could not confirm leadership with a quorum of the replicas: {e}"
+                            )));
+                        }
+                    };
+                    *last = Some((started, index));
+                    index
+                }
+            }
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.wait_applied(index, left).await
+    }
+
+    fn confirm_timeout(&self) -> ConsensusError {
+        ConsensusError::Unavailable(
+            "timed out confirming leadership with the other replicas; retry".into(),
+        )
     }
 
     /// Submits `data` for replication without waiting: once this returns, the entry's
@@ -337,8 +392,8 @@ impl RaftGroup {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return Err(ConsensusError::ShutDown),
                 Err(_) => {
-                    return Err(ConsensusError::Raft(format!(
-                        "replica has not applied index {index} within {timeout:?}"
+                    return Err(ConsensusError::Unavailable(format!(
+                        "the replica has not applied log index {index} within {timeout:?}; retry"
                     )));
                 }
             }

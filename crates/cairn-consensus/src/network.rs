@@ -85,19 +85,41 @@ pub fn spawn_rpc_server(
     })
 }
 
-/// Shared gRPC channels by address (one HTTP/2 connection per peer server).
+/// Shared gRPC channels by address (one HTTP/2 connection per peer server). Every
+/// internal RPC — Raft messages, heartbeats, the master's calls to tablet servers —
+/// takes its channel here, per call.
 #[derive(Clone, Default, Debug)]
 pub struct ChannelPool {
     channels: Arc<RwLock<HashMap<String, Channel>>>,
 }
 
+/// Whether the failpoint `net::partition` (`return(<addr>;<addr>;…)`) cuts this process
+/// off from `addr`: the fault harness's network partitions. Without failpoints
+/// compiled in, never.
+fn partitioned_from(addr: &str) -> bool {
+    let cut =
+        |arg: Option<String>| arg.is_some_and(|list| list.split(';').any(|a| a.trim() == addr));
+    // Without failpoints compiled in, the macro below expands to nothing.
+    let _ = &cut;
+    fail::fail_point!("net::partition", cut);
+    false
+}
+
 impl ChannelPool {
     /// A channel to `addr` (`host:port`), connected lazily.
-    pub fn get(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+    pub fn get(&self, addr: &str) -> crate::Result<Channel> {
+        if partitioned_from(addr) {
+            return Err(crate::ConsensusError::Unavailable(format!(
+                "{addr} is unreachable (network partition injected by a failpoint)"
+            )));
+        }
         if let Some(c) = self.channels.read().get(addr) {
             return Ok(c.clone());
         }
-        let ep = Endpoint::from_shared(format!("http://{addr}"))?
+        let ep = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| {
+                crate::ConsensusError::Unavailable(format!("bad peer address {addr}: {e}"))
+            })?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10));

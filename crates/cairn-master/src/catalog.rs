@@ -135,7 +135,21 @@ pub enum CatalogOp {
         /// The configuration.
         replicas: Vec<Placement>,
     },
+    /// `op`, made for a client's DDL request (`<client id>:<seq no>`): once applied,
+    /// the request is remembered with the table it concerned, so a retry of the same
+    /// request gets that table as its answer instead of running again.
+    Requested {
+        /// The request.
+        request: String,
+        /// The table the request concerned.
+        table_id: String,
+        /// The change.
+        op: Box<CatalogOp>,
+    },
 }
+
+/// How many answered DDL requests the catalog remembers (the oldest are forgotten).
+pub const ANSWERED_DDL_KEPT: usize = 4096;
 
 /// The catalog contents.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -144,6 +158,12 @@ pub struct Catalog {
     pub tables: BTreeMap<String, TableEntry>,
     /// Tablets by id.
     pub tablets: BTreeMap<String, TabletEntry>,
+    /// Answered DDL requests: request → table id.
+    #[serde(default)]
+    pub answered: BTreeMap<String, String>,
+    /// The same requests, oldest first (to forget the oldest).
+    #[serde(default)]
+    pub answered_order: std::collections::VecDeque<String>,
 }
 
 impl Catalog {
@@ -231,6 +251,21 @@ impl Catalog {
             CatalogOp::SetTabletReplicas { id, replicas } => {
                 let t = self.tablets.get_mut(&id).ok_or("no such tablet")?;
                 t.replicas = replicas;
+            }
+            CatalogOp::Requested {
+                request,
+                table_id,
+                op,
+            } => {
+                self.apply(*op)?;
+                if self.answered.insert(request.clone(), table_id).is_none() {
+                    self.answered_order.push_back(request);
+                }
+                while self.answered_order.len() > ANSWERED_DDL_KEPT {
+                    if let Some(old) = self.answered_order.pop_front() {
+                        self.answered.remove(&old);
+                    }
+                }
             }
         }
         Ok(())

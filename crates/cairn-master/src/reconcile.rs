@@ -212,7 +212,7 @@ async fn round(
 }
 
 /// Keeps the catalog's record of a tablet's configuration current, and replaces
-/// voters on servers dead for longer than the timeout.
+/// voters on servers dead for longer than the timeout, and voters reported FAILED.
 async fn maintain_tablet(
     st: &Arc<MasterState>,
     t: &TableEntry,
@@ -244,7 +244,12 @@ async fn maintain_tablet(
         voters
             .iter()
             .filter(|v| match ts.get(&v.node_id) {
-                Some(i) => i.last_heartbeat.elapsed() > dead_after,
+                // A replica reported FAILED (its disk failed under it) is replaced at
+                // once, like one on a dead server.
+                Some(i) => {
+                    i.last_heartbeat.elapsed() > dead_after
+                        || i.reports.get(&e.id).is_some_and(|r| r.state == "FAILED")
+                }
                 None => leader_since.elapsed() > dead_after,
             })
             .map(|v| v.node_id)

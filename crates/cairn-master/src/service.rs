@@ -60,11 +60,48 @@ impl MasterState {
         }
     }
 
-    /// Replicates a catalog op; the inner result is the op's own outcome.
+    /// Replicates a catalog op; the inner result is the op's own outcome. Gives up
+    /// (Unavailable) if it is not applied within the DDL wait (a leader cut off from
+    /// the other masters).
     pub async fn propose(&self, op: &CatalogOp) -> Result<std::result::Result<(), String>> {
         let b = serde_json::to_vec(op).map_err(|e| MasterError::Internal(e.to_string()))?;
-        let r = self.group.propose(b).await?;
+        let r = tokio::time::timeout(self.opts.ddl_wait, self.group.propose(b))
+            .await
+            .map_err(|_| {
+                MasterError::Unavailable(
+                    "the catalog change was not replicated in time (is a majority of the \
+                     masters reachable?); retry"
+                        .into(),
+                )
+            })??;
         serde_json::from_slice(&r).map_err(|e| MasterError::Internal(e.to_string()))
+    }
+
+    /// Replicates `op` on behalf of DDL request `request` (see
+    /// [`CatalogOp::Requested`]).
+    pub async fn propose_for(
+        &self,
+        request: Option<&String>,
+        table_id: &str,
+        op: CatalogOp,
+    ) -> Result<std::result::Result<(), String>> {
+        match request {
+            Some(r) => {
+                self.propose(&CatalogOp::Requested {
+                    request: r.clone(),
+                    table_id: table_id.to_string(),
+                    op: Box::new(op),
+                })
+                .await
+            }
+            None => self.propose(&op).await,
+        }
+    }
+
+    /// The table a DDL request already concerned, if the catalog remembers answering it.
+    pub fn answered(&self, request: Option<&String>) -> Option<String> {
+        let r = request?;
+        self.catalog.read(|c| c.answered.get(r).cloned())
     }
 
     /// Whether server `id` heartbeated recently.
@@ -154,7 +191,12 @@ impl MasterService {
         let st = &self.state;
         st.check_leader()?;
         let _ddl = st.ddl.lock().await;
+        let request = request_key(req.request_id.as_ref());
         let name = req.name.trim().to_string();
+        if let Some(id) = st.answered(request.as_ref()) {
+            // A retry of a create that was applied: answer with the table it made.
+            return self.wait_created(id, &name).await;
+        }
         if name.is_empty() || name.len() > 256 {
             return Err(MasterError::InvalidArgument(
                 "a table name must have 1 to 256 characters".into(),
@@ -213,10 +255,20 @@ impl MasterService {
             version: 0,
             pending_steps: vec![],
         };
-        st.propose(&CatalogOp::CreateTable { table, tablets })
-            .await?
-            .map_err(MasterError::InvalidArgument)?;
+        st.propose_for(
+            request.as_ref(),
+            &table_id,
+            CatalogOp::CreateTable { table, tablets },
+        )
+        .await?
+        .map_err(MasterError::InvalidArgument)?;
         tracing::info!(table = %name, id = %table_id, "creating table");
+        self.wait_created(table_id, &name).await
+    }
+
+    /// Waits (up to the DDL wait) for a created table's tablets to run; returns its id.
+    async fn wait_created(&self, table_id: String, name: &str) -> Result<String> {
+        let st = &self.state;
         let id2 = table_id.clone();
         let done = st
             .wait_catalog(st.opts.ddl_wait, |c| {
@@ -239,11 +291,20 @@ impl MasterService {
             parse_json_list(&req.add_range_partitions_json, "range partitions to add")?;
         let drop: Vec<(Vec<u8>, Vec<u8>)> =
             parse_json_list(&req.drop_range_partitions_json, "range partitions to drop")?;
-        if !steps.is_empty() {
-            self.alter_schema(&req.name, steps).await?;
+        let request = request_key(req.request_id.as_ref());
+        if self.state.answered(request.as_ref()).is_some() {
+            // A retry of a change that was applied.
+            return Ok(());
+        }
+        // Both parts of one request are answered under their own keys, so a retry
+        // after the first part ran repeats only the second.
+        let part = |n: &str| request.as_ref().map(|r| format!("{r}/{n}"));
+        if !steps.is_empty() && self.state.answered(part("columns").as_ref()).is_none() {
+            self.alter_schema(&req.name, steps, part("columns")).await?;
         }
         if !add.is_empty() || !drop.is_empty() {
-            self.alter_range_partitions(&req.name, add, drop).await?;
+            self.alter_range_partitions(&req.name, add, drop, request)
+                .await?;
         }
         Ok(())
     }
@@ -254,6 +315,7 @@ impl MasterService {
         name: &str,
         add: Vec<(Vec<u8>, Vec<u8>)>,
         drop: Vec<(Vec<u8>, Vec<u8>)>,
+        request: Option<String>,
     ) -> Result<()> {
         let st = &self.state;
         st.check_leader()?;
@@ -332,11 +394,15 @@ impl MasterService {
             .map(|e| e.id.clone())
             .collect();
         tracing::info!(table = %name, added = added.len(), dropped = dropped.len(), "altering range partitions");
-        st.propose(&CatalogOp::AlterPartitions {
-            id: t.id.clone(),
-            add: added,
-            drop: dropped,
-        })
+        st.propose_for(
+            request.as_ref(),
+            &t.id,
+            CatalogOp::AlterPartitions {
+                id: t.id.clone(),
+                add: added,
+                drop: dropped,
+            },
+        )
         .await?
         .map_err(MasterError::InvalidArgument)?;
         self.wait_running(&t).await
@@ -375,7 +441,12 @@ impl MasterService {
         Ok(())
     }
 
-    async fn alter_schema(&self, name: &str, steps: Vec<cairn_common::AlterOp>) -> Result<()> {
+    async fn alter_schema(
+        &self,
+        name: &str,
+        steps: Vec<cairn_common::AlterOp>,
+        request: Option<String>,
+    ) -> Result<()> {
         let st = &self.state;
         st.check_leader()?;
         let _ddl = st.ddl.lock().await;
@@ -384,11 +455,15 @@ impl MasterService {
         for s in &steps {
             schema = schema.altered(s)?;
         }
-        st.propose(&CatalogOp::AlterTable {
-            id: t.id.clone(),
-            schema: SchemaMeta::from_schema(&schema),
-            steps,
-        })
+        st.propose_for(
+            request.as_ref(),
+            &t.id,
+            CatalogOp::AlterTable {
+                id: t.id.clone(),
+                schema: SchemaMeta::from_schema(&schema),
+                steps,
+            },
+        )
         .await?
         .map_err(MasterError::InvalidArgument)?;
         self.wait_running(&t).await
@@ -398,6 +473,11 @@ impl MasterService {
         let st = &self.state;
         st.check_leader()?;
         let _ddl = st.ddl.lock().await;
+        let request = request_key(req.request_id.as_ref());
+        if st.answered(request.as_ref()).is_some() {
+            // A retry of a drop that was applied.
+            return Ok(());
+        }
         let Some(t) = st.catalog.read(|c| c.table_by_name(&req.name).cloned()) else {
             if req.if_exists {
                 return Ok(());
@@ -405,10 +485,14 @@ impl MasterService {
             return Err(MasterError::TableNotFound(req.name));
         };
         if t.state != TableState::Deleting {
-            st.propose(&CatalogOp::SetTableState {
-                id: t.id.clone(),
-                state: TableState::Deleting,
-            })
+            st.propose_for(
+                request.as_ref(),
+                &t.id,
+                CatalogOp::SetTableState {
+                    id: t.id.clone(),
+                    state: TableState::Deleting,
+                },
+            )
             .await?
             .map_err(MasterError::InvalidArgument)?;
         }
@@ -425,6 +509,12 @@ impl MasterService {
             .filter(|t| t.state != TableState::Deleting)
             .ok_or_else(|| MasterError::TableNotFound(name.to_string()))
     }
+}
+
+/// The catalog's key of a DDL request id (`None`: no id).
+fn request_key(r: Option<&pb::RequestId>) -> Option<String> {
+    r.filter(|r| !r.client_id.is_empty() && r.client_id.len() <= 128)
+        .map(|r| format!("{}:{}", r.client_id, r.seq_no))
 }
 
 /// A JSON list from a request field; empty bytes are an empty list.
@@ -488,6 +578,8 @@ impl pb::master_server::Master for MasterService {
         request: Request<pb::CreateTableRequest>,
     ) -> std::result::Result<Response<pb::CreateTableResponse>, Status> {
         let table_id = self.create_table_inner(request.into_inner()).await?;
+        // Tests make the answer late here, as a slow network would.
+        fail::fail_point!("master::create_table::reply");
         Ok(Response::new(pb::CreateTableResponse { table_id }))
     }
 

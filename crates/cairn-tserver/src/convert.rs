@@ -4,7 +4,7 @@
 use arrow::array::RecordBatch;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
-use cairn_common::{Schema, Value};
+use cairn_common::{HybridTime, Schema, Value};
 use cairn_proto as pb;
 use cairn_tablet::{OpKind, RowError, RowOp};
 
@@ -72,6 +72,7 @@ pub fn row_ops(schema: &Schema, batches: &[pb::RowBatch]) -> Result<Vec<RowOp>> 
                 rb.op_kinds.len()
             )));
         }
+        let first = ops.len();
         let mut k = 0;
         for batch in decoded {
             let mut cols = Vec::with_capacity(batch.num_columns());
@@ -93,15 +94,49 @@ pub fn row_ops(schema: &Schema, batches: &[pb::RowBatch]) -> Result<Vec<RowOp>> 
                     })?;
                     values[*i] = Some(v);
                 }
-                ops.push(RowOp {
-                    kind: op_kind(rb.op_kinds[k])?,
-                    values,
-                });
+                ops.push(RowOp::new(op_kind(rb.op_kinds[k])?, values));
                 k += 1;
+            }
+        }
+        for c in &rb.conditions {
+            let op = ops.get_mut(first + c.row as usize).ok_or_else(|| {
+                TserverError::InvalidArgument(format!(
+                    "a row condition names row {} of a batch of {} rows",
+                    c.row, k
+                ))
+            })?;
+            if c.unchanged_since != 0 {
+                op.condition.unchanged_since = Some(HybridTime(c.unchanged_since));
+            }
+            if !c.predicates_json.is_empty() {
+                op.condition.predicates =
+                    serde_json::from_slice(&c.predicates_json).map_err(|e| {
+                        TserverError::InvalidArgument(format!(
+                            "malformed condition predicates: {e}"
+                        ))
+                    })?;
             }
         }
     }
     Ok(ops)
+}
+
+/// The tablet's request id for a wire request id (an empty client id is no id).
+pub fn request_id(r: Option<&pb::RequestId>) -> Result<Option<cairn_tablet::RequestId>> {
+    let Some(r) = r else { return Ok(None) };
+    if r.client_id.is_empty() {
+        return Ok(None);
+    }
+    if r.client_id.len() > 128 {
+        return Err(TserverError::InvalidArgument(
+            "a request's client id is at most 128 bytes".into(),
+        ));
+    }
+    Ok(Some(cairn_tablet::RequestId {
+        client_id: r.client_id.clone(),
+        seq_no: r.seq_no,
+        first_incomplete_seq_no: r.first_incomplete_seq_no,
+    }))
 }
 
 /// The wire form of a row error.
@@ -110,49 +145,13 @@ pub fn row_error(row: usize, e: &RowError) -> pb::RowError {
         RowError::AlreadyPresent => pb::RowErrorKind::AlreadyPresent,
         RowError::NotFound => pb::RowErrorKind::NotFound,
         RowError::Invalid(_) => pb::RowErrorKind::Invalid,
+        RowError::Conflict => pb::RowErrorKind::Conflict,
+        RowError::ConditionFailed => pb::RowErrorKind::ConditionFailed,
+        RowError::Aborted => pb::RowErrorKind::Aborted,
     };
     pb::RowError {
         row: row as u32,
         kind: kind as i32,
         message: e.to_string(),
     }
-}
-
-/// Row errors as the state machine returns them to the leader: (position in the
-/// replicated record, kind, message).
-pub fn encode_apply_errors(errs: &[(usize, RowError)]) -> Vec<u8> {
-    let v: Vec<(usize, u8, String)> = errs
-        .iter()
-        .map(|(i, e)| {
-            let k = match e {
-                RowError::Invalid(_) => 0u8,
-                RowError::AlreadyPresent => 1,
-                RowError::NotFound => 2,
-            };
-            let m = match e {
-                RowError::Invalid(m) => m.clone(),
-                _ => String::new(),
-            };
-            (*i, k, m)
-        })
-        .collect();
-    serde_json::to_vec(&v).unwrap_or_default()
-}
-
-/// Inverse of [`encode_apply_errors`].
-pub fn decode_apply_errors(b: &[u8]) -> Vec<(usize, RowError)> {
-    if b.is_empty() {
-        return vec![];
-    }
-    let v: Vec<(usize, u8, String)> = serde_json::from_slice(b).unwrap_or_default();
-    v.into_iter()
-        .map(|(i, k, m)| {
-            let e = match k {
-                1 => RowError::AlreadyPresent,
-                2 => RowError::NotFound,
-                _ => RowError::Invalid(m),
-            };
-            (i, e)
-        })
-        .collect()
 }

@@ -74,14 +74,16 @@ impl From<TserverError> for tonic::Status {
                 s
             }
             TserverError::Consensus(
-                C::LeaderNotReady | C::ShutDown | C::Raft(_) | C::Membership(_),
+                C::LeaderNotReady | C::ShutDown | C::Raft(_) | C::Membership(_) | C::Unavailable(_),
             )
             | TserverError::ShuttingDown
             | TserverError::Unavailable(_) => tonic::Status::unavailable(msg),
             TserverError::Tablet(
                 T::InvalidRequest(_) | T::SnapshotTooOld { .. } | T::Common(_),
             ) => tonic::Status::invalid_argument(msg),
-            TserverError::Tablet(T::ShutDown) => tonic::Status::unavailable(msg),
+            TserverError::Tablet(
+                T::ShutDown | T::Failed(_) | T::LockTimeout | T::SafeTimeTimeout { .. },
+            ) => tonic::Status::unavailable(msg),
             _ => tonic::Status::internal(msg),
         }
     }

@@ -1,15 +1,40 @@
-//! One tablet replica: the tablet as a Raft state machine, and the leader's write path.
+//! One tablet replica: the tablet as a Raft state machine, the leader's write path and
+//! how reads choose their snapshot.
+//!
+//! **Writes** ([`TabletReplica::write`]): validate the batch, lock its rows, check its
+//! conditions (and, for an all-or-nothing batch, that every row will succeed), then
+//! under the proposal lock take the timestamp and submit the record to Raft — so log
+//! order is timestamp order — and wait for this leader to apply it. The row locks and
+//! the in-flight timestamp are held until the record is applied or can no longer be
+//! (leadership lost), also after the client's deadline passed: the waiting moves to a
+//! background task and the client gets `Unavailable`, so a leader cut off from its
+//! followers answers in bounded time and pins no threads.
+//!
+//! **Exactly once**: a write with a request id that this tablet has already answered
+//! gets that answer again (the answers are replicated with the writes, see
+//! [`cairn_tablet::results`]); one whose first attempt is still running here waits for
+//! it.
+//!
+//! **Reads**: `READ_LATEST` is served only after the leader confirmed its leadership
+//! with a quorum ([`RaftGroup::confirm_leadership`]), so a deposed leader in a minority
+//! partition never answers from stale state. A snapshot read on a follower asks the
+//! leader which log index makes the snapshot safe (the leader confirms its leadership
+//! first) and waits to apply it; every wait has a deadline.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_common::{HybridClock, HybridTime, Partition, PartitionSchema, SchemaMeta};
 use cairn_consensus::{RaftGroup, SmError, StateMachine};
-use cairn_tablet::{MaintenanceManager, ReadMode, RowError, RowOp, Tablet, TabletOptions};
+use cairn_tablet::ops::{decode_row_errors, encode_row_errors};
+use cairn_tablet::{
+    MaintenanceManager, ReadMode, RequestId, RowError, RowOp, Tablet, TabletOptions,
+};
 use parking_lot::{Mutex, RwLock};
+use tokio::time::Instant;
 
-use crate::convert::{decode_apply_errors, encode_apply_errors};
 use crate::error::{Result, TserverError};
 
 /// What a replica records about itself (`replica.json`, written last at creation).
@@ -40,21 +65,18 @@ pub struct TabletSm {
 }
 
 impl TabletSm {
-    /// Opens (or creates, with `schema`) the tablet in `dir` in replicated mode.
+    /// Opens (or creates, with `schema`) the tablet in `dir`.
     pub fn open(
         dir: &Path,
         schema: Option<cairn_common::Schema>,
         opts: TabletOptions,
         clock: Arc<HybridClock>,
     ) -> Result<Arc<TabletSm>> {
-        let mut opts = opts;
-        opts.external_log = true;
         let tablet = match schema {
             Some(s) if !dir.join(cairn_tablet::metadata::METADATA_FILE).exists() => {
-                Tablet::create(dir, s, opts.clone())?;
-                Tablet::open_with_clock(dir, opts.clone(), clock.clone())?
+                Tablet::create(dir, s, opts.clone(), clock.clone())?
             }
-            _ => Tablet::open_with_clock(dir, opts.clone(), clock.clone())?,
+            _ => Tablet::open(dir, opts.clone(), clock.clone())?,
         };
         let maint = MaintenanceManager::start(tablet.clone());
         Ok(Arc::new(TabletSm {
@@ -76,14 +98,22 @@ impl TabletSm {
         if let Some(m) = self.maint.lock().take() {
             m.stop();
         }
-        let _ = self.tablet().shutdown();
+        self.tablet().shutdown();
     }
 }
 
 impl StateMachine for TabletSm {
     fn apply(&self, index: u64, data: &[u8]) -> Result<Vec<u8>, SmError> {
-        let errs = self.tablet().apply_replicated(index, data)?;
-        Ok(encode_apply_errors(&errs))
+        let t = self.tablet();
+        match t.apply(index, data) {
+            Ok(errs) => Ok(encode_row_errors(&errs)),
+            Err(e) => {
+                // The replica cannot go on (its group stops): say so to the master,
+                // which replaces it.
+                t.fail(format!("applying log entry {index} failed: {e}"));
+                Err(e.into())
+            }
+        }
     }
 
     fn durable_index(&self) -> u64 {
@@ -116,12 +146,15 @@ impl StateMachine for TabletSm {
             m.stop();
         }
         let old = self.tablet();
-        old.shutdown()?;
+        old.shutdown();
         let aside = self.dir.with_extension("replaced");
         let _ = std::fs::remove_dir_all(&aside);
         std::fs::rename(&self.dir, &aside)?;
         std::fs::rename(from, &self.dir)?;
-        let t = Tablet::open_with_clock(&self.dir, self.opts.clone(), self.clock.clone())?;
+        if let Some(parent) = self.dir.parent() {
+            cairn_tablet::metadata::sync_dir(parent)?;
+        }
+        let t = Tablet::open(&self.dir, self.opts.clone(), self.clock.clone())?;
         *self.tablet.write() = t.clone();
         *self.maint.lock() = Some(MaintenanceManager::start(t));
         let _ = std::fs::remove_dir_all(&aside);
@@ -129,19 +162,23 @@ impl StateMachine for TabletSm {
     }
 }
 
-/// The validation errors of a leader's batch plus the errors its apply returned
-/// (record positions mapped to batch positions by `position`), in batch order.
-fn merge_apply_errors(
-    mut errors: Vec<(usize, RowError)>,
-    resp: &[u8],
-    position: impl Fn(usize) -> usize,
-) -> Vec<(usize, RowError)> {
-    for (pos, e) in decode_apply_errors(resp) {
-        errors.push((position(pos), e));
-    }
-    errors.sort_by_key(|(i, _)| *i);
-    errors
+/// How a write is to be applied.
+#[derive(Clone, Debug)]
+pub struct WriteOptions {
+    /// All or nothing.
+    pub atomic: bool,
+    /// The client's request id, for exactly-once answers.
+    pub request: Option<RequestId>,
+    /// When the caller stops waiting.
+    pub deadline: Instant,
 }
+
+/// A write's answer: its timestamp and row errors by position in the caller's batch.
+pub type WriteAnswer = (HybridTime, Vec<(usize, RowError)>);
+
+/// Attempts of requests in progress on this leader, so a retry waits for the first
+/// attempt instead of racing it.
+type InFlight = Mutex<HashMap<(String, u64), tokio::sync::watch::Receiver<Option<WriteAnswer>>>>;
 
 /// A tablet replica on this server.
 pub struct TabletReplica {
@@ -153,12 +190,45 @@ pub struct TabletReplica {
     pub group: Arc<RaftGroup>,
     /// Serialises "take a timestamp, submit to Raft" so log order is timestamp order.
     propose: tokio::sync::Mutex<()>,
+    in_flight: InFlight,
 }
 
 impl std::fmt::Debug for TabletReplica {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "TabletReplica({})", self.meta.tablet_id)
     }
+}
+
+/// A leader's record on its way to Raft, and how to answer the client once applied
+/// ([`TabletReplica::replicate`]).
+struct Proposal<H, F> {
+    tablet: Arc<Tablet>,
+    /// The record carries the client's request: applying it yields the whole answer.
+    answered_by_record: bool,
+    /// Rows that failed before replication, by position in the client's batch.
+    early: Vec<(usize, RowError)>,
+    /// Maps a position in the record to the position in the client's batch.
+    to_batch: F,
+    /// Held until the record is applied or can no longer be (row locks, the bulk
+    /// insert's pending keys).
+    hold: H,
+    /// Publishes the answer to retries of the same request waiting here.
+    done: Option<tokio::sync::watch::Sender<Option<WriteAnswer>>>,
+    /// Unregisters the attempt when dropped.
+    guard: InFlightGuard,
+    /// Runs after the answer is known, before it is returned (a failpoint).
+    reply_failpoint: fn(),
+    deadline: Instant,
+}
+
+/// What a request attempt found when it registered.
+enum Attempt {
+    /// This tablet already answered it.
+    Answered(WriteAnswer),
+    /// Another attempt is running here: its answer arrives on this channel.
+    Running(tokio::sync::watch::Receiver<Option<WriteAnswer>>),
+    /// This attempt runs it; the sender publishes the answer.
+    First(Option<tokio::sync::watch::Sender<Option<WriteAnswer>>>),
 }
 
 impl TabletReplica {
@@ -169,6 +239,7 @@ impl TabletReplica {
             sm,
             group,
             propose: tokio::sync::Mutex::new(()),
+            in_flight: Mutex::new(HashMap::new()),
         }
     }
 
@@ -177,33 +248,93 @@ impl TabletReplica {
         self.sm.tablet()
     }
 
-    /// The leader's write path. Returns the write's timestamp and the per-row errors
-    /// (by position in `ops`).
-    pub async fn write(
-        self: &Arc<Self>,
-        ops: Vec<RowOp>,
-    ) -> Result<(HybridTime, Vec<(usize, RowError)>)> {
+    /// Looks up `request` (None: no request id) among answered and running attempts.
+    fn register(&self, tablet: &Tablet, request: Option<&RequestId>) -> Attempt {
+        let Some(id) = request else {
+            return Attempt::First(None);
+        };
+        if let Some(a) = tablet.answer_of(id) {
+            return Attempt::Answered(a);
+        }
+        let mut m = self.in_flight.lock();
+        let key = (id.client_id.clone(), id.seq_no);
+        if let Some(rx) = m.get(&key) {
+            return Attempt::Running(rx.clone());
+        }
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        m.insert(key, rx);
+        Attempt::First(Some(tx))
+    }
+
+    /// Waits for another attempt's answer until `deadline`.
+    async fn await_other(
+        mut rx: tokio::sync::watch::Receiver<Option<WriteAnswer>>,
+        deadline: Instant,
+    ) -> Result<WriteAnswer> {
+        let waited = tokio::time::timeout_at(deadline, rx.wait_for(|a| a.is_some())).await;
+        match waited {
+            Ok(Ok(a)) => a
+                .clone()
+                .ok_or_else(|| TserverError::Internal("an attempt's answer vanished".into())),
+            // The first attempt ended without an answer (it failed): retry.
+            Ok(Err(_)) => Err(TserverError::Unavailable(
+                "an earlier attempt of this request failed; retry".into(),
+            )),
+            Err(_) => Err(deadline_passed()),
+        }
+    }
+
+    /// The leader's write path (see the module docs). Returns the write's timestamp
+    /// and the per-row errors (by position in `ops`).
+    pub async fn write(self: &Arc<Self>, ops: Vec<RowOp>, wo: WriteOptions) -> Result<WriteAnswer> {
         self.group.check_leader_ready()?;
-        let me = self.clone();
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            let tablet = me.tablet();
-            let prepared = tablet.prepare_write(ops)?;
-            let errors = prepared.row_errors.clone();
-            if prepared.is_empty() {
-                return Ok((tablet.safe_time(), errors));
-            }
-            // Row locks are held until the batch is applied on this leader.
-            let _locks = tablet.lock_rows(&prepared);
-            let (ts, resp) =
-                me.propose_blocking(&handle, &tablet, || tablet.start_write(&prepared))?;
-            Ok((
-                ts,
-                merge_apply_errors(errors, &resp, |p| prepared.batch_position(p)),
-            ))
+        let tablet = self.tablet();
+        let done = match self.register(&tablet, wo.request.as_ref()) {
+            Attempt::Answered(a) => return Ok(a),
+            Attempt::Running(rx) => return Self::await_other(rx, wo.deadline).await,
+            Attempt::First(tx) => tx,
+        };
+        let guard = InFlightGuard {
+            replica: self.clone(),
+            key: wo.request.as_ref().map(|r| (r.client_id.clone(), r.seq_no)),
+        };
+        let deadline = wo.deadline;
+        let atomic = wo.atomic;
+        let t = tablet.clone();
+        let (prepared, locks) = tokio::task::spawn_blocking(move || {
+            let mut p = t.prepare_write(ops)?;
+            let locks = t.lock_rows(&p, deadline.into_std())?;
+            t.check_write(&mut p, atomic, deadline.into_std())?;
+            Ok::<_, TserverError>((p, locks))
         })
         .await
-        .map_err(|e| TserverError::Internal(format!("write task failed: {e}")))?
+        .map_err(|e| TserverError::Internal(format!("write task failed: {e}")))??;
+        if prepared.is_empty() {
+            // Nothing to replicate, nothing changed: a retry recomputes the same.
+            return Ok((tablet.safe_time(), prepared.row_errors));
+        }
+        let record = wo.request.clone().map(|id| prepared.request_record(id));
+        let answered_by_record = record.is_some();
+        let early = prepared.row_errors.clone();
+        let t = tablet.clone();
+        let prepared = Arc::new(prepared);
+        let p = prepared.clone();
+        self.replicate(
+            Proposal {
+                tablet,
+                answered_by_record,
+                early,
+                to_batch: move |i| prepared.batch_position(i),
+                hold: locks,
+                done,
+                guard,
+                // Tests make the answer late here, as a slow network would.
+                reply_failpoint: || fail::fail_point!("tserver::write::reply"),
+                deadline,
+            },
+            move || t.start_write(&p, atomic, record),
+        )
+        .await
     }
 
     /// The leader's bulk-insert path: checks the rows, replicates them as one record
@@ -212,43 +343,81 @@ impl TabletReplica {
     pub async fn bulk_insert(
         self: &Arc<Self>,
         rows: arrow::array::RecordBatch,
-    ) -> Result<(HybridTime, Vec<(usize, RowError)>)> {
+        request: Option<RequestId>,
+        deadline: Instant,
+    ) -> Result<WriteAnswer> {
         self.group.check_leader_ready()?;
-        let me = self.clone();
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            let tablet = me.tablet();
-            let prepared = tablet.prepare_bulk(&rows)?;
-            drop(rows);
-            let errors = prepared.row_errors.clone();
-            if prepared.is_empty() {
-                return Ok((tablet.safe_time(), errors));
-            }
-            let (ts, resp) =
-                me.propose_blocking(&handle, &tablet, || tablet.start_bulk(&prepared))?;
-            Ok((
-                ts,
-                merge_apply_errors(errors, &resp, |p| prepared.batch_position(p)),
-            ))
-        })
+        let tablet = self.tablet();
+        let done = match self.register(&tablet, request.as_ref()) {
+            Attempt::Answered(a) => return Ok(a),
+            Attempt::Running(rx) => return Self::await_other(rx, deadline).await,
+            Attempt::First(tx) => tx,
+        };
+        let guard = InFlightGuard {
+            replica: self.clone(),
+            key: request.as_ref().map(|r| (r.client_id.clone(), r.seq_no)),
+        };
+        let t = tablet.clone();
+        let prepared = tokio::task::spawn_blocking(move || t.prepare_bulk(&rows))
+            .await
+            .map_err(|e| TserverError::Internal(format!("bulk insert task failed: {e}")))??;
+        if prepared.is_empty() {
+            return Ok((tablet.safe_time(), prepared.row_errors));
+        }
+        let pending = tablet.register_bulk(&prepared);
+        let record = request.map(|id| prepared.request_record(id));
+        let answered_by_record = record.is_some();
+        let early = prepared.row_errors.clone();
+        let t = tablet.clone();
+        let prepared = Arc::new(prepared);
+        let p = prepared.clone();
+        self.replicate(
+            Proposal {
+                tablet,
+                answered_by_record,
+                early,
+                to_batch: move |i| prepared.batch_position(i),
+                hold: pending,
+                done,
+                guard,
+                reply_failpoint: || fail::fail_point!("tserver::bulk::reply"),
+                deadline,
+            },
+            move || t.start_bulk(&p, record),
+        )
         .await
-        .map_err(|e| TserverError::Internal(format!("bulk insert task failed: {e}")))?
     }
 
-    /// Takes a timestamp and its record from `start` and submits the record to Raft
-    /// under the proposal order lock (so log order is timestamp order), then waits
-    /// until this replica has applied it. Returns the timestamp and what applying
-    /// returned. Runs on a blocking thread.
-    fn propose_blocking(
-        &self,
-        handle: &tokio::runtime::Handle,
-        tablet: &Tablet,
+    /// Proposes a leader's record and waits for this leader to apply it (see the
+    /// module docs): under the proposal lock `start` takes the timestamp and encodes the
+    /// record, which is submitted to Raft at once, so log order is timestamp order. The
+    /// waiting runs in a task of its own that keeps `hold` and the in-flight timestamp
+    /// until the record is applied or can no longer be, even after `deadline` answered
+    /// the client `Unavailable`.
+    async fn replicate<H, F>(
+        self: &Arc<Self>,
+        p: Proposal<H, F>,
         start: impl FnOnce() -> (HybridTime, Vec<u8>),
-    ) -> Result<(HybridTime, Vec<u8>)> {
+    ) -> Result<WriteAnswer>
+    where
+        H: Send + 'static,
+        F: Fn(usize) -> usize + Send + 'static,
+    {
+        let Proposal {
+            tablet,
+            answered_by_record,
+            early,
+            to_batch,
+            hold,
+            done,
+            guard,
+            reply_failpoint,
+            deadline,
+        } = p;
         let (ts, rx) = {
-            let _order = self.propose.blocking_lock();
+            let _order = self.propose.lock().await;
             let (ts, rec) = start();
-            match handle.block_on(self.group.submit(rec)) {
+            match self.group.submit(rec).await {
                 Ok(rx) => (ts, rx),
                 Err(e) => {
                     tablet.finish_write(ts);
@@ -256,51 +425,147 @@ impl TabletReplica {
                 }
             }
         };
-        let res = handle.block_on(self.group.wait_response(rx));
-        tablet.finish_write(ts);
-        Ok((ts, res?))
+        let me = self.clone();
+        let waiter = tokio::spawn(async move {
+            let res = me.group.wait_response(rx).await;
+            tablet.finish_write(ts);
+            drop(hold);
+            let answer = res.map_err(TserverError::from).and_then(|resp| {
+                let errs = decode_row_errors(&resp)
+                    .map_err(|e| TserverError::Internal(format!("bad apply answer: {e}")))?;
+                Ok(if answered_by_record {
+                    // The tablet's answer already covers the whole batch.
+                    (ts, errs)
+                } else {
+                    let mut all = early;
+                    all.extend(errs.into_iter().map(|(i, e)| (to_batch(i), e)));
+                    all.sort_by_key(|(i, _)| *i);
+                    (ts, all)
+                })
+            });
+            if let (Some(tx), Ok(a)) = (&done, &answer) {
+                let _ = tx.send(Some(a.clone()));
+            }
+            drop(guard);
+            reply_failpoint();
+            answer
+        });
+        match tokio::time::timeout_at(deadline, waiter).await {
+            Ok(joined) => {
+                joined.map_err(|e| TserverError::Internal(format!("write task failed: {e}")))?
+            }
+            Err(_) => Err(deadline_passed()),
+        }
     }
 
-    /// Resolves the read mode of a scan on this replica. `READ_LATEST` needs the
-    /// leader; a snapshot read on a follower first learns from the leader which log
-    /// index makes the timestamp safe, and waits to apply it (`safe_index` asks the
-    /// leader).
-    pub async fn read_mode<F, Fut>(&self, snapshot: Option<u64>, safe_index: F) -> Result<ReadMode>
+    /// Resolves the read mode of a scan on this replica (every wait until `deadline`):
+    /// - `READ_LATEST` needs the leader, its leadership confirmed by a quorum;
+    /// - a snapshot at a given timestamp is read on any replica: a follower first
+    ///   learns from the leader which log index makes it safe (`safe_index` asks the
+    ///   leader, which confirms its leadership) and waits to apply it;
+    /// - a snapshot at timestamp 0 ("now", READ_YOUR_WRITES) takes the confirmed
+    ///   leader's current time, which is past every write acknowledged before: a
+    ///   follower's own clock may lag it.
+    pub async fn read_mode<F, Fut>(
+        &self,
+        snapshot: Option<u64>,
+        deadline: Instant,
+        safe_index: F,
+    ) -> Result<ReadMode>
     where
         F: FnOnce(String, u64) -> Fut,
-        Fut: std::future::Future<Output = Result<u64>>,
+        Fut: std::future::Future<Output = Result<(u64, u64)>>,
     {
         let tablet = self.tablet();
-        match snapshot {
-            None => {
-                self.group.check_leader_ready()?;
-                Ok(ReadMode::Latest)
-            }
-            Some(ts) => {
-                let ts = if ts == 0 { tablet.clock().now().0 } else { ts };
-                if self.group.check_leader_ready().is_ok() {
-                    let t = tablet.clone();
-                    tokio::task::spawn_blocking(move || {
-                        t.snapshot_for(ReadMode::Snapshot(HybridTime(ts)))
-                    })
-                    .await
-                    .map_err(|e| TserverError::Internal(e.to_string()))??;
-                    return Ok(ReadMode::Snapshot(HybridTime(ts)));
-                }
-                let st = self.group.status();
-                let leader_addr = st.leader.and_then(|l| st.voters.get(&l).cloned()).ok_or(
-                    cairn_consensus::ConsensusError::NotLeader {
-                        leader: None,
-                        leader_addr: None,
-                    },
-                )?;
-                let index = safe_index(leader_addr, ts).await?;
-                self.group
-                    .wait_applied(index, Duration::from_secs(10))
-                    .await?;
-                tablet.clock().update(HybridTime(ts));
-                Ok(ReadMode::Snapshot(HybridTime(ts)))
-            }
+        let Some(ts) = snapshot else {
+            self.group.confirm_leadership(deadline).await?;
+            return Ok(ReadMode::Latest);
+        };
+        if ts != 0 {
+            tablet.clock().check(HybridTime(ts))?;
+        }
+        if self.group.check_leader_ready().is_ok() {
+            let ts = if ts == 0 {
+                self.group.confirm_leadership(deadline).await?;
+                tablet.clock().now()
+            } else {
+                HybridTime(ts)
+            };
+            let t = tablet.clone();
+            tokio::task::spawn_blocking(move || t.snapshot_for(ReadMode::Snapshot(ts)))
+                .await
+                .map_err(|e| TserverError::Internal(e.to_string()))??;
+            return Ok(ReadMode::Snapshot(ts));
+        }
+        let st = self.group.status();
+        let leader_addr = st.leader.and_then(|l| st.voters.get(&l).cloned()).ok_or(
+            cairn_consensus::ConsensusError::NotLeader {
+                leader: None,
+                leader_addr: None,
+            },
+        )?;
+        let (index, ts) = tokio::time::timeout_at(deadline, safe_index(leader_addr, ts))
+            .await
+            .map_err(|_| deadline_passed())??;
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.group.wait_applied(index, left).await?;
+        let ts = HybridTime(ts);
+        tablet.clock().observe(ts)?;
+        Ok(ReadMode::Snapshot(ts))
+    }
+
+    /// The leader's side of a follower snapshot read: once leadership is confirmed and
+    /// no write at or below the snapshot is in flight, the log index a follower must
+    /// have applied to read at it, and the snapshot (`ts`, or the leader's current time
+    /// when `ts` is 0).
+    pub async fn safe_index(&self, ts: u64, deadline: Instant) -> Result<(u64, u64)> {
+        self.group.confirm_leadership(deadline).await?;
+        let tablet = self.tablet();
+        let ts = if ts == 0 {
+            tablet.clock().now()
+        } else {
+            HybridTime(ts)
+        };
+        tokio::task::spawn_blocking(move || tablet.snapshot_for(ReadMode::Snapshot(ts)))
+            .await
+            .map_err(|e| TserverError::Internal(e.to_string()))??;
+        Ok((self.group.status().last_applied, ts.0))
+    }
+
+    /// Replicates a schema change record and waits (until `deadline`) for it to apply.
+    pub async fn propose_alter(&self, record: Vec<u8>, deadline: Instant) -> Result<()> {
+        let rx = {
+            let _order = self.propose.lock().await;
+            self.group.submit(record).await?
+        };
+        tokio::time::timeout_at(deadline, self.group.wait_response(rx))
+            .await
+            .map_err(|_| deadline_passed())??;
+        Ok(())
+    }
+}
+
+/// Unregisters a request attempt when its waiting ends.
+struct InFlightGuard {
+    replica: Arc<TabletReplica>,
+    key: Option<(String, u64)>,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if let Some(k) = &self.key {
+            self.replica.in_flight.lock().remove(k);
         }
     }
 }
+
+fn deadline_passed() -> TserverError {
+    TserverError::Unavailable(
+        "the request's deadline passed before the write was replicated (a leader may be cut \
+         off from its followers); it may still be applied: retry with the same request id"
+            .into(),
+    )
+}
+
+/// The default deadline of a request without one.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(20);

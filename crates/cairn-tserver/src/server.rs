@@ -39,6 +39,9 @@ pub struct TserverOptions {
     pub group: GroupOptions,
     /// Storage tunables.
     pub tablet: TabletOptions,
+    /// How far ahead of this server's clock a timestamp from a client or peer may be
+    /// (Kudu's `max_clock_error`; 500 ms).
+    pub max_clock_offset: Duration,
 }
 
 impl TserverOptions {
@@ -53,6 +56,7 @@ impl TserverOptions {
             scanner_ttl: Duration::from_secs(60),
             group: GroupOptions::default(),
             tablet: TabletOptions::default(),
+            max_clock_offset: cairn_common::clock::DEFAULT_MAX_OFFSET,
         }
     }
 }
@@ -110,7 +114,7 @@ impl TabletServer {
         let manager = TabletManager::new(
             &opts.data_dir,
             node_id,
-            Arc::new(HybridClock::new()),
+            Arc::new(HybridClock::with_max_offset(opts.max_clock_offset)),
             opts.tablet.clone(),
             opts.group.clone(),
             pool.clone(),

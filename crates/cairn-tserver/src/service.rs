@@ -12,10 +12,10 @@ use cairn_tablet::{ReadMode, ScanSpec, Scanner};
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
-use crate::convert::{decode_ipc, encode_ipc, row_error, row_ops};
+use crate::convert::{decode_ipc, encode_ipc, request_id, row_error, row_ops};
 use crate::error::{Result, TserverError};
 use crate::manager::TabletManager;
-use crate::replica::TabletReplica;
+use crate::replica::{DEFAULT_DEADLINE, TabletReplica, WriteOptions};
 
 struct OpenScanner {
     scanner: Scanner,
@@ -61,10 +61,13 @@ impl TabletService {
         Ok(replica)
     }
 
-    fn observe(&self, ts: u64) {
+    /// Observes a client's propagated timestamp (refused if it lies beyond the clock's
+    /// maximum offset: it must not move this server's clock).
+    fn observe(&self, ts: u64) -> Result<()> {
         if ts > 0 {
-            self.manager.clock().update(HybridTime(ts));
+            self.manager.clock().observe(HybridTime(ts))?;
         }
+        Ok(())
     }
 
     async fn resolve_mode(
@@ -72,6 +75,7 @@ impl TabletService {
         replica: &Arc<TabletReplica>,
         mode: i32,
         ts: u64,
+        deadline: tokio::time::Instant,
     ) -> Result<ReadMode> {
         let snapshot = if mode == pb::ReadMode::ReadAtSnapshot as i32 {
             Some(ts)
@@ -81,7 +85,7 @@ impl TabletService {
         let pool = self.manager.pool().clone();
         let tablet_id = replica.meta.tablet_id.clone();
         replica
-            .read_mode(snapshot, move |addr, ts| async move {
+            .read_mode(snapshot, deadline, move |addr, ts| async move {
                 let ch = pool
                     .get(&addr)
                     .map_err(|e| TserverError::Unavailable(e.to_string()))?;
@@ -97,8 +101,9 @@ impl TabletService {
                             "asking the leader at {addr} for a safe index: {}",
                             s.message()
                         ))
-                    })?;
-                Ok(r.into_inner().index)
+                    })?
+                    .into_inner();
+                Ok((r.index, r.timestamp))
             })
             .await
     }
@@ -109,8 +114,9 @@ impl TabletService {
     pub async fn scan_batches(
         &self,
         req: pb::ScanRequest,
+        deadline: tokio::time::Instant,
     ) -> Result<(pb::InProcessScan, Option<arrow::datatypes::SchemaRef>)> {
-        self.observe(req.propagated_timestamp);
+        self.observe(req.propagated_timestamp)?;
         if req.close && !req.scanner_id.is_empty() {
             // Closing: drop the scanner without reading on.
             self.scanners.lock().remove(&req.scanner_id);
@@ -128,7 +134,7 @@ impl TabletService {
         let mut scanner = if req.scanner_id.is_empty() {
             let replica = self.manager.get(&req.tablet_id)?;
             let mode = self
-                .resolve_mode(&replica, req.read_mode, req.snapshot_timestamp)
+                .resolve_mode(&replica, req.read_mode, req.snapshot_timestamp, deadline)
                 .await?;
             let predicates: Vec<ColumnPredicate> = if req.predicates_json.is_empty() {
                 vec![]
@@ -215,10 +221,12 @@ impl TabletService {
         &self,
         req: pb::BulkInsertRequest,
         rows: arrow::array::RecordBatch,
+        deadline: tokio::time::Instant,
     ) -> Result<pb::WriteResponse> {
-        self.observe(req.propagated_timestamp);
+        self.observe(req.propagated_timestamp)?;
         let replica = self.leader_replica(&req.tablet_id)?;
-        let (ts, errs) = replica.bulk_insert(rows).await?;
+        let request = request_id(req.request_id.as_ref())?;
+        let (ts, errs) = replica.bulk_insert(rows, request, deadline).await?;
         Ok(pb::WriteResponse {
             row_errors: errs.iter().map(|(i, e)| row_error(*i, e)).collect(),
             timestamp: ts.0,
@@ -226,17 +234,57 @@ impl TabletService {
     }
 
     /// The `Write` RPC for a caller in this process.
-    pub async fn write_ops(&self, req: pb::WriteRequest) -> Result<pb::WriteResponse> {
-        self.observe(req.propagated_timestamp);
+    pub async fn write_ops(
+        &self,
+        req: pb::WriteRequest,
+        deadline: tokio::time::Instant,
+    ) -> Result<pb::WriteResponse> {
+        self.observe(req.propagated_timestamp)?;
         let replica = self.leader_replica(&req.tablet_id)?;
         let schema = replica.tablet().schema();
         let ops = row_ops(&schema, &req.batches)?;
-        let (ts, errs) = replica.write(ops).await?;
+        let wo = WriteOptions {
+            atomic: req.atomic,
+            request: request_id(req.request_id.as_ref())?,
+            deadline,
+        };
+        let (ts, errs) = replica.write(ops, wo).await?;
         Ok(pb::WriteResponse {
             row_errors: errs.iter().map(|(i, e)| row_error(*i, e)).collect(),
             timestamp: ts.0,
         })
     }
+}
+
+/// The deadline of a call without one.
+fn default_deadline() -> tokio::time::Instant {
+    tokio::time::Instant::now() + DEFAULT_DEADLINE
+}
+
+/// A request's deadline: its `grpc-timeout` (capped at the default), else the default.
+fn deadline_of<T>(req: &Request<T>) -> tokio::time::Instant {
+    let timeout = req
+        .metadata()
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout)
+        .map_or(DEFAULT_DEADLINE, |t| t.min(DEFAULT_DEADLINE));
+    tokio::time::Instant::now() + timeout
+}
+
+/// Parses a `grpc-timeout` header value (an integer and a unit: H, M, S, m, u, n).
+fn parse_grpc_timeout(v: &str) -> Option<Duration> {
+    let (num, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = num.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// A replica's report for the master.
@@ -270,7 +318,13 @@ pub fn report(r: &TabletReplica) -> pb::TabletReport {
         last_log_index: st.last_log_index,
         num_rows_estimate: (stats.disk_rows + stats.mrs_rows) as u64,
         disk_bytes: stats.disk_bytes,
-        state: "RUNNING".into(),
+        // A replica whose tablet failed (a log or metadata write failed: disk full,
+        // I/O error) or whose group stopped is reported FAILED; the master replaces it.
+        state: if r.tablet().failure().is_some() || st.role == ReplicaRole::Shutdown {
+            "FAILED".into()
+        } else {
+            "RUNNING".into()
+        },
         millis_since_contact: Default::default(),
         column_stats_json: Default::default(),
     }
@@ -313,13 +367,17 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::WriteRequest>,
     ) -> Result<Response<pb::WriteResponse>, Status> {
-        Ok(Response::new(self.write_ops(request.into_inner()).await?))
+        let deadline = deadline_of(&request);
+        Ok(Response::new(
+            self.write_ops(request.into_inner(), deadline).await?,
+        ))
     }
 
     async fn bulk_insert(
         &self,
         request: Request<pb::BulkInsertRequest>,
     ) -> Result<Response<pb::WriteResponse>, Status> {
+        let deadline = deadline_of(&request);
         let mut req = request.into_inner();
         let batches = decode_ipc(&req.arrow_ipc)?;
         req.arrow_ipc = Default::default();
@@ -332,14 +390,17 @@ impl pb::tablet_server_server::TabletServer for TabletService {
                 );
             }
         };
-        Ok(Response::new(self.bulk_insert_rows(req, rows).await?))
+        Ok(Response::new(
+            self.bulk_insert_rows(req, rows, deadline).await?,
+        ))
     }
 
     async fn scan(
         &self,
         request: Request<pb::ScanRequest>,
     ) -> Result<Response<pb::ScanResponse>, Status> {
-        let (scan, schema) = self.scan_batches(request.into_inner()).await?;
+        let deadline = deadline_of(&request);
+        let (scan, schema) = self.scan_batches(request.into_inner(), deadline).await?;
         let mut response = scan.response;
         if let Some(schema) = schema {
             response.arrow_ipc = encode_ipc(&schema, &scan.batches)?.into();
@@ -385,6 +446,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::ChecksumRequest>,
     ) -> Result<Response<pb::ChecksumResponse>, Status> {
+        let deadline = deadline_of(&request);
         let req = request.into_inner();
         let replica = self.manager.get(&req.tablet_id)?;
         let mode = self
@@ -392,6 +454,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
                 &replica,
                 pb::ReadMode::ReadAtSnapshot as i32,
                 req.snapshot_timestamp,
+                deadline,
             )
             .await?;
         let tablet = replica.tablet();
@@ -471,23 +534,18 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::SafeIndexRequest>,
     ) -> Result<Response<pb::SafeIndexResponse>, Status> {
+        let deadline = deadline_of(&request);
         let req = request.into_inner();
         let replica = self.leader_replica(&req.tablet_id)?;
-        let tablet = replica.tablet();
-        let ts = HybridTime(req.timestamp);
-        tokio::task::spawn_blocking(move || tablet.snapshot_for(ReadMode::Snapshot(ts)))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))?
-            .map_err(TserverError::from)?;
-        Ok(Response::new(pb::SafeIndexResponse {
-            index: replica.group.status().last_applied,
-        }))
+        let (index, timestamp) = replica.safe_index(req.timestamp, deadline).await?;
+        Ok(Response::new(pb::SafeIndexResponse { index, timestamp }))
     }
 
     async fn alter_schema(
         &self,
         request: Request<pb::AlterSchemaRequest>,
     ) -> Result<Response<pb::AlterSchemaResponse>, Status> {
+        let deadline = deadline_of(&request);
         let req = request.into_inner();
         let replica = self.leader_replica(&req.tablet_id)?;
         let steps: Vec<cairn_common::AlterOp> = serde_json::from_slice(&req.steps_json)
@@ -508,11 +566,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
                     .tablet()
                     .prepare_alter(step)
                     .map_err(TserverError::from)?;
-                replica
-                    .group
-                    .propose(rec)
-                    .await
-                    .map_err(TserverError::from)?;
+                replica.propose_alter(rec, deadline).await?;
             }
         }
         Ok(Response::new(pb::AlterSchemaResponse {
@@ -527,7 +581,7 @@ impl pb::InProcessTabletServer for TabletService {
         req: pb::ScanRequest,
     ) -> futures::future::BoxFuture<'static, std::result::Result<pb::InProcessScan, Status>> {
         let svc = self.clone();
-        Box::pin(async move { Ok(svc.scan_batches(req).await?.0) })
+        Box::pin(async move { Ok(svc.scan_batches(req, default_deadline()).await?.0) })
     }
 
     fn write(
@@ -535,7 +589,7 @@ impl pb::InProcessTabletServer for TabletService {
         req: pb::WriteRequest,
     ) -> futures::future::BoxFuture<'static, std::result::Result<pb::WriteResponse, Status>> {
         let svc = self.clone();
-        Box::pin(async move { Ok(svc.write_ops(req).await?) })
+        Box::pin(async move { Ok(svc.write_ops(req, default_deadline()).await?) })
     }
 
     fn bulk_insert(
@@ -544,6 +598,6 @@ impl pb::InProcessTabletServer for TabletService {
         rows: arrow::array::RecordBatch,
     ) -> futures::future::BoxFuture<'static, std::result::Result<pb::WriteResponse, Status>> {
         let svc = self.clone();
-        Box::pin(async move { Ok(svc.bulk_insert_rows(req, rows).await?) })
+        Box::pin(async move { Ok(svc.bulk_insert_rows(req, rows, default_deadline()).await?) })
     }
 }
