@@ -122,6 +122,7 @@ fn row_sqlstate(kind: RowErrorKind) -> &'static str {
     match kind {
         RowErrorKind::AlreadyPresent => "23505",
         RowErrorKind::NotFound => "02000",
+        RowErrorKind::Conflict | RowErrorKind::ConditionFailed | RowErrorKind::Aborted => "40001",
         _ => "22023",
     }
 }

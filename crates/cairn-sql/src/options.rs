@@ -27,8 +27,11 @@ extensions_options! {
         /// Replicas per tablet for a table created without WITH (replicas = n) (0: the
         /// master's default).
         pub default_replicas: u32, default = 0
-        /// Rows per write request of INSERT, UPDATE, DELETE and COPY.
+        /// Rows per write request of COPY and of the native client's sessions.
         pub write_batch_rows: usize, default = 1000
+        /// A statement writes each tablet's share of its rows as one all-or-nothing
+        /// request up to this many rows; a larger share is written in several.
+        pub max_atomic_rows: usize, default = 100000
     }
 }
 

@@ -17,6 +17,7 @@ use datafusion::catalog::Session;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Constraint, Constraints, Result};
 use datafusion::datasource::{TableProvider, TableType, provider_as_source};
+use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, TableProviderFilterPushDown, cast, col};
 use datafusion::physical_plan::ExecutionPlan;
@@ -28,7 +29,7 @@ use crate::partitioning::HashIdentity;
 use crate::pushdown::{pushdown_kind, translate};
 use crate::scan::{CairnScanExec, ScanSpec};
 use crate::types::value_to_scalar;
-use crate::write::{CairnWriteExec, WriteKind};
+use crate::write::{CairnWriteExec, Requery, WriteKind};
 
 /// A Cairn table for DataFusion.
 #[derive(Debug, Clone)]
@@ -102,7 +103,7 @@ impl CairnTable {
 
     /// The plan producing the key columns (then `extra` expressions) of the rows
     /// matching `filters`.
-    async fn matching_rows(
+    pub(crate) async fn matching_rows(
         &self,
         state: &dyn Session,
         filters: Vec<Expr>,
@@ -135,15 +136,38 @@ impl CairnTable {
         state: &dyn Session,
         kind: WriteKind,
         input: Arc<dyn ExecutionPlan>,
+        requery: Option<Requery>,
     ) -> Arc<dyn ExecutionPlan> {
-        let batch_rows = Self::options(state).write_batch_rows;
+        let opts = Self::options(state);
         Arc::new(CairnWriteExec::new(
             self.client.clone(),
             self.table.clone(),
             kind,
             input,
-            batch_rows,
+            opts.write_batch_rows,
+            opts.max_atomic_rows,
+            requery,
         ))
+    }
+
+    /// How an UPDATE or DELETE reads changed rows again (see [`Requery`]).
+    fn requery(&self, state: &dyn Session, filters: &[Expr], extra: &[Expr]) -> Result<Requery> {
+        let state = state
+            .as_any()
+            .downcast_ref::<SessionState>()
+            .cloned()
+            .ok_or_else(|| {
+                df_err(SqlError::other(
+                    "XX000",
+                    "UPDATE and DELETE need a DataFusion session state",
+                ))
+            })?;
+        Ok(Requery {
+            provider: self.clone(),
+            state,
+            filters: filters.to_vec(),
+            extra: extra.to_vec(),
+        })
     }
 }
 
@@ -310,7 +334,7 @@ impl TableProvider for CairnTable {
                 )));
             }
         };
-        Ok(self.write_exec(state, WriteKind::Insert(mode), input))
+        Ok(self.write_exec(state, WriteKind::Insert(mode), input, None))
     }
 
     async fn delete_from(
@@ -318,8 +342,9 @@ impl TableProvider for CairnTable {
         state: &dyn Session,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let requery = self.requery(state, &filters, &[])?;
         let input = self.matching_rows(state, filters, vec![]).await?;
-        Ok(self.write_exec(state, WriteKind::Delete, input))
+        Ok(self.write_exec(state, WriteKind::Delete, input, Some(requery)))
     }
 
     async fn update(
@@ -357,9 +382,10 @@ impl TableProvider for CairnTable {
                     vec![],
                 )
                 .await?;
-            return Ok(self.write_exec(state, WriteKind::Delete, input));
+            return Ok(self.write_exec(state, WriteKind::Delete, input, None));
         }
+        let requery = self.requery(state, &filters, &exprs)?;
         let input = self.matching_rows(state, filters, exprs).await?;
-        Ok(self.write_exec(state, WriteKind::Update { columns }, input))
+        Ok(self.write_exec(state, WriteKind::Update { columns }, input, Some(requery)))
     }
 }

@@ -646,6 +646,8 @@ impl SqlSession {
             WriteKind::Insert(InsertMode::Insert),
             stream,
             opts.write_batch_rows,
+            opts.max_atomic_rows,
+            state.task_ctx(),
         )
         .await?;
         Ok(QueryResult::Count {

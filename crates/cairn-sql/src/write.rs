@@ -1,11 +1,29 @@
-//! `CairnWriteExec`: INSERT, UPSERT, UPDATE, DELETE and COPY as keyed row operations.
+//! `CairnWriteExec`: INSERT, UPSERT, UPDATE and DELETE as keyed row operations.
 //!
-//! Its input produces rows; each row becomes one [`Operation`] sent through a
-//! [`WriteSession`] that batches rows per tablet and writes in the background. The
-//! node returns one row with the number of rows written (`count`), as DataFusion
-//! expects of DML. Like Kudu, a statement is not atomic across rows: when a row is
-//! rejected the statement fails with that row's error, and the rows written before it
-//! stay written (the error says how many).
+//! Its input produces rows; each row becomes one [`Operation`]. What a statement
+//! guarantees:
+//!
+//! - **Atomic per tablet.** A statement's changes to one tablet are written as one
+//!   all-or-nothing request (one Raft record, one timestamp): they become visible
+//!   together, and if any row fails (a duplicate key) none of that tablet's rows is
+//!   written. Across tablets a statement is not atomic: the tablets are written one
+//!   request each, and a failure on one leaves the others written (the error says how
+//!   many rows were). A statement changing more than `cairn.max_atomic_rows` rows of
+//!   one tablet is written in several such requests.
+//! - **No lost updates.** UPDATE and DELETE read the matching rows at the statement's
+//!   snapshot and write each change on the condition that the row has not changed
+//!   since ([`cairn_client::Condition::unchanged_since`], checked by the tablet leader
+//!   under the row lock). Rows that did change are read again at a new snapshot, their
+//!   WHERE clause and SET expressions evaluated again on the new values, and written
+//!   again — as PostgreSQL's READ COMMITTED re-checks a row an UPDATE finds updated. So
+//!   `SET c = c + 1` from many clients counts every increment, and a DELETE racing an
+//!   UPDATE decides on the row's latest values. After [`MAX_REEVALUATIONS`] rounds of
+//!   conflicts the statement fails with SQLSTATE 40001 (retry it).
+//! - **Exactly once.** Every request carries the client's request id, so a retry after
+//!   a lost answer does not apply a change twice.
+//!
+//! The node returns one row with the number of rows written (`count`), as DataFusion
+//! expects of DML.
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,6 +37,8 @@ use cairn_proto::RowErrorKind;
 use datafusion::common::Result;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::TaskContext;
+use datafusion::execution::context::SessionState;
+use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -29,7 +49,12 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use crate::error::{SqlError, df_err};
-use crate::options::InsertMode;
+use crate::options::{InsertMode, StatementContext};
+use crate::provider::CairnTable;
+
+/// How many times an UPDATE or DELETE re-reads rows that changed under it before it
+/// gives up with SQLSTATE 40001.
+pub const MAX_REEVALUATIONS: usize = 100;
 
 /// What each input row turns into.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +70,85 @@ pub enum WriteKind {
     Delete,
 }
 
+/// Plans the rows of an UPDATE or DELETE again for some keys, at a fresh snapshot:
+/// the same WHERE clause and SET expressions, restricted to those keys.
+#[derive(Clone)]
+pub struct Requery {
+    /// The table.
+    pub(crate) provider: CairnTable,
+    /// The statement's session state (a fresh statement context is set per round).
+    pub(crate) state: SessionState,
+    /// The statement's WHERE clause, as conjuncts.
+    pub(crate) filters: Vec<Expr>,
+    /// The SET expressions (UPDATE), after the key columns.
+    pub(crate) extra: Vec<Expr>,
+}
+
+impl fmt::Debug for Requery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Requery({})", self.provider.table().name)
+    }
+}
+
+impl Requery {
+    /// The plan producing the rows among `keys` (key values in key-column order) that
+    /// still match, and the statement context whose snapshot it reads at.
+    async fn plan(
+        &self,
+        keys: &[Vec<Value>],
+    ) -> Result<(Arc<dyn ExecutionPlan>, Arc<StatementContext>)> {
+        let schema = &self.provider.table().schema;
+        let key_cols: Vec<Expr> = schema
+            .key_indexes()
+            .iter()
+            .map(|&i| {
+                datafusion::logical_expr::col(datafusion::common::Column::new_unqualified(
+                    schema.column(i).name.clone(),
+                ))
+            })
+            .collect();
+        let lit = |v: &Value, i: usize| {
+            Expr::Literal(
+                crate::types::value_to_scalar(v, &schema.column(schema.key_indexes()[i]).data_type),
+                None,
+            )
+        };
+        let key_filter = if key_cols.len() == 1 {
+            key_cols[0]
+                .clone()
+                .in_list(keys.iter().map(|k| lit(&k[0], 0)).collect(), false)
+        } else {
+            keys.iter()
+                .map(|k| {
+                    key_cols
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| c.clone().eq(lit(&k[i], i)))
+                        .reduce(Expr::and)
+                        .unwrap_or(Expr::Literal(
+                            datafusion::common::ScalarValue::Boolean(Some(false)),
+                            None,
+                        ))
+                })
+                .reduce(Expr::or)
+                .unwrap_or(Expr::Literal(
+                    datafusion::common::ScalarValue::Boolean(Some(false)),
+                    None,
+                ))
+        };
+        let ctx = StatementContext::new(None, InsertMode::Insert);
+        let mut state = self.state.clone();
+        state.config_mut().set_extension(ctx.clone());
+        let mut filters = self.filters.clone();
+        filters.push(key_filter);
+        let plan = self
+            .provider
+            .matching_rows(&state, filters, self.extra.clone())
+            .await?;
+        Ok((plan, ctx))
+    }
+}
+
 /// Writes its input's rows into a Cairn table and returns the count.
 #[derive(Debug)]
 pub struct CairnWriteExec {
@@ -53,6 +157,8 @@ pub struct CairnWriteExec {
     kind: WriteKind,
     input: Arc<dyn ExecutionPlan>,
     batch_rows: usize,
+    max_atomic_rows: usize,
+    requery: Option<Requery>,
     props: Arc<PlanProperties>,
 }
 
@@ -66,13 +172,16 @@ pub fn count_schema() -> SchemaRef {
 }
 
 impl CairnWriteExec {
-    /// A write of `input`'s rows as `kind` into `table`.
+    /// A write of `input`'s rows as `kind` into `table`. `requery` (UPDATE and DELETE)
+    /// re-reads rows that changed after the statement read them.
     pub fn new(
         client: Client,
         table: Table,
         kind: WriteKind,
         input: Arc<dyn ExecutionPlan>,
         batch_rows: usize,
+        max_atomic_rows: usize,
+        requery: Option<Requery>,
     ) -> Self {
         let props = PlanProperties::new(
             EquivalenceProperties::new(count_schema()),
@@ -86,6 +195,8 @@ impl CairnWriteExec {
             kind,
             input,
             batch_rows: batch_rows.max(1),
+            max_atomic_rows: max_atomic_rows.max(1),
+            requery,
             props: Arc::new(props),
         }
     }
@@ -135,6 +246,8 @@ impl ExecutionPlan for CairnWriteExec {
             self.kind.clone(),
             input,
             self.batch_rows,
+            self.max_atomic_rows,
+            self.requery.clone(),
         )))
     }
 
@@ -143,15 +256,19 @@ impl ExecutionPlan for CairnWriteExec {
         _partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let input = execute_stream(self.input.clone(), context)?;
-        let client = self.client.clone();
-        let table = self.table.clone();
-        let kind = self.kind.clone();
-        let batch_rows = self.batch_rows;
+        let statement = context.session_config().get_extension::<StatementContext>();
+        let input = execute_stream(self.input.clone(), context.clone())?;
+        let w = StatementWrite {
+            client: self.client.clone(),
+            table: self.table.clone(),
+            kind: self.kind.clone(),
+            batch_rows: self.batch_rows,
+            max_atomic_rows: self.max_atomic_rows,
+            requery: self.requery.clone(),
+            context,
+        };
         let fut = async move {
-            let n = write_rows(client, table, kind, input, batch_rows)
-                .await
-                .map_err(df_err)?;
+            let n = w.run(input, statement).await.map_err(df_err)?;
             let col: ArrayRef = Arc::new(UInt64Array::from(vec![n]));
             Ok(RecordBatch::try_new(count_schema(), vec![col])?)
         };
@@ -162,24 +279,188 @@ impl ExecutionPlan for CairnWriteExec {
     }
 }
 
-/// Writes every row of `input`; returns the number of rows written.
+/// Writes every row of `input` into `table` as `kind` without a scan of its own
+/// (CREATE TABLE AS): each tablet's share all or nothing. Returns the rows written.
 pub async fn write_rows(
     client: Client,
     table: Table,
     kind: WriteKind,
-    mut input: SendableRecordBatchStream,
+    input: SendableRecordBatchStream,
     batch_rows: usize,
+    max_atomic_rows: usize,
+    context: Arc<TaskContext>,
 ) -> Result<u64, SqlError> {
-    let schema = table.schema.clone();
-    let mut session = client.new_session(&table);
-    session.set_flush_mode(FlushMode::AutoFlushBackground);
-    session.set_batch_rows(batch_rows);
-    let keys: Vec<usize> = schema.key_indexes().to_vec();
-    let mut applied: u64 = 0;
-    let mut row_errors: Vec<RowErrorInfo> = vec![];
-    while let Some(batch) = input.next().await {
-        let batch = batch?;
-        let types: Vec<cairn_common::DataType> = match &kind {
+    StatementWrite {
+        client,
+        table,
+        kind,
+        batch_rows,
+        max_atomic_rows: max_atomic_rows.max(1),
+        requery: None,
+        context,
+    }
+    .run(input, None)
+    .await
+}
+
+/// One statement's write.
+struct StatementWrite {
+    client: Client,
+    table: Table,
+    kind: WriteKind,
+    batch_rows: usize,
+    max_atomic_rows: usize,
+    requery: Option<Requery>,
+    context: Arc<TaskContext>,
+}
+
+/// The rows a round of writes did not write, and why.
+#[derive(Default)]
+struct Round {
+    /// Rows written.
+    written: u64,
+    /// Keys to read again (their row changed, or their tablet's request was aborted
+    /// because another of its rows changed).
+    retry: Vec<Vec<Value>>,
+    /// A row that fails the statement.
+    fatal: Option<RowErrorInfo>,
+}
+
+impl StatementWrite {
+    /// Writes every row of `input`, then re-evaluates rows that changed under the
+    /// statement until none is left; returns the number of rows written.
+    async fn run(
+        &self,
+        input: SendableRecordBatchStream,
+        statement: Option<Arc<StatementContext>>,
+    ) -> Result<u64, SqlError> {
+        let conditional = !matches!(self.kind, WriteKind::Insert(_));
+        if conditional
+            && statement
+                .as_ref()
+                .is_some_and(|s| s.fixed_snapshot.is_some())
+        {
+            return Err(SqlError::other(
+                "0A000",
+                "UPDATE and DELETE change the latest rows and cannot read a past snapshot: \
+                 unset cairn.read_timestamp (or drop AS OF) for this statement",
+            ));
+        }
+        let mut round = self.write_round(input, statement.as_deref()).await?;
+        let mut written = round.written;
+        let mut rounds = 0;
+        while round.fatal.is_none() && !round.retry.is_empty() {
+            let Some(requery) = &self.requery else { break };
+            rounds += 1;
+            if rounds > MAX_REEVALUATIONS {
+                return Err(SqlError::other(
+                    "40001",
+                    format!(
+                        "could not serialize access due to concurrent update: {} row(s) of \
+                         '{}' kept changing under this statement; {written} row(s) were \
+                         written. Retry the statement",
+                        round.retry.len(),
+                        self.table.name
+                    ),
+                ));
+            }
+            let keys = std::mem::take(&mut round.retry);
+            let mut next = Round::default();
+            for chunk in keys.chunks(1000) {
+                let (plan, ctx) = requery.plan(chunk).await.map_err(SqlError::from)?;
+                let stream = execute_stream(plan, self.context.clone())?;
+                let r = self.write_round(stream, Some(&ctx)).await?;
+                next.written += r.written;
+                next.retry.extend(r.retry);
+                if next.fatal.is_none() {
+                    next.fatal = r.fatal;
+                }
+            }
+            written += next.written;
+            round = next;
+        }
+        match round.fatal {
+            None => Ok(written),
+            Some(first) => Err(self.row_failure(first, written)),
+        }
+    }
+
+    /// Writes the rows of `input` once: each tablet's share all or nothing, UPDATE and
+    /// DELETE on the condition that their row is unchanged since `statement`'s snapshot.
+    async fn write_round(
+        &self,
+        mut input: SendableRecordBatchStream,
+        statement: Option<&StatementContext>,
+    ) -> Result<Round, SqlError> {
+        let schema = self.table.schema.clone();
+        let mut session = self.client.new_session(&self.table);
+        session.set_flush_mode(FlushMode::Manual);
+        session.set_atomic(true);
+        session.set_batch_rows(self.batch_rows);
+        let keys: Vec<usize> = schema.key_indexes().to_vec();
+        let conditional = !matches!(self.kind, WriteKind::Insert(_));
+        let mut since: Option<u64> = None;
+        let mut sent: u64 = 0;
+        let mut row_errors: Vec<RowErrorInfo> = vec![];
+        while let Some(batch) = input.next().await {
+            let batch = batch?;
+            if conditional && since.is_none() && batch.num_rows() > 0 {
+                // The scan has opened: its snapshot is the statement's.
+                since = match statement {
+                    Some(s) => *s.chosen_snapshot.lock().await,
+                    None => None,
+                };
+                if since.is_none() {
+                    return Err(SqlError::other(
+                        "XX000",
+                        "an UPDATE or DELETE read rows without a snapshot to write against",
+                    ));
+                }
+            }
+            for mut op in self.operations(&batch)? {
+                if let Some(ts) = since {
+                    op = op.unchanged_since(ts);
+                }
+                session.apply(op).await?;
+                sent += 1;
+            }
+            if session.pending() >= self.max_atomic_rows {
+                row_errors.extend(session.flush().await?);
+            }
+        }
+        row_errors.extend(session.flush().await?);
+        let mut round = Round::default();
+        let mut failed = 0u64;
+        for e in row_errors {
+            failed += 1;
+            match e.kind {
+                // A row that vanished between the scan and its UPDATE/DELETE is not an
+                // error (its condition names it first, as a conflict, normally).
+                RowErrorKind::NotFound if conditional => {}
+                RowErrorKind::Conflict | RowErrorKind::Aborted if conditional => {
+                    round.retry.push(
+                        keys.iter()
+                            .map(|&i| e.op.values[i].clone().unwrap_or(Value::Null))
+                            .collect(),
+                    );
+                }
+                RowErrorKind::Aborted => {}
+                _ => {
+                    if round.fatal.as_ref().is_none_or(|f| e.op_index < f.op_index) {
+                        round.fatal = Some(e);
+                    }
+                }
+            }
+        }
+        round.written = sent - failed;
+        Ok(round)
+    }
+
+    /// The operations of one input batch.
+    fn operations(&self, batch: &RecordBatch) -> Result<Vec<Operation>, SqlError> {
+        let schema = &self.table.schema;
+        let keys: Vec<usize> = schema.key_indexes().to_vec();
+        let types: Vec<cairn_common::DataType> = match &self.kind {
             WriteKind::Insert(_) => schema
                 .columns()
                 .iter()
@@ -205,7 +486,7 @@ pub async fn write_rows(
                 "XX000",
                 format!(
                     "write to '{}' got {} columns, expected {}",
-                    table.name,
+                    self.table.name,
                     batch.num_columns(),
                     types.len()
                 ),
@@ -225,16 +506,17 @@ pub async fn write_rows(
                 }
             })
             .collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(batch.num_rows());
         for row in 0..batch.num_rows() {
             let mut values = Vec::with_capacity(columns.len());
             for (a, t) in columns.iter().zip(&types) {
                 values.push(Value::from_array(a.as_ref(), row, t)?);
             }
-            let op = match &kind {
+            out.push(match &self.kind {
                 WriteKind::Insert(InsertMode::Insert) => Operation::insert(values),
                 WriteKind::Insert(InsertMode::Upsert) => Operation::upsert(values),
                 WriteKind::Insert(InsertMode::Ignore) => Operation::insert_ignore(values),
-                WriteKind::Delete => Operation::delete(&schema, &values)?,
+                WriteKind::Delete => Operation::delete(schema, &values)?,
                 WriteKind::Update { columns } => {
                     let (key, rest) = values.split_at(keys.len());
                     let cells: Vec<(&str, Value)> = columns
@@ -242,23 +524,15 @@ pub async fn write_rows(
                         .map(String::as_str)
                         .zip(rest.iter().cloned())
                         .collect();
-                    Operation::update(&schema, key, &cells)?
+                    Operation::update(schema, key, &cells)?
                 }
-            };
-            session.apply(op).await?;
-            applied += 1;
+            });
         }
-        if session.pending() >= batch_rows * 8 {
-            row_errors.extend(session.flush().await?);
-        }
+        Ok(out)
     }
-    row_errors.extend(session.flush().await?);
-    // A row that vanished between the scan and its UPDATE/DELETE is not an error.
-    let (benign, fatal): (Vec<_>, Vec<_>) = row_errors
-        .into_iter()
-        .partition(|e| e.kind == RowErrorKind::NotFound && !matches!(kind, WriteKind::Insert(_)));
-    let written = applied - (benign.len() + fatal.len()) as u64;
-    if let Some(first) = fatal.into_iter().min_by_key(|e| e.op_index) {
+
+    /// The statement's error for a rejected row.
+    fn row_failure(&self, first: RowErrorInfo, written: u64) -> SqlError {
         let what = match first.kind {
             RowErrorKind::AlreadyPresent => {
                 "duplicate key value violates the primary key (use UPSERT INTO or \
@@ -267,9 +541,11 @@ pub async fn write_rows(
             }
             _ => first.message.clone(),
         };
-        let key: Vec<String> = keys
+        let schema = &self.table.schema;
+        let key: Vec<String> = schema
+            .key_indexes()
             .iter()
-            .filter_map(|&i| match &kind {
+            .filter_map(|&i| match &self.kind {
                 WriteKind::Insert(_) => first.op.values.get(i).cloned().flatten(),
                 _ => None,
             })
@@ -280,13 +556,13 @@ pub async fn write_rows(
         } else {
             format!(" (key {})", key.join(", "))
         };
-        return Err(SqlError::Row {
+        SqlError::Row {
             kind: first.kind,
             message: format!(
-                "{what}{key}; {written} other rows of this statement were written \
-                 (statements are not atomic across rows)"
+                "{what}{key}; nothing of this statement was written to that row's tablet, \
+                 {written} row(s) were written to other tablets (a statement is atomic per \
+                 tablet, not across tablets)"
             ),
-        });
+        }
     }
-    Ok(written)
 }
