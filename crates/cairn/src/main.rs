@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use arrow::util::pretty::pretty_format_batches;
 use cairn_common::{ColumnPredicate, ColumnSpec, DataType, Schema, Value};
-use cairn_tablet::{MaintenanceManager, ReadMode, RowOp, ScanSpec, Tablet, TabletOptions};
+use cairn_tablet::{LocalTablet, ReadMode, RowOp, ScanSpec, TabletOptions};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
@@ -132,12 +132,12 @@ fn tablet_demo(dir: &std::path::Path, rows: u64) -> Result<(), Box<dyn std::erro
             "opening the tablet in {} (replaying its log)",
             dir.display()
         );
-        Tablet::open(dir, opts)?
+        LocalTablet::open(dir, opts)?
     } else {
         println!("creating a tablet in {}", dir.display());
-        Tablet::create(dir, demo_schema()?, opts)?
+        LocalTablet::create(dir, demo_schema()?, opts)?
     };
-    let maintenance = MaintenanceManager::start(tablet.clone());
+    let maintenance = tablet.start_maintenance();
     let existing = tablet.scan(ScanSpec::default())?.count_rows()? as u64;
     let mut rng = rand::rngs::StdRng::seed_from_u64(existing);
     let base_ts = 1_700_000_000_000_000i64 + existing as i64 * 1_000_000;
@@ -245,7 +245,7 @@ fn tablet_demo(dir: &std::path::Path, rows: u64) -> Result<(), Box<dyn std::erro
     );
     tablet.shutdown()?;
     drop(tablet);
-    let reopened = Tablet::open(dir, TabletOptions::default())?;
+    let reopened = LocalTablet::open(dir, TabletOptions::default())?;
     let again = reopened.scan(ScanSpec::default())?.count_rows()?;
     println!("reopened from disk: {again} rows (run the demo again to add {rows} more)");
     if again != total {

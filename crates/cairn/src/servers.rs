@@ -23,6 +23,11 @@ pub struct RaftFlags {
     /// faster, loses the last writes if the machine — not just the process — crashes).
     #[arg(long, env = "CAIRN_FSYNC", default_value = "always", value_parser = ["always", "never"])]
     pub fsync: String,
+    /// How far ahead of this server's clock a timestamp from a client or another server
+    /// may be, in milliseconds (Kudu's max_clock_error). Further ones are refused, so
+    /// they cannot move the clock or the history GC mark.
+    #[arg(long, env = "CAIRN_MAX_CLOCK_OFFSET_MS", default_value_t = 500)]
+    pub max_clock_offset_ms: u64,
 }
 
 impl RaftFlags {
@@ -229,6 +234,7 @@ impl TserverArgs {
         o.scanner_ttl = Duration::from_secs(self.scanner_ttl_secs.max(1));
         o.group = self.raft.group_options();
         o.tablet.fsync = o.group.fsync;
+        o.max_clock_offset = Duration::from_millis(self.raft.max_clock_offset_ms);
         o
     }
 }

@@ -1,6 +1,7 @@
 //! The web endpoints of a server (`--web-addr`): `/` a plain-text status page and
 //! `/metrics` in Prometheus text format. `cairn local` serves them on 127.0.0.1:8050
-//! by default.
+//! by default. A build with failpoints compiled in (test builds, for the fault harness)
+//! also takes `PUT` / `DELETE /failpoints/<name>`; release builds have no such route.
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -173,6 +174,30 @@ impl WebState {
     }
 }
 
+/// `PUT /failpoints/<name>` with the `fail` crate's action (e.g. `return(x)`,
+/// `delay(100)`, `off`) as body.
+async fn set_failpoint(
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: String,
+) -> (axum::http::StatusCode, String) {
+    match fail::cfg(name.clone(), body.trim()) {
+        Ok(()) => {
+            tracing::warn!(failpoint = %name, action = %body.trim(), "failpoint set");
+            (axum::http::StatusCode::OK, "ok\n".into())
+        }
+        Err(e) => (axum::http::StatusCode::BAD_REQUEST, format!("{e}\n")),
+    }
+}
+
+/// `DELETE /failpoints/<name>`.
+async fn clear_failpoint(
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> (axum::http::StatusCode, String) {
+    fail::remove(&name);
+    tracing::warn!(failpoint = %name, "failpoint cleared");
+    (axum::http::StatusCode::OK, "ok\n".into())
+}
+
 /// Serves the pages on `addr` until the process ends.
 pub async fn serve(
     addr: &str,
@@ -185,9 +210,16 @@ pub async fn serve(
     let state = Arc::new(state);
     let s1 = state.clone();
     let s2 = state.clone();
-    let app = Router::new()
+    let mut app = Router::new()
         .route("/", get(move || async move { s1.status() }))
         .route("/metrics", get(move || async move { s2.metrics() }));
+    if fail::has_failpoints() {
+        // Only builds with failpoints compiled in (tests, the fault harness) have this.
+        app = app.route(
+            "/failpoints/{name}",
+            axum::routing::put(set_failpoint).delete(clear_failpoint),
+        );
+    }
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "web server failed");

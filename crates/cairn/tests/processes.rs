@@ -17,9 +17,7 @@ struct ProcCluster {
 
 fn start_cluster(n_masters: usize, n_tservers: usize) -> ProcCluster {
     let dir = tempfile::tempdir().unwrap();
-    let master_addrs: Vec<String> = (0..n_masters)
-        .map(|_| format!("127.0.0.1:{}", free_port()))
-        .collect();
+    let master_addrs: Vec<String> = (0..n_masters).map(|_| reserve_addr()).collect();
     let peers = if n_masters > 1 {
         master_addrs.clone()
     } else {
@@ -39,7 +37,7 @@ fn start_cluster(n_masters: usize, n_tservers: usize) -> ProcCluster {
         .collect();
     let tservers = (0..n_tservers)
         .map(|i| {
-            let a = format!("127.0.0.1:{}", free_port());
+            let a = reserve_addr();
             tserver_proc(
                 &dir.path().join(format!("t{i}")),
                 &a,
@@ -235,8 +233,8 @@ fn cairn(args: &[&str]) -> (bool, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_tools_on_cairn_local() {
     let dir = tempfile::tempdir().unwrap();
-    let master = format!("127.0.0.1:{}", free_port());
-    let ts_port = free_port().to_string();
+    let master = reserve_addr();
+    let ts_port = reserve_port().to_string();
     let mut local = Proc::spawn(
         vec![
             "local".into(),
@@ -249,7 +247,7 @@ async fn cli_tools_on_cairn_local() {
             "--web-addr".into(),
             "".into(),
             "--pg-addr".into(),
-            format!("127.0.0.1:{}", free_port()),
+            reserve_addr(),
             "--flight-sql-addr".into(),
             "".into(),
         ],

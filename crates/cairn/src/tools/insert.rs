@@ -357,7 +357,7 @@ fn convert_batch(
             Some(reason) => out
                 .failed
                 .push((row, format!("{}: {reason}", locate(format, row)))),
-            None => out.ops.push((row, Operation { kind, values })),
+            None => out.ops.push((row, Operation::new(kind, values))),
         }
     }
     Ok(out)

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{common::free_port, sql_cluster};
+use crate::{common::reserve_port, sql_cluster};
 
 fn scripts() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
@@ -52,8 +52,8 @@ fn run_client(what: &str, program: &Path, args: &[&str]) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn psql_psycopg_jdbc_and_adbc() {
     let (_cl, engine) = sql_cluster(1).await;
-    let pg_port = free_port();
-    let flight_port = free_port();
+    let pg_port = reserve_port();
+    let flight_port = reserve_port();
     let pg = tokio::net::TcpListener::bind(("127.0.0.1", pg_port))
         .await
         .unwrap();

@@ -1,14 +1,16 @@
 //! SQL end to end on in-process clusters: DDL, every write statement, pushdown and
 //! EXPLAIN, snapshot reads, COPY, errors with their SQLSTATE (`basics`); the
 //! sqllogictest files under `tests/slt/` (`slt`); all 22 TPC-H queries at scale factor
-//! 0.01 against DataFusion on the same data (`tpch`); and real PostgreSQL and Flight
-//! SQL clients (`clients`).
+//! 0.01 against DataFusion on the same data (`tpch`); real PostgreSQL and Flight SQL
+//! clients (`clients`); and concurrent read-modify-write statements, pgbench included
+//! (`concurrency`).
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod basics;
 mod clients;
+mod concurrency;
 mod slt;
 mod tpch;
 

@@ -146,6 +146,8 @@ async fn tpch_sf001_all_queries_match_datafusion() {
             WriteKind::Insert(cairn_sql::options::InsertMode::Insert),
             stream,
             1000,
+            100_000,
+            engine.session().context().task_ctx(),
         )
         .await
         .unwrap();

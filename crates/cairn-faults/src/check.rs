@@ -1,0 +1,234 @@
+//! Checkers of recorded histories.
+//!
+//! - Registers: linearizability, by porcupine (the Go program in `porcupine/` next to
+//!   this crate, built on first use with the Go toolchain and the Go module proxy).
+//! - Counter: the final value lies within [acknowledged increments, attempted
+//!   increments] (attempted = acknowledged + unknown outcomes).
+//! - Set: every acknowledged insert is in the final read, and nothing is there that
+//!   was never attempted.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::history::{Event, Kind};
+use crate::{FaultsError, Result};
+
+/// The outcome of one checker.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Verdict {
+    /// The checker.
+    pub checker: String,
+    /// Whether the history passed.
+    pub ok: bool,
+    /// Operations checked.
+    pub operations: usize,
+    /// What was found (for a failure: the smallest failing history).
+    pub detail: String,
+}
+
+/// The directory of the porcupine checker's sources.
+pub fn porcupine_sources() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("porcupine")
+}
+
+/// Builds the porcupine checker into `out_dir` and returns it (Go's build cache makes
+/// a rebuild of unchanged sources quick).
+pub fn build_porcupine(out_dir: &Path) -> Result<PathBuf> {
+    let bin = out_dir.join("cairn-porcupine");
+    std::fs::create_dir_all(out_dir)
+        .map_err(|e| FaultsError::io(format!("creating {}", out_dir.display()), e))?;
+    let out = Command::new("go")
+        .arg("build")
+        .arg("-o")
+        .arg(&bin)
+        .arg(".")
+        .current_dir(porcupine_sources())
+        .output()
+        .map_err(|e| {
+            FaultsError::Checker(format!(
+                "running `go build` for the linearizability checker failed ({e}); install Go"
+            ))
+        })?;
+    if !out.status.success() {
+        return Err(FaultsError::Checker(format!(
+            "building the linearizability checker failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(bin)
+}
+
+/// Checks the register history in `history_file` with porcupine.
+pub fn linearizable(
+    checker: &Path,
+    history_file: &Path,
+    name: &str,
+    visualize: &Path,
+) -> Result<Verdict> {
+    let out = Command::new(checker)
+        .arg("-visualize")
+        .arg(visualize)
+        .arg(history_file)
+        .output()
+        .map_err(|e| FaultsError::io(format!("running {}", checker.display()), e))?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let summary: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| {
+        FaultsError::Checker(format!(
+            "unreadable answer from the checker ({e}): {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    })?;
+    let ok = out.status.code() == Some(0);
+    let result = summary["result"].as_str().unwrap_or("?").to_string();
+    if !ok && result != "Illegal" {
+        return Err(FaultsError::Checker(format!(
+            "the linearizability check did not finish ({result}): {text}"
+        )));
+    }
+    let detail = if ok {
+        format!(
+            "linearizable: {} keys, {} unknown outcomes",
+            summary["keys"], summary["indeterminate"]
+        )
+    } else {
+        format!(
+            "NOT linearizable: key {} — {}\n  (visualization: {})",
+            summary["failed_key"],
+            summary["failed_key_history"]
+                .as_array()
+                .map(|v| v
+                    .iter()
+                    .filter_map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n  "))
+                .unwrap_or_default(),
+            visualize.display()
+        )
+    };
+    Ok(Verdict {
+        checker: name.to_string(),
+        ok,
+        operations: summary["operations"].as_u64().unwrap_or(0) as usize,
+        detail,
+    })
+}
+
+/// Checks the counter: `final_value` must lie within [acknowledged, attempted].
+pub fn counter(events: &[Event], final_value: i64) -> Verdict {
+    let done: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.f == "add" && e.kind != Kind::Invoke)
+        .collect();
+    let acked = done.iter().filter(|e| e.kind == Kind::Ok).count() as i64;
+    let unknown = done.iter().filter(|e| e.kind == Kind::Info).count() as i64;
+    let invoked = events
+        .iter()
+        .filter(|e| e.f == "add" && e.kind == Kind::Invoke)
+        .count() as i64;
+    // Invocations still running when the history ended count as unknown too.
+    let attempted = acked + unknown + (invoked - done.len() as i64);
+    let ok = (acked..=attempted).contains(&final_value);
+    Verdict {
+        checker: "counter".into(),
+        ok,
+        operations: invoked as usize,
+        detail: format!(
+            "final value {final_value}, acknowledged {acked}, attempted {attempted}{}",
+            if ok {
+                ""
+            } else if final_value < acked {
+                " — acknowledged increments were LOST"
+            } else {
+                " — increments were applied that were never attempted (or twice)"
+            }
+        ),
+    }
+}
+
+/// Checks the set: acknowledged inserts present, nothing unattempted present.
+pub fn set(events: &[Event], final_read: &[i64]) -> Verdict {
+    let read: BTreeSet<i64> = final_read.iter().copied().collect();
+    let attempted: BTreeSet<i64> = events
+        .iter()
+        .filter(|e| e.f == "insert" && e.kind == Kind::Invoke)
+        .filter_map(|e| e.value)
+        .collect();
+    let acked: BTreeSet<i64> = events
+        .iter()
+        .filter(|e| e.f == "insert" && e.kind == Kind::Ok)
+        .filter_map(|e| e.value)
+        .collect();
+    let failed: BTreeSet<i64> = events
+        .iter()
+        .filter(|e| e.f == "insert" && e.kind == Kind::Fail)
+        .filter_map(|e| e.value)
+        .collect();
+    let lost: Vec<i64> = acked.difference(&read).copied().collect();
+    let phantom: Vec<i64> = read.difference(&attempted).copied().collect();
+    let failed_but_there: Vec<i64> = read.intersection(&failed).copied().collect();
+    let dupes = final_read.len() - read.len();
+    let ok = lost.is_empty() && phantom.is_empty() && failed_but_there.is_empty() && dupes == 0;
+    let show = |v: &[i64]| {
+        v.iter()
+            .take(10)
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Verdict {
+        checker: "set".into(),
+        ok,
+        operations: attempted.len(),
+        detail: format!(
+            "{} acknowledged, {} read back, {} lost [{}], {} never attempted [{}], {} reported \
+             failed yet present [{}], {} duplicates",
+            acked.len(),
+            read.len(),
+            lost.len(),
+            show(&lost),
+            phantom.len(),
+            show(&phantom),
+            failed_but_there.len(),
+            show(&failed_but_there),
+            dupes
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::History;
+
+    #[test]
+    fn counter_and_set_checkers_catch_losses() {
+        let h = History::new();
+        h.invoke(0, "add", "c", Some(1), None)
+            .complete(Kind::Ok, None);
+        h.invoke(1, "add", "c", Some(1), None)
+            .complete(Kind::Info, None);
+        h.invoke(0, "add", "c", Some(1), None)
+            .complete(Kind::Ok, None);
+        let ev = h.events();
+        assert!(counter(&ev, 2).ok);
+        assert!(counter(&ev, 3).ok);
+        assert!(!counter(&ev, 1).ok, "an acknowledged increment lost");
+        assert!(!counter(&ev, 4).ok, "an increment applied twice");
+
+        let h = History::new();
+        h.invoke(0, "insert", "1", Some(1), None)
+            .complete(Kind::Ok, None);
+        h.invoke(0, "insert", "2", Some(2), None)
+            .complete(Kind::Info, None);
+        h.invoke(1, "insert", "3", Some(3), None)
+            .complete(Kind::Fail, None);
+        let ev = h.events();
+        assert!(set(&ev, &[1]).ok);
+        assert!(set(&ev, &[1, 2]).ok);
+        assert!(!set(&ev, &[2]).ok, "lost an acknowledged insert");
+        assert!(!set(&ev, &[1, 9]).ok, "read something never attempted");
+        assert!(!set(&ev, &[1, 1]).ok, "a duplicate");
+        assert!(!set(&ev, &[1, 3]).ok, "reported failed, yet present");
+    }
+}

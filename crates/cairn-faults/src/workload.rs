@@ -1,0 +1,416 @@
+//! Client workloads. Each client ("process") runs one operation at a time and records
+//! it in the [`History`]; errors whose outcome is unknown (timeouts, lost leaders)
+//! are recorded as `info`, never as failures.
+//!
+//! - **Registers, native client**: keys `n…`: read (a READ_LATEST scan of the key),
+//!   write (UPSERT), compare-and-set (UPDATE on condition `v = expected`).
+//! - **Registers, SQL**: keys `s…` through Cairn's SQL engine: `SELECT v … WHERE
+//!   k = …`, `UPSERT INTO …`, `UPDATE … SET v = new WHERE k = … AND v = expected`
+//!   (one row changed: ok; none: fail).
+//! - **Counter**: `UPDATE counters SET v = v + 1 WHERE k = 'c'` through SQL.
+//! - **Set**: unique inserts through the native client.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use arrow::array::{Array, Int64Array};
+use cairn_client::{Client, ClientError, ClientOptions, FlushMode, Operation, ReadMode, Table};
+use cairn_common::{
+    ColumnPredicate, ColumnSpec, DataType, HashLevel, PartitionSchema, Schema, Value,
+};
+use cairn_proto::RowErrorKind;
+use cairn_sql::{QueryResult, SqlEngine};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::history::{History, Kind, Pending};
+use crate::{FaultsError, Result};
+
+/// The tables the workloads use: (name, key column, value column or none).
+pub const REGISTERS: &str = "registers";
+/// The counter table.
+pub const COUNTERS: &str = "counters";
+/// The set table.
+pub const ELEMENTS: &str = "elements";
+
+/// Client options: short enough that an unknown outcome is recorded as such soon.
+pub fn client_options() -> ClientOptions {
+    ClientOptions::default()
+        .rpc_timeout(Duration::from_secs(3))
+        .operation_timeout(Duration::from_secs(8))
+}
+
+/// Creates the workload tables (3 replicas) and the counter row.
+pub async fn create_tables(client: &Client) -> Result<()> {
+    let setup = |e: ClientError| FaultsError::Setup(format!("creating the tables: {e}"));
+    let kv = |key_type: DataType| {
+        Schema::new(
+            vec![
+                ColumnSpec::new("k", key_type),
+                ColumnSpec::new("v", DataType::Int64).nullable(),
+            ],
+            &["k"],
+        )
+    };
+    let hashed = |col: &str| PartitionSchema {
+        hash_levels: vec![HashLevel {
+            columns: vec![col.into()],
+            num_buckets: 4,
+            seed: 0,
+        }],
+        range_columns: vec![],
+    };
+    let schema = kv(DataType::String).map_err(|e| FaultsError::Setup(e.to_string()))?;
+    client
+        .create_table(
+            cairn_client::CreateTableSpec::new(REGISTERS, schema.clone())
+                .partition(hashed("k"))
+                .replicas(3),
+        )
+        .await
+        .map_err(setup)?;
+    client
+        .create_table(cairn_client::CreateTableSpec::new(COUNTERS, schema).replicas(3))
+        .await
+        .map_err(setup)?;
+    let set = Schema::new(vec![ColumnSpec::new("e", DataType::Int64)], &["e"])
+        .map_err(|e| FaultsError::Setup(e.to_string()))?;
+    client
+        .create_table(
+            cairn_client::CreateTableSpec::new(ELEMENTS, set)
+                .partition(hashed("e"))
+                .replicas(3),
+        )
+        .await
+        .map_err(setup)?;
+    let t = client.open_table(COUNTERS).await.map_err(setup)?;
+    let mut s = client.new_session(&t);
+    s.set_flush_mode(FlushMode::AutoFlushSync);
+    s.apply(Operation::insert(vec![
+        Value::String("c".into()),
+        Value::Int64(0),
+    ]))
+    .await
+    .map_err(setup)?;
+    Ok(())
+}
+
+/// Whether a write's error leaves its outcome unknown (`info`) rather than certainly
+/// not applied (`fail`).
+fn indeterminate(e: &ClientError) -> bool {
+    !matches!(
+        e,
+        ClientError::Row(_) | ClientError::InvalidArgument(_) | ClientError::TableNotFound(_)
+    )
+}
+
+/// The register keys a workload draws from: `live` keys at a time, each retired
+/// for a fresh one after about `ops_per_key` operations, as Jepsen's independent
+/// keys do. The linearizability search grows exponentially with the operations of
+/// unknown outcome that overlap on one key (each stays open to the end of the
+/// history), so a long run must spread its operations over many short key
+/// histories rather than pile them on a few.
+#[derive(Clone, Debug)]
+pub struct KeySpace {
+    prefix: &'static str,
+    live: usize,
+    ops_per_key: usize,
+    issued: Arc<AtomicU64>,
+}
+
+impl KeySpace {
+    /// Keys `{prefix}{generation}-{i}`, `live` at a time (at least one), each used
+    /// for about `ops_per_key` operations (at least one).
+    pub fn new(prefix: &'static str, live: usize, ops_per_key: usize) -> KeySpace {
+        KeySpace {
+            prefix,
+            live: live.max(1),
+            ops_per_key: ops_per_key.max(1),
+            issued: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The key for the next operation.
+    pub fn next(&self, rng: &mut StdRng) -> String {
+        let n = self.issued.fetch_add(1, Ordering::Relaxed);
+        let generation = n / (self.live * self.ops_per_key) as u64;
+        format!(
+            "{}{generation}-{}",
+            self.prefix,
+            rng.random_range(0..self.live)
+        )
+    }
+}
+
+/// A native-client register process.
+pub async fn native_register(
+    client: Client,
+    table: Table,
+    process: usize,
+    keys: KeySpace,
+    history: History,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let schema = table.schema.clone();
+    while !stop.load(Ordering::Acquire) {
+        let key = keys.next(&mut rng);
+        match rng.random_range(0..10) {
+            0..=3 => {
+                let p = history.invoke(process, "read", &key, None, None);
+                match read_register(&client, &table, &key).await {
+                    Ok(v) => p.complete(Kind::Ok, v),
+                    Err(_) => p.complete(Kind::Fail, None),
+                }
+            }
+            4..=6 => {
+                let v = rng.random_range(0..5);
+                let p = history.invoke(process, "write", &key, Some(v), None);
+                let mut s = client.new_session(&table);
+                let op = Operation::upsert(vec![Value::String(key.clone()), Value::Int64(v)]);
+                match s.apply(op).await {
+                    Ok(()) => p.complete(Kind::Ok, None),
+                    Err(e) if indeterminate(&e) => p.complete(Kind::Info, None),
+                    Err(_) => p.complete(Kind::Fail, None),
+                }
+            }
+            _ => {
+                let old = rng.random_range(0..5);
+                let new = rng.random_range(0..5);
+                let p = history.invoke(process, "cas", &key, Some(new), Some(old));
+                let mut s = client.new_session(&table);
+                let op = match Operation::update(
+                    &schema,
+                    &[Value::String(key.clone())],
+                    &[("v", Value::Int64(new))],
+                ) {
+                    Ok(op) => op.if_matches(vec![ColumnPredicate::eq("v", Value::Int64(old))]),
+                    Err(_) => {
+                        p.complete(Kind::Fail, None);
+                        continue;
+                    }
+                };
+                match s.apply(op).await {
+                    Ok(()) => p.complete(Kind::Ok, None),
+                    Err(ClientError::Row(r))
+                        if matches!(
+                            r.kind,
+                            RowErrorKind::ConditionFailed | RowErrorKind::NotFound
+                        ) =>
+                    {
+                        p.complete(Kind::Fail, None)
+                    }
+                    Err(e) if indeterminate(&e) => p.complete(Kind::Info, None),
+                    Err(_) => p.complete(Kind::Fail, None),
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+    }
+}
+
+/// Reads register `key` with a READ_LATEST scan.
+pub async fn read_register(
+    client: &Client,
+    table: &Table,
+    key: &str,
+) -> Result<Option<i64>, ClientError> {
+    let r = client
+        .scan(table)
+        .projection(["v"])
+        .predicate(ColumnPredicate::eq("k", Value::String(key.into())))
+        .read_mode(ReadMode::Latest)
+        .execute()
+        .await?;
+    let mut out = None;
+    for b in &r.batches {
+        if let Some(a) = b.column(0).as_any().downcast_ref::<Int64Array>() {
+            for i in 0..a.len() {
+                out = (!a.is_null(i)).then(|| a.value(i));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The single BIGINT value of a query's first row, if any.
+async fn query_i64(engine: &SqlEngine, sql: &str) -> std::result::Result<Option<i64>, String> {
+    let batches = engine
+        .session()
+        .query(sql)
+        .await
+        .map_err(|e| e.to_string())?;
+    for b in batches {
+        if b.num_rows() > 0 {
+            let a = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .ok_or("not a BIGINT column")?;
+            return Ok((!a.is_null(0)).then(|| a.value(0)));
+        }
+    }
+    Ok(None)
+}
+
+/// Rows a DML statement changed.
+async fn dml(engine: &SqlEngine, sql: &str) -> std::result::Result<u64, cairn_sql::SqlError> {
+    let mut n = 0;
+    for r in engine.session().execute(sql).await? {
+        if let QueryResult::Count { rows, .. } = r {
+            n += rows;
+        }
+    }
+    Ok(n)
+}
+
+/// Whether a SQL error leaves the statement's outcome unknown.
+fn sql_indeterminate(e: &cairn_sql::SqlError) -> bool {
+    !matches!(e.sqlstate(), "22023" | "42601" | "42P01" | "0A000")
+}
+
+/// A SQL register process.
+pub async fn sql_register(
+    engine: SqlEngine,
+    process: usize,
+    keys: KeySpace,
+    history: History,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    while !stop.load(Ordering::Acquire) {
+        let key = keys.next(&mut rng);
+        match rng.random_range(0..10) {
+            0..=3 => {
+                let p = history.invoke(process, "read", &key, None, None);
+                match query_i64(
+                    &engine,
+                    &format!("SELECT v FROM {REGISTERS} WHERE k = '{key}'"),
+                )
+                .await
+                {
+                    Ok(v) => p.complete(Kind::Ok, v),
+                    Err(_) => p.complete(Kind::Fail, None),
+                }
+            }
+            4..=6 => {
+                let v = rng.random_range(0..5);
+                let p = history.invoke(process, "write", &key, Some(v), None);
+                match dml(
+                    &engine,
+                    &format!("UPSERT INTO {REGISTERS} VALUES ('{key}', {v})"),
+                )
+                .await
+                {
+                    Ok(_) => p.complete(Kind::Ok, None),
+                    Err(e) if sql_indeterminate(&e) => p.complete(Kind::Info, None),
+                    Err(_) => p.complete(Kind::Fail, None),
+                }
+            }
+            _ => {
+                let old = rng.random_range(0..5);
+                let new = rng.random_range(0..5);
+                let p = history.invoke(process, "cas", &key, Some(new), Some(old));
+                let sql =
+                    format!("UPDATE {REGISTERS} SET v = {new} WHERE k = '{key}' AND v = {old}");
+                complete_one_row(p, dml(&engine, &sql).await);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+    }
+}
+
+/// Completes `p` from the outcome of a statement meant to change one row: one row
+/// changed is `ok`, none is `fail`, an error of unknown outcome is `info`.
+fn complete_one_row(p: Pending, outcome: std::result::Result<u64, cairn_sql::SqlError>) {
+    match outcome {
+        Ok(1) => p.complete(Kind::Ok, None),
+        Ok(_) => p.complete(Kind::Fail, None),
+        Err(e) if sql_indeterminate(&e) => p.complete(Kind::Info, None),
+        Err(_) => p.complete(Kind::Fail, None),
+    }
+}
+
+/// A counter process: atomic increments through SQL.
+pub async fn counter(
+    engine: SqlEngine,
+    process: usize,
+    history: History,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    while !stop.load(Ordering::Acquire) {
+        let p = history.invoke(process, "add", "c", Some(1), None);
+        let sql = format!("UPDATE {COUNTERS} SET v = v + 1 WHERE k = 'c'");
+        complete_one_row(p, dml(&engine, &sql).await);
+        tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+    }
+}
+
+/// A set process: unique inserts `process * 10^9 + i`.
+pub async fn set_inserts(
+    client: Client,
+    table: Table,
+    process: usize,
+    history: History,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut i = 0i64;
+    while !stop.load(Ordering::Acquire) {
+        let e = process as i64 * 1_000_000_000 + i;
+        i += 1;
+        let p = history.invoke(process, "insert", &e.to_string(), Some(e), None);
+        let mut s = client.new_session(&table);
+        match s.apply(Operation::insert(vec![Value::Int64(e)])).await {
+            Ok(()) => p.complete(Kind::Ok, None),
+            Err(err) if indeterminate(&err) => p.complete(Kind::Info, None),
+            Err(_) => p.complete(Kind::Fail, None),
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+    }
+}
+
+/// Every element of the set table (latest), retrying while the cluster settles.
+pub async fn read_set(client: &Client, table: &Table) -> Result<Vec<i64>> {
+    let mut last = String::new();
+    for _ in 0..60 {
+        match client.scan(table).projection(["e"]).execute().await {
+            Ok(r) => {
+                let mut out = vec![];
+                for b in &r.batches {
+                    if let Some(a) = b.column(0).as_any().downcast_ref::<Int64Array>() {
+                        out.extend(a.values().iter().copied());
+                    }
+                }
+                return Ok(out);
+            }
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Err(FaultsError::Setup(format!(
+        "the final read of the set kept failing: {last}"
+    )))
+}
+
+/// The counter's value (latest), retrying while the cluster settles.
+pub async fn read_counter(client: &Client, table: &Table) -> Result<i64> {
+    let mut last = String::new();
+    for _ in 0..60 {
+        match read_register(client, table, "c").await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => last = "the counter row is missing".into(),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Err(FaultsError::Setup(format!(
+        "the final read of the counter kept failing: {last}"
+    )))
+}
