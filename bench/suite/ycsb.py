@@ -65,7 +65,7 @@ def go_ycsb():
 
 
 def workload_dir():
-    """The standard workload files (bench/ycsb, the same as ../shared/ycsb)."""
+    """The standard YCSB workload files (bench/ycsb)."""
     return common.REPO / "bench" / "ycsb"
 
 
