@@ -5,8 +5,9 @@
 //
 //	{"process":3,"type":"invoke","f":"cas","key":"r7","value":5,"expected":4,"time":1234}
 //
-// type is invoke, ok, fail (the operation certainly had no effect) or info (its outcome
-// is unknown: a timeout, a lost connection). f is read, write or cas. For a read, value
+// type is invoke, ok, fail (the operation certainly had no effect; with "error" set it
+// failed with that error, without a cas comparing anything) or info (its outcome is
+// unknown: a timeout, a lost connection). f is read, write or cas. For a read, value
 // is what it returned (null: no row); for a write, the value written; for a cas, the
 // new value and expected the value it compared with. Each process runs one operation at
 // a time, so an invoke is completed by the next event of the same process.
@@ -36,6 +37,7 @@ type event struct {
 	Key      string `json:"key"`
 	Value    *int64 `json:"value"`
 	Expected *int64 `json:"expected"`
+	Error    string `json:"error"`
 	Time     int64  `json:"time"`
 }
 
@@ -253,8 +255,9 @@ func read(path string) ([]porcupine.Operation, int, error) {
 			op.Output = output{Known: true, Ok: true, Value: e.Value}
 			ops = append(ops, op)
 		case "fail":
-			// Certainly no effect: only a failed cas says something about the state.
-			if inv.F == "cas" {
+			// Certainly no effect. Only a cas whose comparison failed says something
+			// about the state; one that failed with an error compared nothing.
+			if inv.F == "cas" && e.Error == "" {
 				op.Output = output{Known: true, Ok: false}
 				ops = append(ops, op)
 			}

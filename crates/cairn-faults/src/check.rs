@@ -231,4 +231,40 @@ mod tests {
         assert!(!set(&ev, &[1, 1]).ok, "a duplicate");
         assert!(!set(&ev, &[1, 3]).ok, "reported failed, yet present");
     }
+
+    /// Porcupine (Go) must tell a cas whose comparison failed — evidence about the
+    /// register — from a cas that failed with an error and compared nothing.
+    #[test]
+    fn a_cas_that_errored_says_nothing_about_the_register() {
+        if Command::new("go").arg("version").output().is_err() {
+            assert!(std::env::var("CI").is_err(), "Go is missing (see .ci/run)");
+            eprintln!("skipping: Go is not installed");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let checker = build_porcupine(dir.path()).unwrap();
+        let verdict = |compared: bool| {
+            let h = History::new();
+            h.invoke(0, "write", "r0", Some(1), None)
+                .complete(Kind::Ok, None);
+            h.invoke(0, "cas", "r0", Some(3), Some(1))
+                .complete(Kind::Ok, None);
+            let cas = h.invoke(1, "cas", "r0", Some(4), Some(3));
+            if compared {
+                cas.complete(Kind::Fail, None);
+            } else {
+                cas.error("refused: the clock bound");
+            }
+            h.invoke(1, "read", "r0", None, None)
+                .complete(Kind::Ok, Some(3));
+            let file = dir.path().join("history.jsonl");
+            crate::history::write_jsonl(&file, &h.events()).unwrap();
+            linearizable(&checker, &file, "registers", &dir.path().join("v.html")).unwrap()
+        };
+        assert!(verdict(false).ok, "an errored cas is no comparison");
+        assert!(
+            !verdict(true).ok,
+            "cas(3 -> 4) failing on a register holding 3"
+        );
+    }
 }

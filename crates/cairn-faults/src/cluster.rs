@@ -1,7 +1,8 @@
 //! The cluster under test: real `cairn master` and `cairn tserver` processes.
 //!
-//! Every process keeps its ports for the whole run (reserved below the kernel's
-//! ephemeral range, so a restart never finds them taken) and serves its web endpoint,
+//! Every process keeps its ports for the whole run ([`reserve_port`]: below the
+//! kernel's ephemeral range and locked against other test processes, so a restart
+//! never finds them taken) and serves its web endpoint,
 //! through which the harness sets failpoints (`PUT /failpoints/<name>` with the `fail`
 //! crate's action as body, `DELETE` to clear). Processes run with fsync on.
 
@@ -118,26 +119,71 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
 }
 
-/// A loopback port for this run: below the kernel's ephemeral range, never handed out
-/// twice by this process, free when handed out.
+/// A loopback port reserved for the servers this process starts, until it exits.
+///
+/// Servers that are stopped and restarted keep their address, so the port must stay
+/// theirs while they are down. A port the kernel picked (`bind(:0)`) does not: another
+/// test — or an outgoing connection — may be given it in between, and the restart fails
+/// with "Address already in use". Ports handed out here
+/// - come from below the kernel's ephemeral range, which it never assigns on its own;
+/// - are never handed out twice by this process;
+/// - are locked against every other process that uses this function (the test
+///   binaries, `cairn-faults` runs side by side): a file lock on
+///   `$TMPDIR/cairn-ports/<port>`, held until this process exits (the kernel drops it
+///   even on kill -9);
+/// - are free when handed out (a port something else holds is skipped).
+///
+/// # Panics
+/// If no port in the range passes all of this.
 pub fn reserve_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{Mutex, OnceLock};
+    static RANGE: OnceLock<(u32, u32)> = OnceLock::new();
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let lo = 20_000u32;
-    let span = 8_000u32;
-    let _ = NEXT.compare_exchange(
-        0,
-        1 + (std::process::id() * 389) % span,
-        Ordering::Relaxed,
-        Ordering::Relaxed,
-    );
+    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+    let (lo, hi) = *RANGE.get_or_init(|| {
+        let ephemeral_lo = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+            .unwrap_or(32768);
+        let (lo, hi) = if ephemeral_lo > 12_000 {
+            (10_000, ephemeral_lo)
+        } else {
+            (61_000, 65_000)
+        };
+        NEXT.store((std::process::id() * 211) % (hi - lo), Ordering::Relaxed);
+        (lo, hi)
+    });
+    let locks = std::env::temp_dir().join("cairn-ports");
+    let have_locks = std::fs::create_dir_all(&locks).is_ok();
+    let span = hi - lo;
     for _ in 0..span {
-        let p = (lo + NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
-            return p;
+        let port = (lo + NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16;
+        let lock = if have_locks {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(locks.join(port.to_string()));
+            match file {
+                Ok(f) if f.try_lock().is_ok() => Some(f),
+                // Another process holds it, or the file cannot be opened.
+                _ => continue,
+            }
+        } else {
+            None
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            if let Some(f) = lock {
+                HELD.lock().unwrap_or_else(|e| e.into_inner()).push(f);
+            }
+            return port;
         }
     }
-    20_000
+    panic!(
+        "no free loopback port in {lo}..{hi} (see {})",
+        locks.display()
+    );
 }
 
 impl Cluster {

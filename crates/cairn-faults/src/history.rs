@@ -43,6 +43,10 @@ pub struct Event {
     /// cas: the value compared with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected: Option<i64>,
+    /// A `fail` completion caused by an error that certainly had no effect (as
+    /// opposed to a cas whose comparison failed): the error's text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// Nanoseconds since the run started.
     pub time: u64,
 }
@@ -83,6 +87,7 @@ impl History {
             key: key.to_string(),
             value,
             expected,
+            error: None,
             time: self.now(),
         };
         self.events.lock().push(e.clone());
@@ -111,8 +116,15 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// Records the completion (for reads, `value` is what was read).
-    pub fn complete(self, kind: Kind, value: Option<i64>) {
+    /// Records a `fail` completion by an error that certainly had no effect (a cas
+    /// that failed this way compared nothing); returns [`Kind::Fail`].
+    pub fn error(mut self, error: impl std::fmt::Display) -> Kind {
+        self.invoke.error = Some(error.to_string());
+        self.complete(Kind::Fail, None)
+    }
+
+    /// Records the completion (for reads, `value` is what was read); returns `kind`.
+    pub fn complete(self, kind: Kind, value: Option<i64>) -> Kind {
         let mut e = self.invoke;
         e.kind = kind;
         if e.f == "read" {
@@ -120,6 +132,7 @@ impl Pending {
         }
         e.time = self.history.now();
         self.history.events.lock().push(e);
+        kind
     }
 }
 

@@ -11,7 +11,7 @@
 //! - **Set**: unique inserts through the native client.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arrow::array::{Array, Int64Array};
@@ -105,18 +105,30 @@ fn indeterminate(e: &ClientError) -> bool {
     )
 }
 
-/// The register keys a workload draws from: `live` keys at a time, each retired
-/// for a fresh one after about `ops_per_key` operations, as Jepsen's independent
-/// keys do. The linearizability search grows exponentially with the operations of
-/// unknown outcome that overlap on one key (each stays open to the end of the
-/// history), so a long run must spread its operations over many short key
-/// histories rather than pile them on a few.
+/// The register keys a workload draws from: `live` keys at a time, in generations.
+/// A generation is retired for a fresh one after `live × ops_per_key` operations, or
+/// as soon as [`UNKNOWN_PER_KEY`] × `live` of its operations ended with an unknown
+/// outcome — Jepsen's independent keys. An operation of unknown outcome stays open to
+/// the end of its key's history, and the linearizability search grows exponentially
+/// with how many of them overlap on one key: a fault that makes every call time out
+/// must not pile them on a few keys (a 100-cycle run on 6 fixed keys left about 300
+/// on each, and the check did not finish).
 #[derive(Clone, Debug)]
 pub struct KeySpace {
     prefix: &'static str,
     live: usize,
     ops_per_key: usize,
-    issued: Arc<AtomicU64>,
+    current: Arc<std::sync::Mutex<Generation>>,
+}
+
+/// Unknown outcomes per live key after which a key generation is retired.
+pub const UNKNOWN_PER_KEY: usize = 2;
+
+#[derive(Debug, Default)]
+struct Generation {
+    number: u64,
+    ops: usize,
+    unknown: usize,
 }
 
 impl KeySpace {
@@ -127,19 +139,35 @@ impl KeySpace {
             prefix,
             live: live.max(1),
             ops_per_key: ops_per_key.max(1),
-            issued: Arc::new(AtomicU64::new(0)),
+            current: Default::default(),
         }
     }
 
-    /// The key for the next operation.
-    pub fn next(&self, rng: &mut StdRng) -> String {
-        let n = self.issued.fetch_add(1, Ordering::Relaxed);
-        let generation = n / (self.live * self.ops_per_key) as u64;
-        format!(
-            "{}{generation}-{}",
+    /// The key for the next operation, and its generation (for [`KeySpace::unknown`]).
+    pub fn next(&self, rng: &mut StdRng) -> (String, u64) {
+        let mut g = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if g.ops >= self.live * self.ops_per_key || g.unknown >= self.live * UNKNOWN_PER_KEY {
+            *g = Generation {
+                number: g.number + 1,
+                ..Default::default()
+            };
+        }
+        g.ops += 1;
+        let key = format!(
+            "{}{}-{}",
             self.prefix,
+            g.number,
             rng.random_range(0..self.live)
-        )
+        );
+        (key, g.number)
+    }
+
+    /// Notes that an operation on a key of `generation` ended with an unknown outcome.
+    pub fn unknown(&self, generation: u64) {
+        let mut g = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if g.number == generation {
+            g.unknown += 1;
+        }
     }
 }
 
@@ -156,13 +184,13 @@ pub async fn native_register(
     let mut rng = StdRng::seed_from_u64(seed);
     let schema = table.schema.clone();
     while !stop.load(Ordering::Acquire) {
-        let key = keys.next(&mut rng);
-        match rng.random_range(0..10) {
+        let (key, generation) = keys.next(&mut rng);
+        let outcome = match rng.random_range(0..10) {
             0..=3 => {
                 let p = history.invoke(process, "read", &key, None, None);
                 match read_register(&client, &table, &key).await {
                     Ok(v) => p.complete(Kind::Ok, v),
-                    Err(_) => p.complete(Kind::Fail, None),
+                    Err(e) => p.error(e),
                 }
             }
             4..=6 => {
@@ -173,7 +201,7 @@ pub async fn native_register(
                 match s.apply(op).await {
                     Ok(()) => p.complete(Kind::Ok, None),
                     Err(e) if indeterminate(&e) => p.complete(Kind::Info, None),
-                    Err(_) => p.complete(Kind::Fail, None),
+                    Err(e) => p.error(e),
                 }
             }
             _ => {
@@ -187,8 +215,8 @@ pub async fn native_register(
                     &[("v", Value::Int64(new))],
                 ) {
                     Ok(op) => op.if_matches(vec![ColumnPredicate::eq("v", Value::Int64(old))]),
-                    Err(_) => {
-                        p.complete(Kind::Fail, None);
+                    Err(e) => {
+                        p.error(e);
                         continue;
                     }
                 };
@@ -203,9 +231,12 @@ pub async fn native_register(
                         p.complete(Kind::Fail, None)
                     }
                     Err(e) if indeterminate(&e) => p.complete(Kind::Info, None),
-                    Err(_) => p.complete(Kind::Fail, None),
+                    Err(e) => p.error(e),
                 }
             }
+        };
+        if outcome == Kind::Info {
+            keys.unknown(generation);
         }
         tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
     }
@@ -282,8 +313,8 @@ pub async fn sql_register(
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
     while !stop.load(Ordering::Acquire) {
-        let key = keys.next(&mut rng);
-        match rng.random_range(0..10) {
+        let (key, generation) = keys.next(&mut rng);
+        let outcome = match rng.random_range(0..10) {
             0..=3 => {
                 let p = history.invoke(process, "read", &key, None, None);
                 match query_i64(
@@ -293,7 +324,7 @@ pub async fn sql_register(
                 .await
                 {
                     Ok(v) => p.complete(Kind::Ok, v),
-                    Err(_) => p.complete(Kind::Fail, None),
+                    Err(e) => p.error(e),
                 }
             }
             4..=6 => {
@@ -307,7 +338,7 @@ pub async fn sql_register(
                 {
                     Ok(_) => p.complete(Kind::Ok, None),
                     Err(e) if sql_indeterminate(&e) => p.complete(Kind::Info, None),
-                    Err(_) => p.complete(Kind::Fail, None),
+                    Err(e) => p.error(e),
                 }
             }
             _ => {
@@ -316,21 +347,25 @@ pub async fn sql_register(
                 let p = history.invoke(process, "cas", &key, Some(new), Some(old));
                 let sql =
                     format!("UPDATE {REGISTERS} SET v = {new} WHERE k = '{key}' AND v = {old}");
-                complete_one_row(p, dml(&engine, &sql).await);
+                complete_one_row(p, dml(&engine, &sql).await)
             }
+        };
+        if outcome == Kind::Info {
+            keys.unknown(generation);
         }
         tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
     }
 }
 
 /// Completes `p` from the outcome of a statement meant to change one row: one row
-/// changed is `ok`, none is `fail`, an error of unknown outcome is `info`.
-fn complete_one_row(p: Pending, outcome: std::result::Result<u64, cairn_sql::SqlError>) {
+/// changed is `ok`, none is `fail`, an error of unknown outcome is `info`. Returns
+/// the kind recorded.
+fn complete_one_row(p: Pending, outcome: std::result::Result<u64, cairn_sql::SqlError>) -> Kind {
     match outcome {
         Ok(1) => p.complete(Kind::Ok, None),
         Ok(_) => p.complete(Kind::Fail, None),
         Err(e) if sql_indeterminate(&e) => p.complete(Kind::Info, None),
-        Err(_) => p.complete(Kind::Fail, None),
+        Err(e) => p.error(e),
     }
 }
 
@@ -370,8 +405,8 @@ pub async fn set_inserts(
         match s.apply(Operation::insert(vec![Value::Int64(e)])).await {
             Ok(()) => p.complete(Kind::Ok, None),
             Err(err) if indeterminate(&err) => p.complete(Kind::Info, None),
-            Err(_) => p.complete(Kind::Fail, None),
-        }
+            Err(e) => p.error(e),
+        };
         tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
     }
 }

@@ -362,47 +362,11 @@ async fn checksum_tablet(
     Ok(r.rows)
 }
 
-/// A loopback port reserved for this test process until it exits.
-///
-/// Servers that tests stop and restart keep their address, so the port must stay
-/// theirs while they are down. A port the kernel picked (`bind(:0)`) does not: any
-/// other test of the same process — or an outgoing connection — may be given it in
-/// between, and the restart fails with "Address already in use". Ports handed out here
-/// come from below the kernel's ephemeral range (which it never assigns on its own)
-/// and are never handed out twice in one process; the start of the walk depends on the
-/// process id, so test binaries run side by side rarely meet, and a port something
-/// else already holds is skipped.
+/// A loopback port reserved for this test process until it exits, never handed to
+/// another test or test process meanwhile: servers that tests stop and restart keep
+/// their address (see [`cairn_faults::cluster::reserve_port`]).
 pub fn reserve_port() -> u16 {
-    use std::sync::OnceLock;
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static RANGE: OnceLock<(u32, u32)> = OnceLock::new();
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let (lo, hi) = *RANGE.get_or_init(|| {
-        let ephemeral_lo = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|s| {
-                s.split_whitespace()
-                    .next()
-                    .and_then(|p| p.parse::<u32>().ok())
-            })
-            .unwrap_or(32768);
-        let (lo, hi) = if ephemeral_lo > 12_000 {
-            (10_000, ephemeral_lo)
-        } else {
-            (61_000, 65_000)
-        };
-        let span = hi - lo;
-        NEXT.store((std::process::id() * 211) % span, Ordering::Relaxed);
-        (lo, hi)
-    });
-    let span = hi - lo;
-    for _ in 0..span {
-        let port = (lo + NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free loopback port in {lo}..{hi}");
+    cairn_faults::cluster::reserve_port()
 }
 
 /// `127.0.0.1:<reserve_port()>`.
