@@ -211,9 +211,11 @@ fn kill_9_right_after_a_flush_loses_nothing() {
     let mut acked = Acked::default();
     for cycle in 0..3u64 {
         let start = next_start(&acked);
+        // A reopened child may flush what it replayed before its first write is
+        // acknowledged (maintenance runs at once): that is a kill after a flush too.
         let n = run_child(&tdir, start, None, &mut acked);
-        assert!(n > 0, "cycle {cycle}: the child acknowledged nothing");
         eprintln!("cycle {cycle}: died at a flush after {n} acknowledged batches");
         check(&tdir, &acked, cycle);
     }
+    assert!(!acked.0.is_empty(), "no child acknowledged anything");
 }
