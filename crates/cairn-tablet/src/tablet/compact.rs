@@ -10,10 +10,10 @@
 use std::sync::Arc;
 
 use super::Tablet;
-use crate::delta::{DeltaEntry, DeltaMemStore, write_delta_file};
+use super::flush::write_redo_file;
+use crate::delta::{DeltaEntry, DeltaMemStore};
 use crate::diskrowset::DiskRowSet;
 use crate::error::Result;
-use crate::metadata::FileMeta;
 use crate::rowsets::Components;
 
 impl Tablet {
@@ -31,13 +31,7 @@ impl Tablet {
             .collect();
         entries.sort_by_key(|e| (e.ordinal, e.ts));
         let mut meta = rs.meta();
-        let name = format!("redo-{}.delta", meta.next_file_seq);
-        let (crc, size) = write_delta_file(&rs.dir().join(&name), &entries)?;
-        let file = Arc::new(crate::delta::DeltaFile::open(
-            &rs.dir().join(&name),
-            &name,
-            crc,
-        )?);
+        let (file, record) = write_redo_file(rs, &mut meta, &entries)?;
         let _g = self.gate.write();
         let mut d = rs.deltas();
         d.redo_files
@@ -45,9 +39,8 @@ impl Tablet {
         d.redo_files.insert(0, file);
         rs.set_deltas(d);
         let old: Vec<String> = inputs.iter().map(|f| f.name.clone()).collect();
-        meta.next_file_seq += 1;
         meta.redo_files.retain(|f| !old.contains(&f.name));
-        meta.redo_files.insert(0, FileMeta { name, crc, size });
+        meta.redo_files.insert(0, record);
         self.persist_rowsets(&[(rs.clone(), meta)], None)?;
         for n in old {
             let _ = std::fs::remove_file(rs.dir().join(n));

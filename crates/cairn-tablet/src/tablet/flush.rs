@@ -179,20 +179,13 @@ impl Tablet {
             (frozen, cut, self.cut_snapshot())
         };
         let mut meta = rs.meta();
-        let name = format!("redo-{}.delta", meta.next_file_seq);
-        let (crc, size) = write_delta_file(&rs.dir().join(&name), &frozen.entries())?;
-        let file = Arc::new(crate::delta::DeltaFile::open(
-            &rs.dir().join(&name),
-            &name,
-            crc,
-        )?);
+        let (file, record) = write_redo_file(rs, &mut meta, &frozen.entries())?;
         let _g = self.gate.write();
         let mut d = rs.deltas();
         d.redo_files.push(file);
         d.frozen_dms = None;
         rs.set_deltas(d);
-        meta.next_file_seq += 1;
-        meta.redo_files.push(FileMeta { name, crc, size });
+        meta.redo_files.push(record);
         // A DeltaMemStore only takes records after the rowset's mark, so the cut is
         // past it; `max` keeps the mark from moving back all the same.
         if cut > meta.durable_index {
@@ -300,4 +293,20 @@ impl Tablet {
         out.push(meta);
         Ok((out, durable))
     }
+}
+
+/// Writes `entries` as the next REDO delta file of `rs`, named from `meta`'s file
+/// sequence (which it advances), and opens it. Returns the open file and the record
+/// `meta` must list once the file is installed.
+pub(crate) fn write_redo_file(
+    rs: &DiskRowSet,
+    meta: &mut RowSetMeta,
+    entries: &[crate::delta::DeltaEntry],
+) -> Result<(Arc<crate::delta::DeltaFile>, FileMeta)> {
+    let name = format!("redo-{}.delta", meta.next_file_seq);
+    let path = rs.dir().join(&name);
+    let (crc, size) = write_delta_file(&path, entries)?;
+    let file = Arc::new(crate::delta::DeltaFile::open(&path, &name, crc)?);
+    meta.next_file_seq += 1;
+    Ok((file, FileMeta { name, crc, size }))
 }
