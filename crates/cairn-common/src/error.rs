@@ -47,6 +47,19 @@ pub enum CommonError {
         /// The bound.
         max_ms: u64,
     },
+    /// An object id (tablet, table, Raft group, store) from a request is malformed.
+    #[error(
+        "invalid {kind} id '{id}': {why}; ids are what the master issued (see `cairn table \
+         describe` or ListTablets)"
+    )]
+    InvalidId {
+        /// What kind of object the id names.
+        kind: &'static str,
+        /// The id, shortened and escaped.
+        id: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// An Arrow error surfaced while converting data.
     #[error("arrow error: {0}")]
     Arrow(String),

@@ -20,6 +20,8 @@
 //!   their conjunctions), evaluated on Arrow arrays or single values, with the
 //!   implication test that predicate-based data skipping (HRDBMS §III) needs.
 //! - [`clock`]: [`HybridTime`] and the hybrid logical clock (Kudu paper §3.4).
+//! - [`ids`]: the one validation of tablet, table, Raft group and store ids that every
+//!   RPC applies before an id reaches a lookup or a path.
 //! - [`stats`]: per-column [`ColumnStatistics`] (min, max, NULLs, bytes) that tablets
 //!   report for query planning.
 //!
@@ -28,6 +30,7 @@
 pub mod clock;
 pub mod codec;
 pub mod error;
+pub mod ids;
 pub mod key;
 pub mod partition;
 pub mod predicate;
@@ -37,6 +40,7 @@ pub mod types;
 
 pub use clock::{HybridClock, HybridTime};
 pub use error::{CommonError, Result};
+pub use ids::{IdKind, validate_id};
 pub use partition::{HashLevel, Partition, PartitionSchema};
 pub use predicate::{ColumnPredicate, PredicateOp};
 pub use schema::{AlterOp, ColumnId, ColumnSchema, ColumnSpec, Schema, SchemaMeta};

@@ -302,6 +302,8 @@ impl ConsensusService {
     }
 
     fn group(&self, id: &str) -> Result<Raft, tonic::Status> {
+        cairn_common::validate_id(cairn_common::IdKind::RaftGroup, id)
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
         self.registry.get(id).ok_or_else(|| {
             tonic::Status::not_found(format!("this server hosts no consensus group {id}"))
         })

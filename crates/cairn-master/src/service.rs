@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_common::{PartitionSchema, SchemaMeta};
+use cairn_common::{IdKind, PartitionSchema, SchemaMeta, validate_id};
 use cairn_consensus::RaftGroup;
 use cairn_consensus::network::ChannelPool;
 use cairn_proto as pb;
@@ -716,6 +716,10 @@ impl pb::master_server::Master for MasterService {
             }));
         }
         let req = request.into_inner();
+        for r in &req.tablets {
+            validate_id(IdKind::Tablet, &r.tablet_id).map_err(MasterError::from)?;
+            validate_id(IdKind::Table, &r.table_id).map_err(MasterError::from)?;
+        }
         let mut ts = st.tservers.write();
         let known = ts.contains_key(&req.node_id);
         let e = ts.entry(req.node_id).or_insert_with(|| TsInfo {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_common::{HybridClock, Partition, PartitionSchema, SchemaMeta};
+use cairn_common::{HybridClock, IdKind, Partition, PartitionSchema, SchemaMeta, validate_id};
 use cairn_consensus::network::ChannelPool;
 use cairn_consensus::{GroupOptions, GroupRegistry, RaftGroup};
 use cairn_proto as pb;
@@ -132,18 +132,11 @@ impl TabletManager {
     /// peers, the lowest node id forms the group; a learner waits to be added by the
     /// leader and receives the tablet by log replication or tablet copy.
     pub async fn create(&self, req: pb::CreateTabletRequest) -> Result<Arc<TabletReplica>> {
+        validate_id(IdKind::Tablet, &req.tablet_id)?;
+        validate_id(IdKind::Table, &req.table_id)?;
         let _g = self.creating.lock().await;
         if let Some(r) = self.replicas.read().get(&req.tablet_id) {
             return Ok(r.clone());
-        }
-        if req.tablet_id.is_empty()
-            || req.tablet_id.contains(['/', '\\', '.'])
-            || req.tablet_id.len() > 128
-        {
-            return Err(TserverError::InvalidArgument(format!(
-                "invalid tablet id '{}'",
-                req.tablet_id
-            )));
         }
         let schema_meta: SchemaMeta =
             serde_json::from_slice(&req.schema_json).map_err(|e| json_err("schema", e))?;
@@ -187,8 +180,10 @@ impl TabletManager {
         Ok(r)
     }
 
-    /// Deletes a replica and its files.
+    /// Deletes a replica and its files. The id is validated first: it names the
+    /// directory that is removed.
     pub async fn delete(&self, tablet_id: &str) -> Result<()> {
+        validate_id(IdKind::Tablet, tablet_id)?;
         let r = self.replicas.write().remove(tablet_id);
         if let Some(r) = r {
             r.group.shutdown().await;
@@ -207,6 +202,7 @@ impl TabletManager {
 
     /// A replica by tablet id.
     pub fn get(&self, tablet_id: &str) -> Result<Arc<TabletReplica>> {
+        validate_id(IdKind::Tablet, tablet_id)?;
         self.replicas
             .read()
             .get(tablet_id)

@@ -379,6 +379,8 @@ impl pb::tablet_server_server::TabletServer for TabletService {
     ) -> Result<Response<pb::WriteResponse>, Status> {
         let deadline = deadline_of(&request);
         let mut req = request.into_inner();
+        cairn_common::validate_id(cairn_common::IdKind::Tablet, &req.tablet_id)
+            .map_err(TserverError::from)?;
         let batches = decode_ipc(&req.arrow_ipc)?;
         req.arrow_ipc = Default::default();
         let rows = match batches.first() {

@@ -776,3 +776,206 @@ async fn timestamps_beyond_the_clock_offset_are_refused() {
         10
     );
 }
+
+/// Every RPC that takes a tablet, table or Raft group id refuses ids that are not
+/// plain names. `DeleteTablet` names a directory with its id: an empty id, `..`, an
+/// absolute path or `a/b` must delete nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_ids_are_refused_by_every_rpc() {
+    let cl = InProc::start(1, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    c.create_table(table_spec("t", 1, 1)).await.unwrap();
+    let t = c.open_table("t").await.unwrap();
+    insert_range(&c, &t, 0..10).await;
+    let victim = cl.dir.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("keep"), b"x").unwrap();
+    let tablets_dir = cl.ts_dir(0).join("tablets");
+    let addr = cl.ts_addrs[0].clone();
+    let mut raw = c.tablet_server(&addr).await.unwrap();
+    let hostile = [
+        String::new(),
+        ".".to_string(),
+        "..".to_string(),
+        "/x".to_string(),
+        "a/b".to_string(),
+        victim.display().to_string(),
+        "../victim".to_string(),
+    ];
+    let refused = |r: Result<tonic::Status, String>, what: &str, id: &str| {
+        let s = r.unwrap_or_else(|e| panic!("{what}({id:?}) succeeded: {e}"));
+        assert_eq!(
+            s.code(),
+            tonic::Code::InvalidArgument,
+            "{what}({id:?}): {s:?}"
+        );
+        assert!(s.message().contains("invalid"), "{what}({id:?}): {s:?}");
+    };
+    fn err<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> Result<tonic::Status, String> {
+        match r {
+            Ok(v) => Err(format!("{v:?}")),
+            Err(s) => Ok(s),
+        }
+    }
+    use cairn_proto as pb;
+    for id in &hostile {
+        let tid = || id.clone();
+        refused(
+            err(raw
+                .delete_tablet(pb::DeleteTabletRequest { tablet_id: tid() })
+                .await),
+            "DeleteTablet",
+            id,
+        );
+        refused(
+            err(raw
+                .create_tablet(pb::CreateTabletRequest {
+                    tablet_id: tid(),
+                    ..Default::default()
+                })
+                .await),
+            "CreateTablet",
+            id,
+        );
+        refused(
+            err(raw
+                .write(pb::WriteRequest {
+                    tablet_id: tid(),
+                    ..Default::default()
+                })
+                .await),
+            "Write",
+            id,
+        );
+        refused(
+            err(raw
+                .bulk_insert(pb::BulkInsertRequest {
+                    tablet_id: tid(),
+                    ..Default::default()
+                })
+                .await),
+            "BulkInsert",
+            id,
+        );
+        refused(
+            err(raw
+                .scan(pb::ScanRequest {
+                    tablet_id: tid(),
+                    ..Default::default()
+                })
+                .await),
+            "Scan",
+            id,
+        );
+        refused(
+            err(raw
+                .checksum(pb::ChecksumRequest {
+                    tablet_id: tid(),
+                    ..Default::default()
+                })
+                .await),
+            "Checksum",
+            id,
+        );
+        refused(
+            err(raw
+                .change_config(pb::ChangeConfigRequest {
+                    tablet_id: tid(),
+                    ..Default::default()
+                })
+                .await),
+            "ChangeConfig",
+            id,
+        );
+        refused(
+            err(raw
+                .step_down(pb::StepDownRequest { tablet_id: tid() })
+                .await),
+            "StepDown",
+            id,
+        );
+        refused(
+            err(raw
+                .flush_tablet(pb::FlushTabletRequest {
+                    tablet_id: tid(),
+                    ..Default::default()
+                })
+                .await),
+            "FlushTablet",
+            id,
+        );
+        refused(
+            err(raw
+                .safe_index(pb::SafeIndexRequest {
+                    tablet_id: tid(),
+                    ..Default::default()
+                })
+                .await),
+            "SafeIndex",
+            id,
+        );
+        refused(
+            err(raw
+                .alter_schema(pb::AlterSchemaRequest {
+                    tablet_id: tid(),
+                    ..Default::default()
+                })
+                .await),
+            "AlterSchema",
+            id,
+        );
+        let mut cons = pb::consensus_client::ConsensusClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        let rr = || pb::RaftRequest {
+            group_id: id.clone(),
+            payload: Default::default(),
+        };
+        refused(err(cons.append_entries(rr()).await), "AppendEntries", id);
+        refused(err(cons.vote(rr()).await), "Vote", id);
+        refused(
+            err(cons.install_snapshot(rr()).await),
+            "InstallSnapshot",
+            id,
+        );
+        let mut master = c.master().await.unwrap();
+        let report = pb::TabletReport {
+            tablet_id: tid(),
+            table_id: "0123456789abcdef".into(),
+            ..Default::default()
+        };
+        refused(
+            err(master
+                .heartbeat(pb::HeartbeatRequest {
+                    node_id: 999,
+                    addr: "127.0.0.1:1".into(),
+                    tablets: vec![report.clone()],
+                    full_report: false,
+                })
+                .await),
+            "Heartbeat(tablet_id)",
+            id,
+        );
+        refused(
+            err(master
+                .heartbeat(pb::HeartbeatRequest {
+                    node_id: 999,
+                    addr: "127.0.0.1:1".into(),
+                    tablets: vec![pb::TabletReport {
+                        tablet_id: "0123456789abcdef".into(),
+                        table_id: tid(),
+                        ..report
+                    }],
+                    full_report: false,
+                })
+                .await),
+            "Heartbeat(table_id)",
+            id,
+        );
+    }
+    // Nothing was deleted: the victim, the tablets directory and the table's rows.
+    assert!(victim.join("keep").exists());
+    assert!(tablets_dir.is_dir());
+    assert_eq!(std::fs::read_dir(&tablets_dir).unwrap().count(), 1);
+    assert_eq!(c.scan(&t).count().await.unwrap(), 10);
+}
