@@ -36,6 +36,12 @@ pub struct MasterOptions {
     pub ddl_wait: Duration,
     /// Raft timing.
     pub group: GroupOptions,
+    /// The most hash buckets a table may have: the product of its hash levels'
+    /// bucket counts (`--max-hash-buckets`, 1024).
+    pub max_hash_buckets: u64,
+    /// The most tablets a table may have: hash buckets times range partitions
+    /// (`--max-tablets-per-table`, 10,000).
+    pub max_tablets_per_table: u64,
 }
 
 impl MasterOptions {
@@ -50,6 +56,8 @@ impl MasterOptions {
             default_replicas: 1,
             ddl_wait: Duration::from_secs(30),
             group: GroupOptions::default(),
+            max_hash_buckets: 1024,
+            max_tablets_per_table: 10_000,
         }
     }
 }

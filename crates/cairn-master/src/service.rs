@@ -171,6 +171,31 @@ fn new_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
+/// Refuses a partitioning with more hash buckets than `--max-hash-buckets` or more
+/// tablets (buckets times `ranges` range partitions) than `--max-tablets-per-table`,
+/// before any partition is computed.
+fn check_tablet_limits(opts: &MasterOptions, ps: &PartitionSchema, ranges: usize) -> Result<()> {
+    let buckets = ps
+        .hash_levels
+        .iter()
+        .fold(1u64, |n, l| n.saturating_mul(u64::from(l.num_buckets)));
+    if buckets > opts.max_hash_buckets {
+        return Err(MasterError::InvalidArgument(format!(
+            "{buckets} hash buckets exceed --max-hash-buckets ({}): use fewer buckets",
+            opts.max_hash_buckets
+        )));
+    }
+    let tablets = buckets.saturating_mul(ranges.max(1) as u64);
+    if tablets > opts.max_tablets_per_table {
+        return Err(MasterError::InvalidArgument(format!(
+            "{tablets} tablets ({buckets} hash buckets times {ranges} range partitions) exceed \
+             --max-tablets-per-table ({}): use fewer buckets or range partitions",
+            opts.max_tablets_per_table
+        )));
+    }
+    Ok(())
+}
+
 fn bad_json(what: &str, e: serde_json::Error) -> MasterError {
     MasterError::InvalidArgument(format!("malformed {what}: {e}"))
 }
@@ -224,6 +249,7 @@ impl MasterService {
             serde_json::from_slice(&req.range_bounds_json)
                 .map_err(|e| bad_json("range bounds", e))?
         };
+        check_tablet_limits(&st.opts, &ps, bounds.len())?;
         let partitions = ps.create_partitions(&bounds)?;
         let replicas = if req.replicas == 0 {
             st.opts.default_replicas
@@ -359,6 +385,7 @@ impl MasterService {
             // tablets are the partitions of the added ranges.
             let mut all = ranges.clone();
             all.extend(add.iter().cloned());
+            check_tablet_limits(&st.opts, &t.partition_schema, all.len())?;
             let mut partitions =
                 t.partition_schema
                     .create_partitions(&all)

@@ -46,6 +46,15 @@ pub enum SqlError {
 
 impl From<DataFusionError> for SqlError {
     fn from(e: DataFusionError) -> Self {
+        if let DataFusionError::ResourcesExhausted(m) = e.find_root() {
+            return SqlError::other(
+                "53200",
+                format!(
+                    "out of memory for this statement: {m}; the per-statement limit is \
+                     --query-memory-limit-mb: raise it, or make the statement need less"
+                ),
+            );
+        }
         // Errors raised by Cairn code inside DataFusion travel as `External`: unwrap
         // them so their SQLSTATE survives.
         match e {
@@ -176,7 +185,7 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             Some(s) => s.sqlstate(),
             None => "XX000",
         },
-        DataFusionError::ResourcesExhausted(_) => "53000",
+        DataFusionError::ResourcesExhausted(_) => "53200",
         _ => "XX000",
     }
 }

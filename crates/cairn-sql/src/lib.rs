@@ -36,4 +36,4 @@ pub mod types;
 pub mod write;
 
 pub use error::{Result, SqlError};
-pub use session::{CATALOG, Prepared, QueryResult, SCHEMA, SqlEngine, SqlSession};
+pub use session::{CATALOG, EngineLimits, Prepared, QueryResult, SCHEMA, SqlEngine, SqlSession};

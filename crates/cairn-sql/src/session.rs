@@ -116,6 +116,26 @@ struct EngineInner {
     client: Client,
     schema: Arc<CairnSchema>,
     template: SessionState,
+    limits: EngineLimits,
+}
+
+/// Resource limits of SQL sessions.
+#[derive(Clone, Debug)]
+pub struct EngineLimits {
+    /// Bytes of memory one session's statement may hold in sorts, joins, aggregates
+    /// and buffers (`--query-memory-limit`; 0: no limit). Operators that can spill
+    /// (sorts, grouped aggregates, sort-merge joins) spill to temporary files past
+    /// it; the others fail with SQLSTATE 53200 naming the limit. A session runs one
+    /// statement at a time, so this is a per-query limit.
+    pub query_memory_bytes: usize,
+}
+
+impl Default for EngineLimits {
+    fn default() -> Self {
+        EngineLimits {
+            query_memory_bytes: 1 << 30,
+        }
+    }
 }
 
 /// Shared SQL machinery for one cluster; cheap to clone.
@@ -165,8 +185,23 @@ impl SqlEngine {
                 client,
                 schema,
                 template: ctx.state(),
+                limits: EngineLimits::default(),
             }),
         })
+    }
+
+    /// The same engine with other session limits (sessions made from now on use
+    /// them).
+    pub fn with_limits(self, limits: EngineLimits) -> Self {
+        let inner = EngineInner {
+            client: self.inner.client.clone(),
+            schema: self.inner.schema.clone(),
+            template: self.inner.template.clone(),
+            limits,
+        };
+        SqlEngine {
+            inner: Arc::new(inner),
+        }
     }
 
     /// Connects to the masters and builds an engine.
@@ -181,7 +216,27 @@ impl SqlEngine {
 
     /// A new session (one per connection).
     pub fn session(&self) -> SqlSession {
-        let state = SessionStateBuilder::new_from_existing(self.inner.template.clone()).build();
+        let mut builder = SessionStateBuilder::new_from_existing(self.inner.template.clone());
+        let limit = self.inner.limits.query_memory_bytes;
+        if limit > 0 {
+            // Each session gets its own pool; everything else of the runtime (object
+            // stores, the temporary-file manager) is shared.
+            let shared = self.inner.template.runtime_env();
+            let pool: Arc<dyn datafusion::execution::memory_pool::MemoryPool> = Arc::new(
+                datafusion::execution::memory_pool::FairSpillPool::new(limit),
+            );
+            let runtime =
+                datafusion::execution::runtime_env::RuntimeEnvBuilder::from_runtime_env(shared)
+                    .with_memory_pool(pool)
+                    .build_arc();
+            match runtime {
+                Ok(r) => builder = builder.with_runtime_env(r),
+                // Cannot happen for a runtime that was built once already; the session
+                // then shares the engine's unbounded pool.
+                Err(e) => tracing::warn!(error = %e, "no per-session memory pool"),
+            }
+        }
+        let state = builder.build();
         SqlSession {
             engine: self.clone(),
             ctx: SessionContext::new_with_state(state),

@@ -30,6 +30,18 @@ pub enum TserverError {
     /// A transient condition (a peer is unreachable, an election is running): retry.
     #[error("{0}")]
     Unavailable(String),
+    /// A request would pass one of the server's limits; the message names the flag.
+    #[error("{what} exceeds {flag} ({limit}){hint}")]
+    LimitExceeded {
+        /// What was too large or too many.
+        what: String,
+        /// The flag that sets the limit.
+        flag: &'static str,
+        /// The limit.
+        limit: u64,
+        /// What to do about it.
+        hint: &'static str,
+    },
     /// The server is stopping.
     #[error("the tablet server is shutting down")]
     ShuttingDown,
@@ -64,6 +76,7 @@ impl From<TserverError> for tonic::Status {
                 tonic::Status::not_found(msg)
             }
             TserverError::InvalidArgument(_) => tonic::Status::invalid_argument(msg),
+            TserverError::LimitExceeded { .. } => tonic::Status::resource_exhausted(msg),
             TserverError::Consensus(C::NotLeader { leader_addr, .. }) => {
                 let mut s = tonic::Status::failed_precondition(msg);
                 if let Some(a) = leader_addr

@@ -21,3 +21,4 @@ pub mod service;
 
 pub use error::{Result, TserverError};
 pub use server::{TabletServer, TserverOptions};
+pub use service::ServiceLimits;

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 
 use crate::error::{Result, TserverError};
 use crate::manager::TabletManager;
-use crate::service::{TabletService, report};
+use crate::service::{ServiceLimits, TabletService, report};
 
 /// Flags of a tablet server.
 #[derive(Clone, Debug)]
@@ -42,6 +42,8 @@ pub struct TserverOptions {
     /// How far ahead of this server's clock a timestamp from a client or peer may be
     /// (Kudu's `max_clock_error`; 500 ms).
     pub max_clock_offset: Duration,
+    /// Server-wide caps on what one client can ask for.
+    pub limits: ServiceLimits,
 }
 
 impl TserverOptions {
@@ -57,6 +59,7 @@ impl TserverOptions {
             group: GroupOptions::default(),
             tablet: TabletOptions::default(),
             max_clock_offset: cairn_common::clock::DEFAULT_MAX_OFFSET,
+            limits: ServiceLimits::default(),
         }
     }
 }
@@ -122,7 +125,7 @@ impl TabletServer {
         )?;
         let n = manager.open_all().await?;
         let (stop, stop_rx) = watch::channel(false);
-        let service = TabletService::new(manager.clone());
+        let service = TabletService::new(manager.clone(), opts.limits.clone());
         let mut tasks = Vec::new();
 
         let router = tonic::transport::Server::builder()

@@ -25,19 +25,43 @@ struct OpenScanner {
 /// Default rows per scan response.
 const DEFAULT_SCAN_ROWS: usize = 65_536;
 
+/// Caps on what one request or all clients together may ask of a tablet server. Each
+/// is a flag of `cairn tserver`; a request past one fails with `ResourceExhausted` and
+/// a message that names the flag.
+#[derive(Clone, Debug)]
+pub struct ServiceLimits {
+    /// The most rows a scan request may ask for in one response
+    /// (`--max-scan-batch-rows`).
+    pub max_scan_batch_rows: u32,
+    /// The most scanners open at once on this server (`--max-open-scanners`). Idle
+    /// ones expire after the scanner TTL.
+    pub max_open_scanners: usize,
+}
+
+impl Default for ServiceLimits {
+    fn default() -> Self {
+        ServiceLimits {
+            max_scan_batch_rows: 1 << 20,
+            max_open_scanners: 10_000,
+        }
+    }
+}
+
 /// The service state.
 #[derive(Clone)]
 pub struct TabletService {
     manager: Arc<TabletManager>,
     scanners: Arc<Mutex<HashMap<String, OpenScanner>>>,
+    limits: ServiceLimits,
 }
 
 impl TabletService {
     /// A service over `manager`'s replicas.
-    pub fn new(manager: Arc<TabletManager>) -> Self {
+    pub fn new(manager: Arc<TabletManager>, limits: ServiceLimits) -> Self {
         TabletService {
             manager,
             scanners: Arc::new(Mutex::new(HashMap::new())),
+            limits,
         }
     }
 
@@ -126,12 +150,29 @@ impl TabletService {
             };
             return Ok((closed, None));
         }
+        if req.batch_rows > self.limits.max_scan_batch_rows {
+            // Final, not retryable: the same request would fail again.
+            return Err(TserverError::InvalidArgument(format!(
+                "a scan batch of {} rows exceeds --max-scan-batch-rows ({}): ask for fewer \
+                 rows per batch",
+                req.batch_rows, self.limits.max_scan_batch_rows
+            )));
+        }
         let target_rows = if req.batch_rows == 0 {
-            DEFAULT_SCAN_ROWS
+            DEFAULT_SCAN_ROWS.min(self.limits.max_scan_batch_rows as usize)
         } else {
             req.batch_rows as usize
         };
         let mut scanner = if req.scanner_id.is_empty() {
+            let open = self.scanners.lock().len();
+            if open >= self.limits.max_open_scanners {
+                return Err(TserverError::LimitExceeded {
+                    what: format!("{} open scanners", open + 1),
+                    flag: "--max-open-scanners",
+                    limit: self.limits.max_open_scanners as u64,
+                    hint: ": finish or close scans, or retry when idle ones expire",
+                });
+            }
             let replica = self.manager.get(&req.tablet_id)?;
             let mode = self
                 .resolve_mode(&replica, req.read_mode, req.snapshot_timestamp, deadline)

@@ -45,6 +45,50 @@ impl RaftFlags {
     }
 }
 
+/// Limits: what one client, query or table may take. Each trips with an error that
+/// names its flag.
+#[derive(Args, Clone, Debug)]
+pub struct LimitFlags {
+    /// PostgreSQL clients served at once by a front end; one more is refused with
+    /// SQLSTATE 53300.
+    #[arg(long, env = "CAIRN_PG_MAX_CONNECTIONS", default_value_t = 100)]
+    pub pg_max_connections: usize,
+    /// Flight SQL connections served at once by a front end; the calls of one more
+    /// fail with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "CAIRN_FLIGHT_MAX_CONNECTIONS", default_value_t = 100)]
+    pub flight_max_connections: usize,
+    /// Memory one SQL statement may hold, in MiB (0: unlimited). Sorts and grouped
+    /// aggregates spill to temporary files past it; other operators fail with
+    /// SQLSTATE 53200.
+    #[arg(long, env = "CAIRN_QUERY_MEMORY_LIMIT_MB", default_value_t = 1024)]
+    pub query_memory_limit_mb: usize,
+    /// Tablet servers: the most rows a scan request may ask for in one batch.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_scan_batch_rows: u32,
+    /// Tablet servers: the most scanners open at once (idle ones expire after
+    /// --scanner-ttl-secs).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_open_scanners: usize,
+    /// Masters: the most hash buckets of a table (the product over its hash levels).
+    #[arg(long, default_value_t = 1024)]
+    pub max_hash_buckets: u64,
+    /// Masters: the most tablets of a table (hash buckets times range partitions).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_tablets_per_table: u64,
+}
+
+impl LimitFlags {
+    fn apply_tserver(&self, o: &mut TserverOptions) {
+        o.limits.max_scan_batch_rows = self.max_scan_batch_rows.max(1);
+        o.limits.max_open_scanners = self.max_open_scanners.max(1);
+    }
+
+    fn apply_master(&self, o: &mut MasterOptions) {
+        o.max_hash_buckets = self.max_hash_buckets.max(2);
+        o.max_tablets_per_table = self.max_tablets_per_table.max(1);
+    }
+}
+
 /// SQL front-end flags of `cairn master` and `cairn tserver` (off unless given).
 #[derive(Args, Clone, Debug)]
 pub struct SqlFlags {
@@ -87,6 +131,7 @@ impl PgAuthFlags {
             auth,
             user: self.pg_user.clone(),
             password: self.pg_password.clone(),
+            ..Default::default()
         })
     }
 }
@@ -98,13 +143,19 @@ async fn start_sql(
     pg_addr: Option<&str>,
     flight_addr: Option<&str>,
     auth: &PgAuthFlags,
+    limits: &LimitFlags,
     in_process: &[&TabletServer],
 ) -> Result<Vec<String>, BoxError> {
     let mut lines = vec![];
     if pg_addr.is_none() && flight_addr.is_none() {
         return Ok(lines);
     }
-    let engine = cairn_sql::SqlEngine::connect(masters).await?;
+    let engine =
+        cairn_sql::SqlEngine::connect(masters)
+            .await?
+            .with_limits(cairn_sql::EngineLimits {
+                query_memory_bytes: limits.query_memory_limit_mb.saturating_mul(1 << 20),
+            });
     for t in in_process {
         engine
             .client()
@@ -115,7 +166,8 @@ async fn start_sql(
             .await
             .map_err(|e| format!("cannot listen for PostgreSQL clients on {addr}: {e}"))?;
         let bound = listener.local_addr()?;
-        let opts = auth.options()?;
+        let mut opts = auth.options()?;
+        opts.max_connections = limits.pg_max_connections.max(1);
         let e = engine.clone();
         tokio::spawn(async move {
             if let Err(err) = cairn_sql::pg::serve(e, listener, opts, std::future::pending()).await
@@ -135,9 +187,12 @@ async fn start_sql(
             .await
             .map_err(|e| format!("cannot listen for Flight SQL clients on {addr}: {e}"))?;
         let bound = listener.local_addr()?;
+        let opts = cairn_sql::flight::FlightOptions {
+            max_connections: limits.flight_max_connections.max(1),
+        };
         tokio::spawn(async move {
             if let Err(err) =
-                cairn_sql::flight::serve(engine, listener, std::future::pending()).await
+                cairn_sql::flight::serve(engine, listener, opts, std::future::pending()).await
             {
                 eprintln!("Flight SQL front end stopped: {err}");
             }
@@ -176,6 +231,8 @@ pub struct MasterArgs {
     pub raft: RaftFlags,
     #[command(flatten)]
     pub sql: SqlFlags,
+    #[command(flatten)]
+    pub limits: LimitFlags,
 }
 
 impl MasterArgs {
@@ -191,6 +248,7 @@ impl MasterArgs {
         o.tserver_live_timeout = Duration::from_secs(self.tserver_live_timeout_secs.max(1));
         o.default_replicas = self.default_replicas;
         o.group = self.raft.group_options();
+        self.limits.apply_master(&mut o);
         o
     }
 }
@@ -225,6 +283,8 @@ pub struct TserverArgs {
     pub raft: RaftFlags,
     #[command(flatten)]
     pub sql: SqlFlags,
+    #[command(flatten)]
+    pub limits: LimitFlags,
 }
 
 impl TserverArgs {
@@ -235,6 +295,7 @@ impl TserverArgs {
         o.group = self.raft.group_options();
         o.tablet.fsync = o.group.fsync;
         o.max_clock_offset = Duration::from_millis(self.raft.max_clock_offset_ms);
+        self.limits.apply_tserver(&mut o);
         o
     }
 }
@@ -270,6 +331,8 @@ pub struct LocalArgs {
     pub auth: PgAuthFlags,
     #[command(flatten)]
     pub raft: RaftFlags,
+    #[command(flatten)]
+    pub limits: LimitFlags,
 }
 
 /// Resolves when Ctrl-C or SIGTERM arrives.
@@ -320,6 +383,7 @@ pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
         args.sql.pg_addr.as_deref(),
         args.sql.flight_sql_addr.as_deref(),
         &args.sql.auth,
+        &args.limits,
         &[],
     )
     .await?
@@ -351,6 +415,7 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
         args.sql.pg_addr.as_deref(),
         args.sql.flight_sql_addr.as_deref(),
         &args.sql.auth,
+        &args.limits,
         &[&t],
     )
     .await?
@@ -394,6 +459,7 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
             flight_sql_addr: None,
             auth: args.auth.clone(),
         },
+        limits: args.limits.clone(),
     };
     let master = MasterServer::start(margs.options()).await?;
     let mut tservers = Vec::new();
@@ -411,6 +477,7 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
                 flight_sql_addr: None,
                 auth: args.auth.clone(),
             },
+            limits: args.limits.clone(),
         };
         tservers.push(TabletServer::start(targs.options()).await?);
     }
@@ -440,6 +507,7 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         pg.as_deref(),
         flight.as_deref(),
         &args.auth,
+        &args.limits,
         &tservers.iter().collect::<Vec<_>>(),
     )
     .await?

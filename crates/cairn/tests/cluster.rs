@@ -896,10 +896,7 @@ async fn hostile_ids_are_refused_by_every_rpc() {
         );
         refused(
             err(raw
-                .flush_tablet(pb::FlushTabletRequest {
-                    tablet_id: tid(),
-                    ..Default::default()
-                })
+                .flush_tablet(pb::FlushTabletRequest { tablet_id: tid() })
                 .await),
             "FlushTablet",
             id,

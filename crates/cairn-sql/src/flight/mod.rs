@@ -53,6 +53,7 @@
 //! Errors are [`tonic::Status`]es whose message starts with the PostgreSQL SQLSTATE
 //! (`42P01: table 'x' does not exist`) and whose code fits it (see [`grpc_code`]).
 
+mod limit;
 mod metadata;
 mod params;
 mod state;
@@ -108,23 +109,45 @@ pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 /// The stream type of `DoGet` answers.
 type DoGetStream = <CairnFlightSql as FlightService>::DoGetStream;
 
+/// Settings of the Flight SQL front end.
+#[derive(Clone, Debug)]
+pub struct FlightOptions {
+    /// The most client connections served at once (`--flight-max-connections`, 100);
+    /// the calls of further connections fail with `RESOURCE_EXHAUSTED`.
+    pub max_connections: usize,
+}
+
+impl Default for FlightOptions {
+    fn default() -> Self {
+        FlightOptions {
+            max_connections: 100,
+        }
+    }
+}
+
 /// Serves Flight SQL for `engine` on `listener` until `shutdown` completes. Every
 /// connection gets TCP_NODELAY; messages may be up to [`MAX_MESSAGE_BYTES`].
 pub async fn serve(
     engine: SqlEngine,
     listener: tokio::net::TcpListener,
+    opts: FlightOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
+    let limit = opts.max_connections;
+    let permits = Arc::new(tokio::sync::Semaphore::new(limit));
     let incoming = tokio_stream::StreamExt::map(
         tokio_stream::wrappers::TcpListenerStream::new(listener),
-        |s| {
-            if let Ok(s) = &s {
+        move |s| {
+            s.map(|s| {
                 let _ = s.set_nodelay(true);
-            }
-            s
+                limit::CountedStream::new(s, &permits, limit)
+            })
         },
     );
     tonic::transport::Server::builder()
+        .layer(tonic::service::InterceptorLayer::new(
+            limit::refuse_over_limit,
+        ))
         .add_service(CairnFlightSql::new(engine).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

@@ -37,18 +37,33 @@ type FlightClient = FlightSqlServiceClient<Channel>;
 /// A Flight SQL server on a free port for `engine`; the client and a guard that stops
 /// the server when dropped.
 async fn start(engine: SqlEngine) -> (FlightClient, tokio::sync::oneshot::Sender<()>) {
+    let (addr, stop) = start_with(engine, FlightOptions::default()).await;
+    (connect(addr).await, stop)
+}
+
+/// A Flight SQL server with `opts` on a free port: its address and a guard that stops
+/// it when dropped.
+async fn start_with(
+    engine: SqlEngine,
+    opts: FlightOptions,
+) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(engine, listener, async move {
+    tokio::spawn(serve(engine, listener, opts, async move {
         let _ = stopped.await;
     }));
+    (addr, stop)
+}
+
+/// A client on a connection of its own.
+async fn connect(addr: std::net::SocketAddr) -> FlightClient {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
         .await
         .unwrap();
-    (FlightSqlServiceClient::new(channel), stop)
+    FlightSqlServiceClient::new(channel)
 }
 
 /// An engine whose master does not exist: cluster calls fail quickly.
@@ -273,6 +288,7 @@ async fn serve_for_clients() {
     serve(
         engine,
         listener,
+        FlightOptions::default(),
         tokio::time::sleep(Duration::from_secs(secs)),
     )
     .await

@@ -144,6 +144,16 @@ impl StartupHandler for ConnHandler {
         let opts = &self.conn.shared.opts;
         match message {
             PgWireFrontendMessage::Startup(ref startup) => {
+                if self.refuse {
+                    return Err(fatal(
+                        "53300",
+                        format!(
+                            "sorry, too many clients already: the server allows {} \
+                             (--pg-max-connections)",
+                            opts.max_connections
+                        ),
+                    ));
+                }
                 protocol_negotiation(client, startup).await?;
                 save_startup_parameters_to_metadata(client, startup);
                 let user = client

@@ -138,35 +138,72 @@ pub(crate) fn canceled() -> PgWireError {
     )))
 }
 
-/// Ends a record batch stream with [`canceled`] as soon as `cancel` changes.
+/// The error a statement that ran past `statement_timeout` ends with.
+pub(crate) fn timed_out() -> PgWireError {
+    PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
+        "ERROR".into(),
+        "57014".into(),
+        "canceling statement due to statement timeout".into(),
+    )))
+}
+
+/// What can stop a statement while its rows stream: a cancel request for the
+/// connection (the watch changes) or its `statement_timeout` deadline.
+#[derive(Clone, Default)]
+pub(crate) struct Stop {
+    /// Changes when the client sends a cancel request.
+    pub(crate) cancel: Option<watch::Receiver<u64>>,
+    /// When `statement_timeout` runs out.
+    pub(crate) deadline: Option<tokio::time::Instant>,
+}
+
+/// Ends a record batch stream with [`canceled`] as soon as the cancel watch changes,
+/// or with [`timed_out`] at the deadline.
 fn guard(
     batches: SendableRecordBatchStream,
-    cancel: Option<watch::Receiver<u64>>,
+    stop: Stop,
 ) -> impl Stream<Item = PgWireResult<RecordBatch>> + Send {
-    stream::unfold(Some((batches, cancel)), |state| async move {
-        let (mut batches, mut cancel) = state?;
-        let item = match cancel.as_mut() {
-            Some(rx) => {
-                tokio::select! {
-                    biased;
-                    changed = rx.changed() => {
-                        if changed.is_ok() {
-                            return Some((Err(canceled()), None));
-                        }
-                        // The connection is gone: nobody can cancel any more.
-                        cancel = None;
-                        batches.next().await
-                    }
-                    item = batches.next() => item,
-                }
+    stream::unfold(Some((batches, stop)), |state| async move {
+        let (mut batches, mut stop) = state?;
+        let deadline = stop.deadline;
+        let sleep = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
             }
-            None => batches.next().await,
+        };
+        tokio::pin!(sleep);
+        let item = loop {
+            let connection_gone = tokio::select! {
+                biased;
+                changed = cancel_changed(&mut stop.cancel) => {
+                    if changed {
+                        return Some((Err(canceled()), None));
+                    }
+                    true
+                }
+                _ = &mut sleep => return Some((Err(timed_out()), None)),
+                item = batches.next() => break item,
+            };
+            if connection_gone {
+                // Nobody can cancel any more.
+                stop.cancel = None;
+            }
         };
         match item? {
-            Ok(b) => Some((Ok(b), Some((batches, cancel)))),
+            Ok(b) => Some((Ok(b), Some((batches, stop)))),
             Err(e) => Some((Err(pg_error(&SqlError::from(e))), None)),
         }
     })
+}
+
+/// Whether the cancel watch changed (`false`: its connection is gone); never
+/// resolves without a watch.
+async fn cancel_changed(cancel: &mut Option<watch::Receiver<u64>>) -> bool {
+    match cancel {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
 }
 
 /// A `QueryResponse` streaming `batches` (whose schema is `schema`) in `format`.
@@ -174,12 +211,12 @@ pub(crate) fn query_response(
     schema: &Schema,
     batches: SendableRecordBatchStream,
     format: &Format,
-    cancel: Option<watch::Receiver<u64>>,
+    stop: Stop,
 ) -> PgWireResult<QueryResponse> {
     let wire = wire_schema(schema);
     let fields = Arc::new(fields(&wire, format)?);
     let encode_fields = fields.clone();
-    let rows = guard(batches, cancel).flat_map(move |batch| {
+    let rows = guard(batches, stop).flat_map(move |batch| {
         let rows: Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send> =
             match batch.and_then(|b| to_wire(b, &wire).map_err(|e| pg_error(&e))) {
                 Ok(b) => {
@@ -245,7 +282,8 @@ mod tests {
         )
         .unwrap();
         let stream = Box::pin(MemoryStream::try_new(vec![batch], schema.clone(), None).unwrap());
-        let mut resp = query_response(&schema, stream, &Format::UnifiedBinary, None).unwrap();
+        let mut resp =
+            query_response(&schema, stream, &Format::UnifiedBinary, Stop::default()).unwrap();
         assert_eq!(resp.row_schema()[0].datatype(), &Type::INT2);
         let rows: Vec<_> = resp.data_rows().collect().await;
         assert_eq!(rows.len(), 2);
@@ -263,7 +301,8 @@ mod tests {
         )
         .unwrap();
         let stream = Box::pin(MemoryStream::try_new(vec![batch], actual, None).unwrap());
-        let mut resp = query_response(&described, stream, &Format::UnifiedBinary, None).unwrap();
+        let mut resp =
+            query_response(&described, stream, &Format::UnifiedBinary, Stop::default()).unwrap();
         assert_eq!(resp.row_schema()[0].datatype(), &Type::TEXT);
         let rows: Vec<_> = resp.data_rows().collect().await;
         assert_eq!(rows.len(), 1);
@@ -279,8 +318,12 @@ mod tests {
             stream::pending(),
         );
         let (tx, rx) = watch::channel(0u64);
+        let stop = Stop {
+            cancel: Some(rx),
+            deadline: None,
+        };
         let mut resp =
-            query_response(&schema, Box::pin(pending), &Format::UnifiedText, Some(rx)).unwrap();
+            query_response(&schema, Box::pin(pending), &Format::UnifiedText, stop).unwrap();
         tx.send_modify(|v| *v += 1);
         let first = resp.data_rows().next().await.unwrap();
         match first {
@@ -288,5 +331,31 @@ mod tests {
             other => panic!("expected a cancel, got {other:?}"),
         }
         assert!(resp.data_rows().next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_deadline_ends_the_stream_with_57014() {
+        let schema = Arc::new(Schema::new(vec![Field::new("b", ArrowType::Utf8, true)]));
+        let pending = datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+            schema.clone(),
+            stream::pending(),
+        );
+        let stop = Stop {
+            cancel: None,
+            deadline: Some(tokio::time::Instant::now() + std::time::Duration::from_millis(20)),
+        };
+        let mut resp =
+            query_response(&schema, Box::pin(pending), &Format::UnifiedText, stop).unwrap();
+        match resp.data_rows().next().await.unwrap() {
+            Err(PgWireError::UserError(info)) => {
+                assert_eq!(info.code, "57014");
+                assert!(
+                    info.message.contains("statement timeout"),
+                    "{}",
+                    info.message
+                );
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
     }
 }

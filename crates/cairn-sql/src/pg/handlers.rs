@@ -49,7 +49,7 @@ use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
 use tokio::sync::watch;
 
 use super::PgOptions;
-use super::encode::{fields, pg_error, query_response, wire_schema};
+use super::encode::{Stop, fields, pg_error, query_response, timed_out, wire_schema};
 use super::local::{Local, Vars, classify, show_column};
 use super::params::decode_params;
 use super::sqltext::{Tok, split_statements, tokens};
@@ -251,7 +251,7 @@ impl Conn {
                 .map_err(|e| pg_error(&e.into()))?;
                 let stream = MemoryStream::try_new(vec![batch], schema.clone(), None)
                     .map_err(|e| pg_error(&e.into()))?;
-                let mut resp = query_response(&schema, Box::pin(stream), format, None)?;
+                let mut resp = query_response(&schema, Box::pin(stream), format, Stop::default())?;
                 resp.set_command_tag("SHOW");
                 Response::Query(resp)
             }
@@ -265,7 +265,7 @@ impl Conn {
         &self,
         result: QueryResult,
         format: &Format,
-        cancel: Option<watch::Receiver<u64>>,
+        stop: Stop,
         described: Option<&Schema>,
     ) -> PgWireResult<Response> {
         Ok(match result {
@@ -274,7 +274,7 @@ impl Conn {
                     Some(d) if d.fields().len() == schema.fields().len() => d,
                     _ => schema.as_ref(),
                 };
-                Response::Query(query_response(schema, stream, format, cancel)?)
+                Response::Query(query_response(schema, stream, format, stop)?)
             }
             QueryResult::Count { tag, rows } => {
                 let t = Tag::new(tag).with_rows(usize::try_from(rows).unwrap_or(usize::MAX));
@@ -289,6 +289,18 @@ impl Conn {
         })
     }
 
+    /// What stops a statement starting now: a cancel request (`cancel` changes) or the
+    /// connection's `statement_timeout`.
+    fn stop(&self, cancel: &watch::Receiver<u64>) -> Stop {
+        Stop {
+            cancel: Some(cancel.clone()),
+            deadline: self
+                .vars
+                .statement_timeout()
+                .map(|t| tokio::time::Instant::now() + t),
+        }
+    }
+
     /// Runs one statement of a simple query. Rows of statements that are not the
     /// last are read at once, so that statements run in order.
     async fn run_simple(
@@ -300,16 +312,21 @@ impl Conn {
         if let Some(local) = self.local(sql) {
             return Ok(vec![self.run_local(&local, &Format::UnifiedText)?]);
         }
-        let results = self.execute(sql).await.map_err(|e| pg_error(&e))?;
+        let stop = self.stop(cancel);
+        let results = with_deadline(stop.deadline, self.execute(sql))
+            .await?
+            .map_err(|e| pg_error(&e))?;
         let n = results.len();
         let mut out = Vec::with_capacity(n);
         for (i, r) in results.into_iter().enumerate() {
             let r = if last && i + 1 == n {
                 r
             } else {
-                materialize(r).await.map_err(|e| pg_error(&e))?
+                with_deadline(stop.deadline, materialize(r))
+                    .await?
+                    .map_err(|e| pg_error(&e))?
             };
-            out.push(self.response(r, &Format::UnifiedText, Some(cancel.clone()), None)?);
+            out.push(self.response(r, &Format::UnifiedText, stop.clone(), None)?);
         }
         if out.is_empty() {
             out.push(Response::EmptyQuery);
@@ -319,6 +336,20 @@ impl Conn {
 }
 
 /// The compatibility parser's rewrite of a read-only statement, if it changes it.
+/// Runs `work` until `deadline` (the statement's `statement_timeout`); past it, the
+/// work is dropped and the statement fails with SQLSTATE 57014.
+async fn with_deadline<T>(
+    deadline: Option<tokio::time::Instant>,
+    work: impl std::future::Future<Output = T>,
+) -> PgWireResult<T> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, work)
+            .await
+            .map_err(|_| timed_out()),
+        None => Ok(work.await),
+    }
+}
+
 fn rewrite_sql(compat: &PostgresCompatibilityParser, sql: &str) -> Option<String> {
     if !read_only(sql) {
         return None;
@@ -470,6 +501,8 @@ impl QueryParser for CairnParser {
 pub(crate) struct ConnHandler {
     pub(crate) conn: Arc<Conn>,
     parser: Arc<CairnParser>,
+    /// Refuse the connection at startup: too many clients.
+    pub(crate) refuse: bool,
 }
 
 #[async_trait]
@@ -559,6 +592,7 @@ impl ExtendedQueryHandler for ConnHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let cancel = self.conn.cancel.subscribe();
+        let stop = self.conn.stop(&cancel);
         match &portal.statement.statement {
             PgStatement::Local(local) => self.conn.run_local(local, &portal.result_column_format),
             PgStatement::Engine { prepared, rows } => {
@@ -569,19 +603,15 @@ impl ExtendedQueryHandler for ConnHandler {
                     &prepared.param_types,
                 )
                 .map_err(|e| pg_error(&e))?;
-                let result = self
-                    .conn
-                    .session
-                    .execute_prepared(prepared, params)
-                    .await
-                    .map_err(|e| pg_error(&e))?;
-                let described = rows.then_some(prepared.schema.as_ref());
-                self.conn.response(
-                    result,
-                    &portal.result_column_format,
-                    Some(cancel),
-                    described,
+                let result = with_deadline(
+                    stop.deadline,
+                    self.conn.session.execute_prepared(prepared, params),
                 )
+                .await?
+                .map_err(|e| pg_error(&e))?;
+                let described = rows.then_some(prepared.schema.as_ref());
+                self.conn
+                    .response(result, &portal.result_column_format, stop, described)
             }
         }
     }
@@ -617,13 +647,16 @@ pub(crate) struct CairnHandlers {
 }
 
 impl CairnHandlers {
-    /// Handlers with a fresh session for a new connection.
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    /// Handlers with a fresh session for a new connection. `refuse` set: the server
+    /// has `max_connections` clients already, and the connection is refused at
+    /// startup with SQLSTATE 53300 (cancel requests are still answered).
+    pub(crate) fn new(shared: Arc<Shared>, refuse: bool) -> Self {
         let conn = Arc::new(Conn::new(shared.clone()));
         CairnHandlers {
             handler: Arc::new(ConnHandler {
                 parser: Arc::new(CairnParser { conn: conn.clone() }),
                 conn,
+                refuse,
             }),
             cancel: Arc::new(CairnCancel { shared }),
         }

@@ -304,6 +304,15 @@ impl Vars {
                 ));
             }
         }
+        if name == "statement_timeout"
+            && let Some(v) = &value
+            && parse_duration_ms(v).is_none()
+        {
+            return Err(format!(
+                "invalid value for parameter \"statement_timeout\": \"{v}\" (use milliseconds, \
+                 or a number with a unit: us, ms, s, min, h, d; 0 turns it off)"
+            ));
+        }
         let mut set = self.set.lock();
         match value {
             Some(v) => {
@@ -328,6 +337,35 @@ impl Vars {
         }
         default_value(name).map(str::to_string)
     }
+
+    /// The connection's `statement_timeout`, if one is set (0 means none).
+    pub(crate) fn statement_timeout(&self) -> Option<std::time::Duration> {
+        let ms = parse_duration_ms(&self.get("statement_timeout")?)?;
+        (ms > 0).then(|| std::time::Duration::from_millis(ms))
+    }
+}
+
+/// A PostgreSQL time setting in milliseconds: a bare number is milliseconds, or a
+/// number with a unit (`us`, `ms`, `s`, `min`, `h`, `d`), as in `SET
+/// statement_timeout = '5s'`. Fractions round down to whole milliseconds.
+pub(crate) fn parse_duration_ms(v: &str) -> Option<u64> {
+    let v = v.trim().trim_matches('\'').trim();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let per_ms = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return None,
+    };
+    let ms = n * per_ms;
+    (ms.is_finite() && ms >= 0.0 && ms < u64::MAX as f64).then_some(ms as u64)
 }
 
 #[cfg(test)]
@@ -467,6 +505,21 @@ mod tests {
         vars.set("client_encoding", Some("utf-8".into())).unwrap();
         assert!(vars.set("client_encoding", Some("LATIN1".into())).is_err());
         vars.set("application_name", None).unwrap();
+        assert_eq!(vars.statement_timeout(), None);
+        vars.set("statement_timeout", Some("1.5s".into())).unwrap();
+        assert_eq!(
+            vars.statement_timeout(),
+            Some(std::time::Duration::from_millis(1500))
+        );
+        vars.set("statement_timeout", Some("250".into())).unwrap();
+        assert_eq!(
+            vars.statement_timeout(),
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert!(vars.set("statement_timeout", Some("soon".into())).is_err());
+        assert!(vars.set("statement_timeout", Some("-1".into())).is_err());
+        assert_eq!(parse_duration_ms("2min"), Some(120_000));
+        assert_eq!(parse_duration_ms("0"), Some(0));
         assert_eq!(vars.get("application_name").as_deref(), Some(""));
         vars.reset_all();
         assert_eq!(vars.get("no_such_thing"), None);

@@ -14,7 +14,9 @@
 //! - **Session statements** (`SET application_name …`, `SET extra_float_digits …`,
 //!   `SHOW TRANSACTION ISOLATION LEVEL`, `BEGIN`/`COMMIT`/`ROLLBACK`, `SAVEPOINT`,
 //!   `DISCARD ALL`) are answered by the front end itself. `SET` of PostgreSQL
-//!   variables is accepted and shown by `SHOW`, but changes nothing. Cairn has no
+//!   variables is accepted and shown by `SHOW`; of them only `statement_timeout`
+//!   changes anything: a statement (its rows streaming included) that runs past it
+//!   ends with SQLSTATE 57014, as in PostgreSQL. Cairn has no
 //!   multi-statement transactions: every statement commits on its own, and `ROLLBACK`
 //!   undoes nothing. The transaction status reported to the client follows
 //!   PostgreSQL's (in a transaction, failed after an error until `ROLLBACK`), but
@@ -32,6 +34,10 @@
 //!   with SQLSTATE 28000. Any database name is accepted. There is no TLS: a client
 //!   asking for it is told the server does not support it and continues in plain text
 //!   (psql's default `sslmode=prefer`).
+//!
+//! - **Limits**: at most [`PgOptions::max_connections`] clients at once (one more is
+//!   refused at startup with SQLSTATE 53300), and each session's statements hold at
+//!   most the engine's per-statement memory ([`EngineLimits`](crate::EngineLimits)).
 //!
 //! The server reports itself as PostgreSQL [`SERVER_VERSION`], with UTF8 encoding,
 //! `DateStyle` ISO, integer datetimes and time zone UTC.
@@ -82,6 +88,9 @@ pub struct PgOptions {
     pub user: String,
     /// The password, required by [`PgAuth::Password`] and [`PgAuth::Md5`].
     pub password: Option<String>,
+    /// The most client connections served at once (`--pg-max-connections`, 100 like
+    /// PostgreSQL's `max_connections`); one more is refused with SQLSTATE 53300.
+    pub max_connections: usize,
 }
 
 impl Default for PgOptions {
@@ -90,6 +99,7 @@ impl Default for PgOptions {
             auth: PgAuth::Trust,
             user: "cairn".into(),
             password: None,
+            max_connections: 100,
         }
     }
 }
@@ -125,7 +135,12 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
                     let _ = socket.set_nodelay(true);
-                    let handlers = CairnHandlers::new(shared.clone());
+                    let refuse = connections.len() >= shared.opts.max_connections;
+                    if refuse {
+                        tracing::warn!(%peer, max = shared.opts.max_connections,
+                            "refusing a PostgreSQL client: too many connections");
+                    }
+                    let handlers = CairnHandlers::new(shared.clone(), refuse);
                     connections.spawn(async move {
                         if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
                             tracing::debug!(%peer, error = %e, "PostgreSQL connection ended");
@@ -145,7 +160,7 @@ pub async fn serve(
 }
 
 #[cfg(test)]
-mod tests {
+mod serve_by_hand {
     use super::*;
 
     /// Serves a running cluster for trying clients by hand:

@@ -30,6 +30,8 @@ pub struct InProc {
     pub ts_addrs: Vec<String>,
     pub dead_after: Duration,
     pub group: GroupOptions,
+    /// Limits tablet servers start with.
+    pub ts_limits: cairn_tserver::ServiceLimits,
 }
 
 impl InProc {
@@ -47,6 +49,7 @@ impl InProc {
             ts_addrs: (0..n).map(|_| reserve_addr()).collect(),
             dead_after,
             group,
+            ts_limits: Default::default(),
         };
         c.start_master().await;
         for i in 0..n {
@@ -78,6 +81,7 @@ impl InProc {
             vec![self.master_addr.clone()],
         );
         o.group = self.group.clone();
+        o.limits = self.ts_limits.clone();
         o.heartbeat_interval = Duration::from_millis(200);
         o.tablet.fsync = cairn_tablet::FsyncPolicy::Never;
         o.group.fsync = cairn_tablet::FsyncPolicy::Never;

@@ -69,6 +69,7 @@ async fn psql_psycopg_jdbc_and_adbc() {
     tokio::spawn(cairn_sql::flight::serve(
         engine.clone(),
         flight,
+        cairn_sql::flight::FlightOptions::default(),
         std::future::pending(),
     ));
     let port = pg_port.to_string();

@@ -11,6 +11,7 @@ mod common;
 mod basics;
 mod clients;
 mod concurrency;
+mod limits;
 mod slt;
 mod tpch;
 
