@@ -81,6 +81,8 @@ struct Shared {
     /// The master that last answered a leader-only call.
     leader: RwLock<Option<String>>,
     channels: RwLock<HashMap<String, Channel>>,
+    /// Mutual TLS for every channel, when the cluster runs with TLS.
+    tls: RwLock<Option<Arc<cairn_proto::TlsConfig>>>,
     /// Tablet locations per table id.
     locations: RwLock<HashMap<String, CachedLocations>>,
     /// Tablet servers in this process, by the address they advertise.
@@ -136,6 +138,7 @@ impl Client {
                 masters: RwLock::new(list),
                 leader: RwLock::new(None),
                 channels: RwLock::new(HashMap::new()),
+                tls: RwLock::new(None),
                 locations: RwLock::new(HashMap::new()),
                 in_process: RwLock::new(HashMap::new()),
                 last_ts: AtomicU64::new(0),
@@ -143,6 +146,15 @@ impl Client {
             }),
             opts: ClientOptions::default(),
         })
+    }
+
+    /// Uses mutual TLS with `tls` (a certificate signed by the cluster CA) for every
+    /// connection from now on, in every clone of this client: a cluster running with
+    /// TLS accepts no other. Connections made before are dropped.
+    pub fn with_tls(self, tls: Option<Arc<cairn_proto::TlsConfig>>) -> Client {
+        *self.shared.tls.write() = tls;
+        self.shared.channels.write().clear();
+        self
     }
 
     /// This handle with other timeouts (other clones keep theirs; sessions and scans
@@ -447,7 +459,8 @@ impl Client {
         if let Some(c) = self.shared.channels.read().get(addr) {
             return Ok(c.clone());
         }
-        let ep = endpoint(addr)?;
+        let tls = self.shared.tls.read().clone();
+        let ep = endpoint(addr, tls.as_deref())?;
         let ch = ep.connect_lazy();
         Ok(self
             .shared
@@ -627,8 +640,8 @@ impl Client {
     }
 }
 
-fn endpoint(addr: &str) -> Result<Endpoint> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))
+fn endpoint(addr: &str, tls: Option<&cairn_proto::TlsConfig>) -> Result<Endpoint> {
+    Ok(cairn_proto::tls::endpoint(addr, tls)
         .map_err(|e| ClientError::InvalidAddress {
             addr: addr.to_string(),
             detail: e.to_string(),
@@ -653,7 +666,7 @@ fn check_addr(addr: &str) -> Result<()> {
     }
     port.parse::<u16>()
         .map_err(|_| bad("the port is not a number in 0..=65535"))?;
-    endpoint(addr).map(|_| ())
+    endpoint(addr, None).map(|_| ())
 }
 
 fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> Result<Vec<u8>> {

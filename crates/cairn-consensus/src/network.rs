@@ -19,7 +19,7 @@ use openraft::raft::{
 };
 use openraft::{RaftNetwork, RaftNetworkFactory};
 use parking_lot::RwLock;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::{Node, NodeId, Raft, TypeConfig};
 
@@ -91,6 +91,8 @@ pub fn spawn_rpc_server(
 #[derive(Clone, Default, Debug)]
 pub struct ChannelPool {
     channels: Arc<RwLock<HashMap<String, Channel>>>,
+    /// Mutual TLS for every channel, when the cluster runs with TLS.
+    tls: Option<Arc<cairn_proto::TlsConfig>>,
 }
 
 /// Whether the failpoint `net::partition` (`return(<addr>;<addr>;…)`) cuts this process
@@ -106,6 +108,19 @@ fn partitioned_from(addr: &str) -> bool {
 }
 
 impl ChannelPool {
+    /// A pool whose channels use mutual TLS with `tls` (plain TCP without).
+    pub fn new(tls: Option<Arc<cairn_proto::TlsConfig>>) -> Self {
+        ChannelPool {
+            channels: Default::default(),
+            tls,
+        }
+    }
+
+    /// The pool's TLS configuration.
+    pub fn tls(&self) -> Option<&Arc<cairn_proto::TlsConfig>> {
+        self.tls.as_ref()
+    }
+
     /// A channel to `addr` (`host:port`), connected lazily.
     pub fn get(&self, addr: &str) -> crate::Result<Channel> {
         if partitioned_from(addr) {
@@ -116,7 +131,7 @@ impl ChannelPool {
         if let Some(c) = self.channels.read().get(addr) {
             return Ok(c.clone());
         }
-        let ep = Endpoint::from_shared(format!("http://{addr}"))
+        let ep = cairn_proto::tls::endpoint(addr, self.tls.as_deref())
             .map_err(|e| {
                 crate::ConsensusError::Unavailable(format!("bad peer address {addr}: {e}"))
             })?

@@ -42,6 +42,8 @@ pub struct MasterOptions {
     /// The most tablets a table may have: hash buckets times range partitions
     /// (`--max-tablets-per-table`, 10,000).
     pub max_tablets_per_table: u64,
+    /// Mutual TLS for every RPC served and made (`None`: plain TCP).
+    pub tls: Option<Arc<cairn_proto::TlsConfig>>,
 }
 
 impl MasterOptions {
@@ -58,6 +60,7 @@ impl MasterOptions {
             group: GroupOptions::default(),
             max_hash_buckets: 1024,
             max_tablets_per_table: 10_000,
+            tls: None,
         }
     }
 }
@@ -100,7 +103,7 @@ impl MasterServer {
         };
         let node_id = crate::master_node_id(&addr);
         let registry = GroupRegistry::default();
-        let pool = ChannelPool::default();
+        let pool = ChannelPool::new(opts.tls.clone());
         let catalog_dir = opts.data_dir.join("catalog");
         let catalog = Arc::new(CatalogSm::open(&catalog_dir)?);
         let group = RaftGroup::open(
@@ -138,7 +141,8 @@ impl MasterServer {
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
-        let router = tonic::transport::Server::builder()
+        let router = cairn_proto::tls::server_builder(opts.tls.as_deref())
+            .map_err(|e| MasterError::Internal(format!("bad TLS configuration: {e}")))?
             .add_service(pb::master_server::MasterServer::new(MasterService::new(
                 state.clone(),
             )))

@@ -14,7 +14,9 @@ pub mod pb {
 pub use pb::*;
 
 pub mod in_process;
+pub mod tls;
 pub use in_process::{InProcessScan, InProcessTabletServer};
+pub use tls::TlsConfig;
 
 /// The conventions every service follows (documented once, here).
 ///

@@ -44,6 +44,8 @@ pub struct TserverOptions {
     pub max_clock_offset: Duration,
     /// Server-wide caps on what one client can ask for.
     pub limits: ServiceLimits,
+    /// Mutual TLS for every RPC served and made (`None`: plain TCP).
+    pub tls: Option<Arc<cairn_proto::TlsConfig>>,
 }
 
 impl TserverOptions {
@@ -60,6 +62,7 @@ impl TserverOptions {
             tablet: TabletOptions::default(),
             max_clock_offset: cairn_common::clock::DEFAULT_MAX_OFFSET,
             limits: ServiceLimits::default(),
+            tls: None,
         }
     }
 }
@@ -113,7 +116,7 @@ impl TabletServer {
             .clone()
             .unwrap_or_else(|| bound.to_string());
         let registry = GroupRegistry::default();
-        let pool = ChannelPool::default();
+        let pool = ChannelPool::new(opts.tls.clone());
         let manager = TabletManager::new(
             &opts.data_dir,
             node_id,
@@ -128,7 +131,8 @@ impl TabletServer {
         let service = TabletService::new(manager.clone(), opts.limits.clone());
         let mut tasks = Vec::new();
 
-        let router = tonic::transport::Server::builder()
+        let router = cairn_proto::tls::server_builder(opts.tls.as_deref())
+            .map_err(|e| TserverError::Internal(format!("bad TLS configuration: {e}")))?
             .add_service(
                 pb::tablet_server_server::TabletServerServer::new(service.clone())
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -24,6 +24,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
 
 mod servers;
+mod tls;
 mod tools;
 mod web;
 
@@ -45,6 +46,10 @@ enum Command {
     /// Run a whole cluster in this process: one master and --tservers tablet servers,
     /// data under ./cairn-data (survives restarts).
     Local(servers::LocalArgs),
+    /// Create a cluster CA and certificates signed by it, for --tls-ca-cert,
+    /// --tls-cert and --tls-key (see the README's "Securing a cluster").
+    #[command(subcommand)]
+    Cert(tls::CertCommand),
     #[command(flatten)]
     Tool(tools::Tool),
     /// Run the storage engine on generated sensor data: create a tablet, load it (with
@@ -85,6 +90,7 @@ fn main() {
         Command::Master(a) => runtime.block_on(servers::run_master(a)),
         Command::Tserver(a) => runtime.block_on(servers::run_tserver(a)),
         Command::Local(a) => runtime.block_on(servers::run_local(a)),
+        Command::Cert(c) => tls::run_cert(c),
         Command::Tool(t) => {
             restore_sigpipe();
             runtime.block_on(tools::run(t))

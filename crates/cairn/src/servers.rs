@@ -89,6 +89,81 @@ impl LimitFlags {
     }
 }
 
+/// Transport security, and the loopback rule: a server listening on an address other
+/// machines can reach must have TLS (and the PostgreSQL front end a password), or be
+/// started with --insecure.
+#[derive(Args, Clone, Debug)]
+pub struct SecurityFlags {
+    #[command(flatten)]
+    pub tls: crate::tls::TlsFlags,
+    /// Listen on non-loopback addresses without TLS or authentication. Anyone who can
+    /// reach the ports can then read, change and delete everything: use only on a
+    /// network you trust entirely. The logs and the status page say so.
+    #[arg(long, env = "CAIRN_INSECURE")]
+    pub insecure: bool,
+}
+
+/// A process's TLS configuration and, with --insecure, what it exposes unprotected.
+struct Security {
+    tls: Option<std::sync::Arc<cairn_proto::TlsConfig>>,
+    warning: Option<String>,
+}
+
+impl SecurityFlags {
+    /// Loads the TLS files and applies the loopback rule to `listeners` (flag name,
+    /// address): refuses to start if a non-loopback listener lacks protection, unless
+    /// --insecure, which only warns.
+    fn check(
+        &self,
+        listeners: &[(&str, Option<&str>)],
+        auth: &PgAuthFlags,
+    ) -> Result<Security, BoxError> {
+        let tls = self.tls.load()?;
+        let mut exposed = vec![];
+        for (flag, addr) in listeners {
+            let Some(addr) = addr.filter(|a| !a.is_empty()) else {
+                continue;
+            };
+            if crate::tls::is_loopback(addr) {
+                continue;
+            }
+            let problem = match *flag {
+                "--pg-addr" if tls.is_none() || auth.pg_auth == "trust" => {
+                    Some("PostgreSQL clients need TLS and --pg-auth md5 or password")
+                }
+                "--pg-addr" => None,
+                "--flight-sql-addr" => Some("Flight SQL has no authentication yet"),
+                "--web-addr" => Some("the status page has no authentication yet"),
+                _ if tls.is_none() => Some("RPC without TLS: anyone can join or call"),
+                _ => None,
+            };
+            if let Some(p) = problem {
+                exposed.push(format!("{flag} {addr}: {p}"));
+            }
+        }
+        if exposed.is_empty() {
+            return Ok(Security { tls, warning: None });
+        }
+        let list = exposed.join("; ");
+        if !self.insecure {
+            return Err(format!(
+                "refusing to listen unprotected on addresses other machines can reach ({list}). \
+                 Bind to 127.0.0.1, or secure the cluster: make certificates with `cairn cert ca` \
+                 and `cairn cert node` and pass --tls-ca-cert, --tls-cert and --tls-key to every \
+                 server and client, and set --pg-auth md5 with --pg-password. To run unprotected \
+                 on a network you trust entirely, pass --insecure"
+            )
+            .into());
+        }
+        tracing::warn!(exposed = %list, "running with --insecure");
+        eprintln!("WARNING: running with --insecure, unprotected: {list}");
+        Ok(Security {
+            tls,
+            warning: Some(list),
+        })
+    }
+}
+
 /// SQL front-end flags of `cairn master` and `cairn tserver` (off unless given).
 #[derive(Args, Clone, Debug)]
 pub struct SqlFlags {
@@ -144,18 +219,19 @@ async fn start_sql(
     flight_addr: Option<&str>,
     auth: &PgAuthFlags,
     limits: &LimitFlags,
+    tls: Option<&std::sync::Arc<cairn_proto::TlsConfig>>,
     in_process: &[&TabletServer],
 ) -> Result<Vec<String>, BoxError> {
     let mut lines = vec![];
     if pg_addr.is_none() && flight_addr.is_none() {
         return Ok(lines);
     }
-    let engine =
-        cairn_sql::SqlEngine::connect(masters)
-            .await?
-            .with_limits(cairn_sql::EngineLimits {
-                query_memory_bytes: limits.query_memory_limit_mb.saturating_mul(1 << 20),
-            });
+    let client = cairn_client::Client::connect(masters)
+        .await?
+        .with_tls(tls.cloned());
+    let engine = cairn_sql::SqlEngine::new(client)?.with_limits(cairn_sql::EngineLimits {
+        query_memory_bytes: limits.query_memory_limit_mb.saturating_mul(1 << 20),
+    });
     for t in in_process {
         engine
             .client()
@@ -168,6 +244,7 @@ async fn start_sql(
         let bound = listener.local_addr()?;
         let mut opts = auth.options()?;
         opts.max_connections = limits.pg_max_connections.max(1);
+        opts.tls = tls.cloned();
         let e = engine.clone();
         tokio::spawn(async move {
             if let Err(err) = cairn_sql::pg::serve(e, listener, opts, std::future::pending()).await
@@ -176,10 +253,15 @@ async fn start_sql(
             }
         });
         lines.push(format!(
-            "  pgwire   {bound}  (psql -h {} -p {} -U {} cairn)",
+            "  pgwire   {bound}  (psql -h {} -p {} -U {} cairn{})",
             bound.ip(),
             bound.port(),
-            auth.pg_user
+            auth.pg_user,
+            if tls.is_some() {
+                ", sslmode=require"
+            } else {
+                ""
+            }
         ));
     }
     if let Some(addr) = flight_addr {
@@ -189,6 +271,7 @@ async fn start_sql(
         let bound = listener.local_addr()?;
         let opts = cairn_sql::flight::FlightOptions {
             max_connections: limits.flight_max_connections.max(1),
+            tls: tls.cloned(),
         };
         tokio::spawn(async move {
             if let Err(err) =
@@ -197,7 +280,10 @@ async fn start_sql(
                 eprintln!("Flight SQL front end stopped: {err}");
             }
         });
-        lines.push(format!("  flight   {bound}  (Flight SQL: grpc://{bound})"));
+        let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
+        lines.push(format!(
+            "  flight   {bound}  (Flight SQL: {scheme}://{bound})"
+        ));
     }
     Ok(lines)
 }
@@ -233,6 +319,8 @@ pub struct MasterArgs {
     pub sql: SqlFlags,
     #[command(flatten)]
     pub limits: LimitFlags,
+    #[command(flatten)]
+    pub security: SecurityFlags,
 }
 
 impl MasterArgs {
@@ -285,6 +373,8 @@ pub struct TserverArgs {
     pub sql: SqlFlags,
     #[command(flatten)]
     pub limits: LimitFlags,
+    #[command(flatten)]
+    pub security: SecurityFlags,
 }
 
 impl TserverArgs {
@@ -333,6 +423,8 @@ pub struct LocalArgs {
     pub raft: RaftFlags,
     #[command(flatten)]
     pub limits: LimitFlags,
+    #[command(flatten)]
+    pub security: SecurityFlags,
 }
 
 /// Resolves when Ctrl-C or SIGTERM arrives.
@@ -363,14 +455,26 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Runs a master until a shutdown signal.
 pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
-    let m = MasterServer::start(args.options()).await?;
+    let sec = args.security.check(
+        &[
+            ("--rpc-addr", Some(&args.rpc_addr)),
+            ("--pg-addr", args.sql.pg_addr.as_deref()),
+            ("--flight-sql-addr", args.sql.flight_sql_addr.as_deref()),
+            ("--web-addr", args.web_addr.as_deref()),
+        ],
+        &args.sql.auth,
+    )?;
+    let mut o = args.options();
+    o.tls = sec.tls.clone();
+    let m = MasterServer::start(o).await?;
     println!(
         "cairn master listening on {} (data in {})",
         m.addr(),
         args.data_dir.display()
     );
     if let Some(w) = &args.web_addr {
-        let bound = crate::web::serve(w, crate::web::WebState::of_master(&m)).await?;
+        let state = crate::web::WebState::of_master(&m).with_insecure_warning(sec.warning.clone());
+        let bound = crate::web::serve(w, state).await?;
         println!("status page http://{bound}/ and metrics http://{bound}/metrics");
     }
     let masters = if args.masters.is_empty() {
@@ -384,6 +488,7 @@ pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
         args.sql.flight_sql_addr.as_deref(),
         &args.sql.auth,
         &args.limits,
+        sec.tls.as_ref(),
         &[],
     )
     .await?
@@ -398,7 +503,18 @@ pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
 
 /// Runs a tablet server until a shutdown signal.
 pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
-    let t = TabletServer::start(args.options()).await?;
+    let sec = args.security.check(
+        &[
+            ("--rpc-addr", Some(&args.rpc_addr)),
+            ("--pg-addr", args.sql.pg_addr.as_deref()),
+            ("--flight-sql-addr", args.sql.flight_sql_addr.as_deref()),
+            ("--web-addr", args.web_addr.as_deref()),
+        ],
+        &args.sql.auth,
+    )?;
+    let mut o = args.options();
+    o.tls = sec.tls.clone();
+    let t = TabletServer::start(o).await?;
     println!(
         "cairn tserver {} listening on {} (data in {}, masters {})",
         t.node_id(),
@@ -407,7 +523,10 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
         args.masters.join(",")
     );
     if let Some(w) = &args.web_addr {
-        let bound = crate::web::serve(w, crate::web::WebState::default().with_tserver(&t)).await?;
+        let state = crate::web::WebState::default()
+            .with_tserver(&t)
+            .with_insecure_warning(sec.warning.clone());
+        let bound = crate::web::serve(w, state).await?;
         println!("status page http://{bound}/ and metrics http://{bound}/metrics");
     }
     for line in start_sql(
@@ -416,6 +535,7 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
         args.sql.flight_sql_addr.as_deref(),
         &args.sql.auth,
         &args.limits,
+        sec.tls.as_ref(),
         &[&t],
     )
     .await?
@@ -445,6 +565,15 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         .rsplit_once(':')
         .map(|(h, _)| h.to_string())
         .ok_or("--master-addr must be host:port")?;
+    let sec = args.security.check(
+        &[
+            ("--master-addr", Some(&args.master_addr)),
+            ("--pg-addr", Some(&args.pg_addr)),
+            ("--flight-sql-addr", Some(&args.flight_sql_addr)),
+            ("--web-addr", Some(&args.web_addr)),
+        ],
+        &args.auth,
+    )?;
     let margs = MasterArgs {
         data_dir: args.data_dir.join("master"),
         rpc_addr: args.master_addr.clone(),
@@ -460,8 +589,11 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
             auth: args.auth.clone(),
         },
         limits: args.limits.clone(),
+        security: args.security.clone(),
     };
-    let master = MasterServer::start(margs.options()).await?;
+    let mut mo = margs.options();
+    mo.tls = sec.tls.clone();
+    let master = MasterServer::start(mo).await?;
     let mut tservers = Vec::new();
     for i in 0..args.tservers {
         let targs = TserverArgs {
@@ -478,8 +610,11 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
                 auth: args.auth.clone(),
             },
             limits: args.limits.clone(),
+            security: args.security.clone(),
         };
-        tservers.push(TabletServer::start(targs.options()).await?);
+        let mut to = targs.options();
+        to.tls = sec.tls.clone();
+        tservers.push(TabletServer::start(to).await?);
     }
     println!(
         "cairn local is running (data in {})",
@@ -490,7 +625,8 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         println!("  tserver  {}  (node {})", t.addr(), t.node_id());
     }
     if !args.web_addr.is_empty() {
-        let mut state = crate::web::WebState::of_master(&master);
+        let mut state =
+            crate::web::WebState::of_master(&master).with_insecure_warning(sec.warning.clone());
         for t in &tservers {
             state = state.with_tserver(t);
         }
@@ -508,6 +644,7 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         flight.as_deref(),
         &args.auth,
         &args.limits,
+        sec.tls.as_ref(),
         &tservers.iter().collect::<Vec<_>>(),
     )
     .await?

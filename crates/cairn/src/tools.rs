@@ -47,6 +47,9 @@ pub struct MasterArgs {
     /// included) after this many seconds.
     #[arg(long, env = "CAIRN_TIMEOUT", default_value_t = 30, value_name = "SECS")]
     pub timeout: u64,
+    /// TLS: the cluster CA and a certificate it signed (for a cluster run with TLS).
+    #[command(flatten)]
+    pub tls: crate::tls::TlsFlags,
 }
 
 impl MasterArgs {
@@ -55,7 +58,9 @@ impl MasterArgs {
         if self.timeout == 0 {
             return Err("--timeout must be at least 1 second".into());
         }
-        let client = Client::connect(std::slice::from_ref(&self.masters)).await?;
+        let client = Client::connect(std::slice::from_ref(&self.masters))
+            .await?
+            .with_tls(self.tls.load()?);
         let op = Duration::from_secs(self.timeout);
         let opts = ClientOptions::default()
             .operation_timeout(op)

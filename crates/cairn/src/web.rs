@@ -18,6 +18,9 @@ pub struct WebState {
     pub master: Option<Arc<cairn_master::service::MasterState>>,
     /// Tablet managers of this process's tablet servers, with their addresses.
     pub tservers: Vec<(String, Arc<cairn_tserver::manager::TabletManager>)>,
+    /// Set when the process runs with `--insecure`: what is exposed without
+    /// protection, shown at the top of the status page.
+    pub insecure: Option<String>,
 }
 
 impl WebState {
@@ -26,6 +29,7 @@ impl WebState {
         WebState {
             master: Some(m.state().clone()),
             tservers: vec![],
+            insecure: None,
         }
     }
     /// Adds a tablet server.
@@ -35,8 +39,17 @@ impl WebState {
         self
     }
 
+    /// The state with the `--insecure` warning `w`.
+    pub fn with_insecure_warning(mut self, w: Option<String>) -> Self {
+        self.insecure = w;
+        self
+    }
+
     fn status(&self) -> String {
         let mut out = String::from("Cairn\n=====\n\n");
+        if let Some(w) = &self.insecure {
+            let _ = writeln!(out, "WARNING: running with --insecure: {w}\n");
+        }
         if let Some(m) = &self.master {
             let st = m.group.status();
             let _ = writeln!(

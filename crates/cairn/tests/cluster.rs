@@ -976,3 +976,98 @@ async fn hostile_ids_are_refused_by_every_rpc() {
     assert_eq!(std::fs::read_dir(&tablets_dir).unwrap().count(), 1);
     assert_eq!(c.scan(&t).count().await.unwrap(), 10);
 }
+
+/// Mutual TLS with a cluster CA: servers and clients holding certificates the CA
+/// signed work end to end; a client or tablet server whose certificate another CA
+/// signed, one with no certificate, and a plaintext one are all refused, so a rogue
+/// server can neither heartbeat to the master nor take part in Raft.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_tls_admits_only_the_cluster_ca() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path(), &["node", "client"]);
+    let other = tempfile::tempdir().unwrap();
+    make_certs(other.path(), &["rogue"]);
+    let cluster_tls = tls_of(certs.path(), "node");
+    let cl = InProc::start_tls(2, cluster_tls.clone()).await;
+    let c = cl.client().await;
+    c.create_table(table_spec("t", 2, 2)).await.unwrap();
+    let t = c.open_table("t").await.unwrap();
+    insert_range(&c, &t, 0..100).await;
+    let masters = [cl.master_addr.clone()];
+    let short = cairn_client::ClientOptions::default()
+        .rpc_timeout(Duration::from_secs(1))
+        .operation_timeout(Duration::from_secs(3));
+    let client_with = |tls: Option<Arc<cairn_proto::TlsConfig>>| {
+        let masters = masters.clone();
+        let short = short.clone();
+        async move {
+            cairn_client::Client::connect(&masters)
+                .await
+                .unwrap()
+                .with_tls(tls)
+                .with_options(short)
+        }
+    };
+    // A client with its own certificate from the cluster CA reads everything.
+    let c2 = client_with(Some(tls_of(certs.path(), "client"))).await;
+    let t2 = c2.open_table("t").await.unwrap();
+    assert_eq!(c2.scan(&t2).count().await.unwrap(), 100);
+    // Plaintext, another CA's certificate (trusting the right CA), and no certificate.
+    let rogue = tls_of(other.path(), "rogue");
+    let rogue_trusting_cluster = Arc::new(cairn_proto::TlsConfig {
+        ca_pem: cluster_tls.ca_pem.clone(),
+        ..(*rogue).clone()
+    });
+    for (what, tls) in [
+        ("plaintext", None),
+        ("another CA", Some(rogue.clone())),
+        ("another CA's cert", Some(rogue_trusting_cluster.clone())),
+    ] {
+        let bad = client_with(tls).await;
+        assert!(bad.list_tables().await.is_err(), "{what} was served");
+    }
+    // TLS that trusts the cluster CA but presents no certificate.
+    let no_cert = tonic::transport::Endpoint::from_shared(format!("https://{}", cl.master_addr))
+        .unwrap()
+        .tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(&cluster_tls.ca_pem)),
+        )
+        .unwrap();
+    let refused = match no_cert.connect().await {
+        Err(_) => true,
+        Ok(ch) => cairn_proto::master_client::MasterClient::new(ch)
+            .list_tables(cairn_proto::ListTablesRequest {})
+            .await
+            .is_err(),
+    };
+    assert!(refused, "a client without a certificate was served");
+    // Consensus RPCs from a server with another CA's certificate fail at the handshake.
+    let ch = cairn_proto::tls::endpoint(&cl.ts_addrs[0], Some(&rogue_trusting_cluster))
+        .unwrap()
+        .connect_lazy();
+    let vote = cairn_proto::consensus_client::ConsensusClient::new(ch)
+        .vote(cairn_proto::RaftRequest {
+            group_id: "master".into(),
+            payload: Default::default(),
+        })
+        .await
+        .unwrap_err();
+    assert_ne!(vote.code(), tonic::Code::InvalidArgument, "{vote:?}");
+    // A tablet server with another CA's certificate never registers with the master.
+    let rogue_dir = tempfile::tempdir().unwrap();
+    let mut o = cairn_tserver::TserverOptions::new(
+        rogue_dir.path(),
+        &reserve_addr(),
+        vec![cl.master_addr.clone()],
+    );
+    o.heartbeat_interval = Duration::from_millis(100);
+    o.tls = Some(rogue_trusting_cluster.clone());
+    let rogue_ts = cairn_tserver::TabletServer::start(o).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let servers = c.list_tablet_servers().await.unwrap();
+    assert_eq!(servers.len(), 2, "{servers:?}");
+    assert!(servers.iter().all(|s| s.addr != rogue_ts.addr()));
+    rogue_ts.shutdown().await;
+    assert_eq!(c.scan(&t).count().await.unwrap(), 100);
+}

@@ -365,3 +365,84 @@ async fn cli_tools_on_cairn_local() {
     )
     .await;
 }
+
+/// The loopback rule and TLS on real processes: a server on an address other machines
+/// can reach starts only with TLS (and passwords for PostgreSQL) or `--insecure`; a
+/// `cairn local` with TLS serves the CLI holding a certificate from its CA and nobody
+/// else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_the_loopback_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    make_certs(&certs, &["node"]);
+    let c = |n: &str| certs.join(n).display().to_string();
+    let tls_args = |v: &mut Vec<String>| {
+        v.extend([
+            "--tls-ca-cert".to_string(),
+            c("ca.pem"),
+            "--tls-cert".into(),
+            c("node.pem"),
+            "--tls-key".into(),
+            c("node.key"),
+        ])
+    };
+    let data = |n: &str| dir.path().join(n).display().to_string();
+    let any_port = format!("0.0.0.0:{}", reserve_port());
+    // Unprotected on all interfaces: refused, with the way out named.
+    let (ok, out) = cairn(&["master", "--data-dir", &data("m1"), "--rpc-addr", &any_port]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("refusing to listen unprotected"), "{out}");
+    assert!(
+        out.contains("cairn cert") && out.contains("--insecure"),
+        "{out}"
+    );
+    // TLS but a PostgreSQL front end without passwords: still refused.
+    let mut args: Vec<String> = ["tserver", "--data-dir", &data("t1"), "--pg-addr", &any_port]
+        .map(String::from)
+        .to_vec();
+    tls_args(&mut args);
+    let (ok, out) = cairn(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(!ok, "{out}");
+    assert!(out.contains("--pg-auth md5"), "{out}");
+    // Half the TLS flags.
+    let (ok, out) = cairn(&["master", "--tls-cert", &c("node.pem")]);
+    assert!(
+        !ok && out.contains("--tls-ca-cert, --tls-cert and --tls-key"),
+        "{out}"
+    );
+
+    // cairn local with TLS: the CLI with the CA's certificate works, without it fails.
+    let master = reserve_addr();
+    let mut args: Vec<String> = vec![
+        "local".into(),
+        "--data-dir".into(),
+        data("local"),
+        "--master-addr".into(),
+        master.clone(),
+        "--tserver-port".into(),
+        reserve_port().to_string(),
+        "--web-addr".into(),
+        "".into(),
+        "--pg-addr".into(),
+        "".into(),
+        "--flight-sql-addr".into(),
+        "".into(),
+    ];
+    tls_args(&mut args);
+    let _local = Proc::spawn(args, master.clone(), dir.path().join("local.log"));
+    let client = Client::connect(std::slice::from_ref(&master))
+        .await
+        .unwrap()
+        .with_tls(Some(tls_of(&certs, "node")));
+    wait_live_servers(&client, 1, Duration::from_secs(30)).await;
+    let mut sql: Vec<String> = ["sql", "--masters", &master, "-c"]
+        .map(String::from)
+        .to_vec();
+    sql.push("CREATE TABLE s (id BIGINT PRIMARY KEY, v TEXT); INSERT INTO s VALUES (1, 'a'); SELECT v FROM s".into());
+    tls_args(&mut sql);
+    let (ok, out) = cairn(&sql.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{out}");
+    assert!(out.contains('a'), "{out}");
+    let (ok, out) = cairn(&["table", "list", "--masters", &master, "--timeout", "3"]);
+    assert!(!ok, "a client without TLS was served: {out}");
+}

@@ -106,11 +106,12 @@ impl AsyncWrite for CountedStream {
 pub(crate) fn refuse_over_limit(
     req: tonic::Request<()>,
 ) -> Result<tonic::Request<()>, tonic::Status> {
-    if let Some(limit) = req
-        .extensions()
-        .get::<CountedInfo>()
-        .and_then(|i| i.over_limit)
-    {
+    let ext = req.extensions();
+    let info = ext.get::<CountedInfo>().or_else(|| {
+        ext.get::<tonic::transport::server::TlsConnectInfo<CountedInfo>>()
+            .map(|t| t.get_ref())
+    });
+    if let Some(limit) = info.and_then(|i| i.over_limit) {
         return Err(super::status::status_with_state(
             "53300",
             &format!(

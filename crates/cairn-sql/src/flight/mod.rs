@@ -115,12 +115,15 @@ pub struct FlightOptions {
     /// The most client connections served at once (`--flight-max-connections`, 100);
     /// the calls of further connections fail with `RESOURCE_EXHAUSTED`.
     pub max_connections: usize,
+    /// TLS with the node's certificate (clients need no certificate of their own).
+    pub tls: Option<Arc<cairn_proto::TlsConfig>>,
 }
 
 impl Default for FlightOptions {
     fn default() -> Self {
         FlightOptions {
             max_connections: 100,
+            tls: None,
         }
     }
 }
@@ -144,7 +147,13 @@ pub async fn serve(
             })
         },
     );
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(t) = &opts.tls {
+        builder = builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(
+            tonic::transport::Identity::from_pem(&t.cert_pem, &t.key_pem),
+        ))?;
+    }
+    builder
         .layer(tonic::service::InterceptorLayer::new(
             limit::refuse_over_limit,
         ))

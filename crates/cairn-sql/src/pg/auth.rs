@@ -154,6 +154,14 @@ impl StartupHandler for ConnHandler {
                         ),
                     ));
                 }
+                if opts.tls.is_some() && !client.is_secure() {
+                    return Err(fatal(
+                        "28000",
+                        "this server requires TLS: connect with sslmode=require (or verify-ca / \
+                         verify-full with the cluster CA)"
+                            .into(),
+                    ));
+                }
                 protocol_negotiation(client, startup).await?;
                 save_startup_parameters_to_metadata(client, startup);
                 let user = client

@@ -91,6 +91,10 @@ pub struct PgOptions {
     /// The most client connections served at once (`--pg-max-connections`, 100 like
     /// PostgreSQL's `max_connections`); one more is refused with SQLSTATE 53300.
     pub max_connections: usize,
+    /// TLS: the server's certificate and key (the node's, signed by the cluster CA).
+    /// Set, clients must use TLS (`sslmode=require` or stricter); a plaintext
+    /// connection is refused with SQLSTATE 28000.
+    pub tls: Option<Arc<cairn_proto::TlsConfig>>,
 }
 
 impl Default for PgOptions {
@@ -100,6 +104,7 @@ impl Default for PgOptions {
             user: "cairn".into(),
             password: None,
             max_connections: 100,
+            tls: None,
         }
     }
 }
@@ -125,6 +130,10 @@ pub async fn serve(
             "PostgreSQL password authentication needs a password",
         ));
     }
+    let acceptor = match &opts.tls {
+        Some(t) => Some(tls_acceptor(t)?),
+        None => None,
+    };
     let shared = Arc::new(Shared::new(engine, opts));
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
@@ -141,8 +150,9 @@ pub async fn serve(
                             "refusing a PostgreSQL client: too many connections");
                     }
                     let handlers = CairnHandlers::new(shared.clone(), refuse);
+                    let acceptor = acceptor.clone();
                     connections.spawn(async move {
-                        if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                        if let Err(e) = pgwire::tokio::process_socket(socket, acceptor, handlers).await {
                             tracing::debug!(%peer, error = %e, "PostgreSQL connection ended");
                         }
                     });
@@ -157,6 +167,34 @@ pub async fn serve(
     }
     connections.shutdown().await;
     Ok(())
+}
+
+/// A TLS acceptor with the node's certificate and key (no client certificates: clients
+/// authenticate with a password).
+fn tls_acceptor(t: &cairn_proto::TlsConfig) -> io::Result<pgwire::tokio::TlsAcceptor> {
+    use pgwire::tokio::tokio_rustls::rustls;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |what: &str, e: &dyn std::fmt::Display| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} for PostgreSQL TLS ({}): {e}", t.source.display()),
+        )
+    };
+    let certs = CertificateDer::pem_slice_iter(&t.cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad("cannot read the certificate", &e))?;
+    let key = PrivateKeyDer::from_pem_slice(&t.key_pem)
+        .map_err(|e| bad("cannot read the private key", &e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("no TLS protocol version", &e))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| bad("unusable certificate or key", &e))?;
+    cfg.alpn_protocols = vec![b"postgresql".to_vec()];
+    Ok(pgwire::tokio::TlsAcceptor::from(Arc::new(cfg)))
 }
 
 #[cfg(test)]

@@ -360,8 +360,14 @@ pub fn compare_checksums(snapshot: u64, sums: &[ReplicaSum]) -> (Option<u64>, Ve
 }
 
 /// A master's own view of the master group.
-async fn master_view(addr: &str, limit: Duration) -> Result<Vec<MasterInfo>, String> {
-    let connect = MasterClient::connect(format!("http://{addr}"));
+async fn master_view(
+    addr: &str,
+    tls: Option<&cairn_proto::TlsConfig>,
+    limit: Duration,
+) -> Result<Vec<MasterInfo>, String> {
+    let endpoint = cairn_proto::tls::endpoint(addr, tls)
+        .map_err(|e| format!("bad address: {}", super::error_chain(&e)))?;
+    let connect = async move { endpoint.connect().await.map(MasterClient::new) };
     let mut stub = match timeout(limit, connect).await {
         Err(_) => return Err(format!("no connection within {} s", limit.as_secs())),
         Ok(Err(e)) => return Err(format!("cannot connect: {}", super::error_chain(&e))),
@@ -386,10 +392,17 @@ async fn check_masters(args: &KsckArgs, report: &mut KsckReport) -> bool {
     let limit = args.conn.timeout().min(Duration::from_secs(10));
     let mut addrs: Vec<String> = args.conn.addresses();
     let mut views: Vec<(String, Result<Vec<MasterInfo>, String>)> = Vec::new();
+    let tls = match args.conn.tls.load() {
+        Ok(t) => t,
+        Err(e) => {
+            report.problems.push(e);
+            return false;
+        }
+    };
     let mut i = 0;
     while i < addrs.len() {
         let addr = addrs[i].clone();
-        let view = master_view(&addr, limit).await;
+        let view = master_view(&addr, tls.as_deref(), limit).await;
         if let Ok(ms) = &view {
             for m in ms {
                 let a = norm(&m.addr);

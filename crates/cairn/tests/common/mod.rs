@@ -32,6 +32,8 @@ pub struct InProc {
     pub group: GroupOptions,
     /// Limits tablet servers start with.
     pub ts_limits: cairn_tserver::ServiceLimits,
+    /// Mutual TLS for the master, the tablet servers and clients.
+    pub tls: Option<std::sync::Arc<cairn_proto::TlsConfig>>,
 }
 
 impl InProc {
@@ -40,6 +42,20 @@ impl InProc {
     }
 
     pub async fn start_with(n: usize, dead_after: Duration, group: GroupOptions) -> InProc {
+        Self::start_full(n, dead_after, group, None).await
+    }
+
+    /// A cluster whose servers and clients all use mutual TLS with `tls`.
+    pub async fn start_tls(n: usize, tls: std::sync::Arc<cairn_proto::TlsConfig>) -> InProc {
+        Self::start_full(n, Duration::from_secs(300), fast_group(), Some(tls)).await
+    }
+
+    async fn start_full(
+        n: usize,
+        dead_after: Duration,
+        group: GroupOptions,
+        tls: Option<std::sync::Arc<cairn_proto::TlsConfig>>,
+    ) -> InProc {
         let dir = tempfile::tempdir().unwrap();
         let mut c = InProc {
             dir,
@@ -50,6 +66,7 @@ impl InProc {
             dead_after,
             group,
             ts_limits: Default::default(),
+            tls,
         };
         c.start_master().await;
         for i in 0..n {
@@ -65,6 +82,7 @@ impl InProc {
         o.group = fast_group();
         o.tserver_dead_after = self.dead_after;
         o.tserver_live_timeout = Duration::from_millis(1500);
+        o.tls = self.tls.clone();
         let m = MasterServer::start(o).await.unwrap();
         self.master_addr = m.addr().to_string();
         self.master = Some(m);
@@ -82,6 +100,7 @@ impl InProc {
         );
         o.group = self.group.clone();
         o.limits = self.ts_limits.clone();
+        o.tls = self.tls.clone();
         o.heartbeat_interval = Duration::from_millis(200);
         o.tablet.fsync = cairn_tablet::FsyncPolicy::Never;
         o.group.fsync = cairn_tablet::FsyncPolicy::Never;
@@ -114,6 +133,7 @@ impl InProc {
         Client::connect(std::slice::from_ref(&self.master_addr))
             .await
             .unwrap()
+            .with_tls(self.tls.clone())
     }
 
     /// A client that calls this cluster's running tablet servers in process (as the
@@ -486,4 +506,35 @@ pub fn tserver_proc(dir: &std::path::Path, addr: &str, masters: &[String], log: 
     ];
     args.extend(FAST_RAFT.iter().map(|s| s.to_string()));
     Proc::spawn(args, addr.to_string(), log)
+}
+
+/// Makes a cluster CA in `dir` and a certificate for each of `names` (valid for
+/// localhost and 127.0.0.1) with `cairn cert`, as a user would.
+pub fn make_certs(dir: &std::path::Path, names: &[&str]) {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cairn {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let d = dir.to_str().unwrap();
+    run(&["cert", "ca", "--dir", d]);
+    for n in names {
+        run(&["cert", "node", "--dir", d, "--name", n]);
+    }
+}
+
+/// The TLS configuration of certificate `name` made by [`make_certs`] in `dir`.
+pub fn tls_of(dir: &std::path::Path, name: &str) -> std::sync::Arc<cairn_proto::TlsConfig> {
+    cairn_proto::TlsConfig::load(
+        &dir.join("ca.pem"),
+        &dir.join(format!("{name}.pem")),
+        &dir.join(format!("{name}.key")),
+    )
+    .unwrap()
 }

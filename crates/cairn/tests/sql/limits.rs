@@ -145,7 +145,10 @@ async fn flight_connection_limit() {
     let (_cl, engine) = sql_cluster(1).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let opts = cairn_sql::flight::FlightOptions { max_connections: 1 };
+    let opts = cairn_sql::flight::FlightOptions {
+        max_connections: 1,
+        ..Default::default()
+    };
     tokio::spawn(cairn_sql::flight::serve(
         engine,
         listener,

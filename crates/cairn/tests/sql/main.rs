@@ -12,6 +12,7 @@ mod basics;
 mod clients;
 mod concurrency;
 mod limits;
+mod security;
 mod slt;
 mod tpch;
 
