@@ -123,7 +123,7 @@ struct EngineInner {
 #[derive(Clone, Debug)]
 pub struct EngineLimits {
     /// Bytes of memory one session's statement may hold in sorts, joins, aggregates
-    /// and buffers (`--query-memory-limit`; 0: no limit). Operators that can spill
+    /// and buffers (`--query-memory-limit-mb`; 0: no limit). Operators that can spill
     /// (sorts, grouped aggregates, sort-merge joins) spill to temporary files past
     /// it; the others fail with SQLSTATE 53200 naming the limit. A session runs one
     /// statement at a time, so this is a per-query limit.

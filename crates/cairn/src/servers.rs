@@ -164,6 +164,20 @@ impl SecurityFlags {
     }
 }
 
+/// The listeners of `cairn master` and `cairn tserver`, by flag, for the loopback rule.
+fn server_listeners<'a>(
+    rpc_addr: &'a str,
+    sql: &'a SqlFlags,
+    web_addr: Option<&'a str>,
+) -> [(&'static str, Option<&'a str>); 4] {
+    [
+        ("--rpc-addr", Some(rpc_addr)),
+        ("--pg-addr", sql.pg_addr.as_deref()),
+        ("--flight-sql-addr", sql.flight_sql_addr.as_deref()),
+        ("--web-addr", web_addr),
+    ]
+}
+
 /// SQL front-end flags of `cairn master` and `cairn tserver` (off unless given).
 #[derive(Args, Clone, Debug)]
 pub struct SqlFlags {
@@ -456,12 +470,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Runs a master until a shutdown signal.
 pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
     let sec = args.security.check(
-        &[
-            ("--rpc-addr", Some(&args.rpc_addr)),
-            ("--pg-addr", args.sql.pg_addr.as_deref()),
-            ("--flight-sql-addr", args.sql.flight_sql_addr.as_deref()),
-            ("--web-addr", args.web_addr.as_deref()),
-        ],
+        &server_listeners(&args.rpc_addr, &args.sql, args.web_addr.as_deref()),
         &args.sql.auth,
     )?;
     let mut o = args.options();
@@ -504,12 +513,7 @@ pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
 /// Runs a tablet server until a shutdown signal.
 pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
     let sec = args.security.check(
-        &[
-            ("--rpc-addr", Some(&args.rpc_addr)),
-            ("--pg-addr", args.sql.pg_addr.as_deref()),
-            ("--flight-sql-addr", args.sql.flight_sql_addr.as_deref()),
-            ("--web-addr", args.web_addr.as_deref()),
-        ],
+        &server_listeners(&args.rpc_addr, &args.sql, args.web_addr.as_deref()),
         &args.sql.auth,
     )?;
     let mut o = args.options();
