@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use cairn_common::{AlterOp, SchemaMeta};
 use cairn_proto::InProcessTabletServer;
+use cairn_proto::auth::Bearer;
 use cairn_proto::master_client::MasterClient;
 use cairn_proto::tablet_server_client::TabletServerClient;
 use cairn_proto::{
@@ -19,6 +20,7 @@ use cairn_proto::{
 use parking_lot::RwLock;
 use tokio::time::Instant;
 use tonic::Status;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{ClientError, Failure, Result, classify, normalize_addr};
@@ -64,6 +66,11 @@ impl ClientOptions {
     }
 }
 
+/// A stub for a tablet server, on a shared connection, sending the client's token.
+pub type TabletServerStub = TabletServerClient<InterceptedService<Channel, Bearer>>;
+/// A stub for a master, on a shared connection, sending the client's token.
+pub type MasterStub = MasterClient<InterceptedService<Channel, Bearer>>;
+
 /// How long cached tablet locations are used before asking the master again.
 pub const LOCATIONS_TTL: Duration = Duration::from_secs(5);
 
@@ -91,6 +98,8 @@ struct Shared {
     last_ts: AtomicU64,
     /// The client id and its requests in progress (exactly-once writes and DDL).
     requests: Arc<RequestTracker>,
+    /// The token of the user logged in ([`Client::login`]), sent with every call.
+    bearer: Bearer,
 }
 
 /// A connection to a Cairn cluster. Cheap to clone; clones share connections, the
@@ -143,6 +152,7 @@ impl Client {
                 in_process: RwLock::new(HashMap::new()),
                 last_ts: AtomicU64::new(0),
                 requests: RequestTracker::new(),
+                bearer: Bearer::default(),
             }),
             opts: ClientOptions::default(),
         })
@@ -155,6 +165,97 @@ impl Client {
         *self.shared.tls.write() = tls;
         self.shared.channels.write().clear();
         self
+    }
+
+    /// Logs in as `user`: the master checks the password and signs a token that every
+    /// call of this client (and its clones) then carries; tablet servers check it
+    /// without asking the master. The token is renewed in the background before it
+    /// expires, for as long as a clone of the client lives. Needed on a cluster with
+    /// TLS unless the client holds a cluster certificate; send passwords only over TLS.
+    pub async fn login(self, user: &str, password: &str) -> Result<Client> {
+        let expires_ms = self.authenticate(user, password).await?;
+        let weak = Arc::downgrade(&self.shared);
+        let opts = self.opts.clone();
+        let (user, password) = (user.to_string(), password.to_string());
+        tokio::spawn(async move {
+            let mut expires_ms = expires_ms;
+            loop {
+                // Renew at half the remaining validity (at least every 5 s on failure).
+                let left = expires_ms.saturating_sub(cairn_proto::auth::now_ms());
+                tokio::time::sleep(Duration::from_millis((left / 2).max(5_000))).await;
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                let c = Client {
+                    shared,
+                    opts: opts.clone(),
+                };
+                match c.authenticate(&user, &password).await {
+                    Ok(e) => expires_ms = e,
+                    Err(e) => {
+                        tracing::warn!(user, error = %e, "cannot renew the login token");
+                        expires_ms = cairn_proto::auth::now_ms() + 10_000;
+                    }
+                }
+            }
+        });
+        Ok(self)
+    }
+
+    /// One `Authenticate` call; sets the token and returns its expiry.
+    async fn authenticate(&self, user: &str, password: &str) -> Result<u64> {
+        let req = cairn_proto::AuthenticateRequest {
+            user: user.to_string(),
+            password: password.to_string(),
+        };
+        let resp = self
+            .call_master(&format!("logging in as {user}"), move |mut m, t| {
+                let r = request(req.clone(), t);
+                async move { m.authenticate(r).await }
+            })
+            .await?;
+        self.shared.bearer.set(Some(resp.token));
+        Ok(resp.expires_ms)
+    }
+
+    /// The users with their verifiers and privileges, and each table's owner by table
+    /// id (superusers and cluster certificates only).
+    pub async fn list_users(
+        &self,
+    ) -> Result<(Vec<cairn_proto::auth::UserEntry>, HashMap<String, String>)> {
+        let resp = self
+            .call_master("listing users", |mut m, t| {
+                let r = request(cairn_proto::ListUsersRequest {}, t);
+                async move { m.list_users(r).await }
+            })
+            .await?;
+        let bad = |e: serde_json::Error| ClientError::Internal(format!("malformed user list: {e}"));
+        Ok((
+            serde_json::from_slice(&resp.users_json).map_err(bad)?,
+            serde_json::from_slice(&resp.owners_json).map_err(bad)?,
+        ))
+    }
+
+    /// Creates, changes or drops a user, or grants or revokes privileges (tables by
+    /// name). Passwords travel as SCRAM verifiers only.
+    pub async fn user_ddl(&self, op: &cairn_proto::auth::UserOp) -> Result<()> {
+        let op_json = to_json(op)?;
+        self.call_master("changing users", move |mut m, t| {
+            let r = request(
+                cairn_proto::UserDdlRequest {
+                    op_json: op_json.clone().into(),
+                },
+                t,
+            );
+            async move { m.user_ddl(r).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Whether this client logged in as a user.
+    pub fn logged_in(&self) -> bool {
+        self.shared.bearer.is_set()
     }
 
     /// This handle with other timeouts (other clones keep theirs; sessions and scans
@@ -186,6 +287,7 @@ impl Client {
             replicas: spec.replicas,
             if_not_exists: spec.if_not_exists,
             request_id: Some(id.id()),
+            owner: spec.owner.clone().unwrap_or_default(),
         };
         let what = format!("creating table '{}'", spec.name);
         let resp = self
@@ -412,12 +514,12 @@ impl Client {
 
     /// A raw tablet-server stub for `addr` (`host:port`), on the shared connection; for
     /// tools (ksck, checksums). No retries are done for calls made through it.
-    pub async fn tablet_server(&self, addr: &str) -> Result<TabletServerClient<Channel>> {
+    pub async fn tablet_server(&self, addr: &str) -> Result<TabletServerStub> {
         self.tablet_server_stub(addr)
     }
 
     /// A raw stub for the leader master (found by a probing call if not yet known).
-    pub async fn master(&self) -> Result<MasterClient<Channel>> {
+    pub async fn master(&self) -> Result<MasterStub> {
         if let Some(l) = self.shared.leader.read().clone() {
             return self.master_stub(&l);
         }
@@ -471,16 +573,20 @@ impl Client {
             .clone())
     }
 
-    pub(crate) fn tablet_server_stub(&self, addr: &str) -> Result<TabletServerClient<Channel>> {
-        Ok(TabletServerClient::new(self.channel(addr)?)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    pub(crate) fn tablet_server_stub(&self, addr: &str) -> Result<TabletServerStub> {
+        Ok(
+            TabletServerClient::with_interceptor(self.channel(addr)?, self.shared.bearer.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
     }
 
-    fn master_stub(&self, addr: &str) -> Result<MasterClient<Channel>> {
-        Ok(MasterClient::new(self.channel(addr)?)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    fn master_stub(&self, addr: &str) -> Result<MasterStub> {
+        Ok(
+            MasterClient::with_interceptor(self.channel(addr)?, self.shared.bearer.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
     }
 
     /// Calls the leader master: the known leader first, else each master in turn; "not
@@ -489,7 +595,7 @@ impl Client {
     /// `NOT_FOUND` comes back as [`ClientError::NotFound`]; other errors at once.
     pub(crate) async fn call_master<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T>
     where
-        F: FnMut(MasterClient<Channel>, Duration) -> Fut,
+        F: FnMut(MasterStub, Duration) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
     {
         let deadline = Deadline::after(self.opts.operation_timeout);

@@ -54,6 +54,13 @@ pub enum ClientError {
     /// The request was rejected as invalid; retrying it unchanged will not help.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The caller is authenticated but lacks a privilege (SQLSTATE 42501).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// The caller could not be authenticated: no or wrong credentials, or an expired
+    /// token.
+    #[error("not authenticated: {0}")]
+    Unauthenticated(String),
     /// The object to create exists already.
     #[error("already exists: {0} (use if_not_exists to accept an existing one)")]
     AlreadyExists(String),
@@ -225,6 +232,8 @@ pub(crate) fn classify(what: &str, addr: &str, status: &Status) -> Failure {
             Failure::Fatal(ClientError::InvalidArgument(msg))
         }
         Code::AlreadyExists => Failure::Fatal(ClientError::AlreadyExists(msg)),
+        Code::PermissionDenied => Failure::Fatal(ClientError::PermissionDenied(msg)),
+        Code::Unauthenticated => Failure::Fatal(ClientError::Unauthenticated(msg)),
         code => Failure::Fatal(ClientError::Rpc {
             what: what.to_string(),
             code,

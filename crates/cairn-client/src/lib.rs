@@ -75,7 +75,7 @@ pub mod write;
 
 pub use bulk::{BulkLoadSummary, BulkLoader, BulkRowError};
 pub use cairn_proto::{InProcessScan, InProcessTabletServer};
-pub use client::{Client, ClientOptions, LOCATIONS_TTL};
+pub use client::{Client, ClientOptions, LOCATIONS_TTL, MasterStub, TabletServerStub};
 pub use error::{ClientError, Result};
 pub use scan::{READ_AHEAD_BATCHES, ReadMode, ScanBuilder, ScanCursor, ScanResult};
 pub use session::{FlushMode, RowErrorInfo, WriteSession};

@@ -482,7 +482,7 @@ pub(crate) enum LeaderServer {
     /// A tablet server in this process.
     InProcess(std::sync::Arc<dyn cairn_proto::InProcessTabletServer>),
     /// A remote one.
-    Remote(cairn_proto::tablet_server_client::TabletServerClient<tonic::transport::Channel>),
+    Remote(crate::client::TabletServerStub),
 }
 
 /// How a [`call_leader`] ended.

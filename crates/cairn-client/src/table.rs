@@ -24,6 +24,9 @@ pub struct CreateTableSpec {
     pub replicas: u32,
     /// Succeed (returning the existing table's id) if the table exists already.
     pub if_not_exists: bool,
+    /// The user to own the table, for a Cairn server acting for one (the SQL front
+    /// ends); `None`: the caller (a token's user).
+    pub owner: Option<String>,
 }
 
 impl CreateTableSpec {
@@ -37,7 +40,13 @@ impl CreateTableSpec {
             range_bounds: vec![],
             replicas: 3,
             if_not_exists: false,
+            owner: None,
         }
+    }
+    /// Sets the owner (honoured from Cairn servers only).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
     }
     /// Sets the partition schema.
     pub fn partition(mut self, p: PartitionSchema) -> Self {

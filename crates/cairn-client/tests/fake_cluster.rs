@@ -176,6 +176,7 @@ impl Master for FakeMaster {
             tables: t
                 .iter()
                 .map(|t| TableSummary {
+                    owner: String::new(),
                     table_id: t.id.clone(),
                     name: t.name.clone(),
                     state: "RUNNING".into(),
@@ -192,6 +193,7 @@ impl Master for FakeMaster {
         let t = self.world.table.lock();
         match t.as_ref().filter(|t| t.name == name) {
             Some(t) => Ok(Response::new(GetTableResponse {
+                owner: String::new(),
                 table_id: t.id.clone(),
                 name: t.name.clone(),
                 schema_json: t.schema_json.clone().into(),
@@ -267,6 +269,27 @@ impl Master for FakeMaster {
                 })
                 .collect(),
         }))
+    }
+
+    async fn authenticate(
+        &self,
+        _: Request<cairn_proto::AuthenticateRequest>,
+    ) -> Rpc<cairn_proto::AuthenticateResponse> {
+        Err(Status::unimplemented("the fake master has no users"))
+    }
+
+    async fn list_users(
+        &self,
+        _: Request<cairn_proto::ListUsersRequest>,
+    ) -> Rpc<cairn_proto::ListUsersResponse> {
+        Err(Status::unimplemented("the fake master has no users"))
+    }
+
+    async fn user_ddl(
+        &self,
+        _: Request<cairn_proto::UserDdlRequest>,
+    ) -> Rpc<cairn_proto::UserDdlResponse> {
+        Err(Status::unimplemented("the fake master has no users"))
     }
 
     async fn list_masters(&self, _: Request<ListMastersRequest>) -> Rpc<ListMastersResponse> {

@@ -50,8 +50,9 @@ fn entries_that_fit(sizes: impl IntoIterator<Item = usize>) -> usize {
 /// A server's `Consensus` service for the groups in `registry`.
 pub fn consensus_server(
     registry: GroupRegistry,
+    gate: Arc<cairn_proto::auth::AuthGate>,
 ) -> cairn_proto::consensus_server::ConsensusServer<ConsensusService> {
-    cairn_proto::consensus_server::ConsensusServer::new(ConsensusService::new(registry))
+    cairn_proto::consensus_server::ConsensusServer::new(ConsensusService::new(registry, gate))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
@@ -304,16 +305,25 @@ impl GroupRegistry {
     }
 }
 
-/// The gRPC `Consensus` service of a server.
+/// The gRPC `Consensus` service of a server: Cairn servers only (a cluster
+/// certificate, on a cluster with TLS).
 #[derive(Clone)]
 pub struct ConsensusService {
     registry: GroupRegistry,
+    gate: Arc<cairn_proto::auth::AuthGate>,
 }
 
 impl ConsensusService {
-    /// Serves the groups in `registry`.
-    pub fn new(registry: GroupRegistry) -> Self {
-        ConsensusService { registry }
+    /// Serves the groups in `registry` to the callers `gate` lets in as internal.
+    pub fn new(registry: GroupRegistry, gate: Arc<cairn_proto::auth::AuthGate>) -> Self {
+        ConsensusService { registry, gate }
+    }
+
+    /// The group a request names, for an internal caller.
+    fn group_for(&self, request: &tonic::Request<RaftRequest>) -> Result<Raft, tonic::Status> {
+        self.gate
+            .check(request, cairn_proto::auth::Action::Internal("Raft"))?;
+        self.group(&request.get_ref().group_id)
     }
 
     fn group(&self, id: &str) -> Result<Raft, tonic::Status> {
@@ -343,8 +353,8 @@ impl cairn_proto::consensus_server::Consensus for ConsensusService {
         &self,
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+        let raft = self.group_for(&request)?;
         let r = request.into_inner();
-        let raft = self.group(&r.group_id)?;
         let req: AppendEntriesRequest<TypeConfig> = decode(&r.payload)?;
         reply(&raft.append_entries(req).await)
     }
@@ -353,8 +363,8 @@ impl cairn_proto::consensus_server::Consensus for ConsensusService {
         &self,
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+        let raft = self.group_for(&request)?;
         let r = request.into_inner();
-        let raft = self.group(&r.group_id)?;
         let req: VoteRequest<NodeId> = decode(&r.payload)?;
         reply(&raft.vote(req).await)
     }
@@ -363,8 +373,8 @@ impl cairn_proto::consensus_server::Consensus for ConsensusService {
         &self,
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+        let raft = self.group_for(&request)?;
         let r = request.into_inner();
-        let raft = self.group(&r.group_id)?;
         let req: InstallSnapshotRequest<TypeConfig> = decode(&r.payload)?;
         reply(&raft.install_snapshot(req).await)
     }

@@ -1,4 +1,5 @@
-//! The catalog: tables and tablets, replicated by Raft.
+//! The catalog: tables, tablets, users with their privileges, and the token key,
+//! replicated by Raft.
 //!
 //! Every change is a [`CatalogOp`] proposed by the leader master and applied, in log
 //! order, on every master. Applying is deterministic; an op that no longer makes sense
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use cairn_common::{AlterOp, Partition, PartitionSchema, SchemaMeta};
 use cairn_consensus::{SmError, StateMachine};
+use cairn_proto::auth::{Privileges, UserEntry, UserOp};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +72,9 @@ pub struct TableEntry {
     pub version: u64,
     /// The alter steps being pushed (state `Altering`).
     pub pending_steps: Vec<AlterOp>,
+    /// The user who created it (may alter and drop it, holds ALL on it).
+    #[serde(default)]
+    pub owner: String,
 }
 
 /// A tablet in the catalog.
@@ -135,6 +140,13 @@ pub enum CatalogOp {
         /// The configuration.
         replicas: Vec<Placement>,
     },
+    /// Changes users or privileges (table names already resolved to ids).
+    User(UserOp),
+    /// Sets the cluster's token-signing key (PKCS#8 of an Ed25519 key), once.
+    SetTokenKey {
+        /// The key.
+        pkcs8: Vec<u8>,
+    },
     /// `op`, made for a client's DDL request (`<client id>:<seq no>`): once applied,
     /// the request is remembered with the table it concerned, so a retry of the same
     /// request gets that table as its answer instead of running again.
@@ -164,6 +176,12 @@ pub struct Catalog {
     /// The same requests, oldest first (to forget the oldest).
     #[serde(default)]
     pub answered_order: std::collections::VecDeque<String>,
+    /// Users by name.
+    #[serde(default)]
+    pub users: BTreeMap<String, UserEntry>,
+    /// The token-signing key (PKCS#8), set by the first leader.
+    #[serde(default)]
+    pub token_key: Option<Vec<u8>>,
 }
 
 impl Catalog {
@@ -184,6 +202,9 @@ impl Catalog {
                 }
                 for t in tablets {
                     self.tablets.insert(t.id.clone(), t);
+                }
+                if let Some(u) = self.users.get_mut(&table.owner) {
+                    u.grants.insert(table.id.clone(), Privileges::ALL);
                 }
                 self.tables.insert(table.id.clone(), table);
             }
@@ -247,10 +268,19 @@ impl Catalog {
                 for tablet in t.tablets {
                     self.tablets.remove(&tablet);
                 }
+                for u in self.users.values_mut() {
+                    u.grants.remove(&id);
+                }
             }
             CatalogOp::SetTabletReplicas { id, replicas } => {
                 let t = self.tablets.get_mut(&id).ok_or("no such tablet")?;
                 t.replicas = replicas;
+            }
+            CatalogOp::User(op) => self.apply_user(op)?,
+            CatalogOp::SetTokenKey { pkcs8 } => {
+                if self.token_key.is_none() {
+                    self.token_key = Some(pkcs8);
+                }
             }
             CatalogOp::Requested {
                 request,
@@ -264,6 +294,107 @@ impl Catalog {
                 while self.answered_order.len() > ANSWERED_DDL_KEPT {
                     if let Some(old) = self.answered_order.pop_front() {
                         self.answered.remove(&old);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Catalog {
+    /// Applies a user op; `Err` (PostgreSQL's message) leaves the catalog unchanged.
+    fn apply_user(&mut self, op: UserOp) -> Result<(), String> {
+        match op {
+            UserOp::Create {
+                name,
+                password,
+                superuser,
+                create,
+                if_not_exists,
+            } => {
+                if self.users.contains_key(&name) {
+                    return if if_not_exists {
+                        Ok(())
+                    } else {
+                        Err(format!("role \"{name}\" already exists"))
+                    };
+                }
+                self.users.insert(
+                    name.clone(),
+                    UserEntry {
+                        name,
+                        password,
+                        superuser,
+                        create,
+                        grants: BTreeMap::new(),
+                    },
+                );
+            }
+            UserOp::Alter {
+                name,
+                password,
+                superuser,
+                create,
+            } => {
+                let u = self
+                    .users
+                    .get_mut(&name)
+                    .ok_or_else(|| format!("role \"{name}\" does not exist"))?;
+                if let Some(p) = password {
+                    u.password = p;
+                }
+                if let Some(s) = superuser {
+                    u.superuser = s;
+                }
+                if let Some(c) = create {
+                    u.create = c;
+                }
+            }
+            UserOp::Drop { name, if_exists } => {
+                if let Some(t) = self.tables.values().find(|t| t.owner == name) {
+                    return Err(format!(
+                        "role \"{name}\" cannot be dropped because it owns table {}: drop \
+                         the table first",
+                        t.name
+                    ));
+                }
+                if self.users.remove(&name).is_none() && !if_exists {
+                    return Err(format!("role \"{name}\" does not exist"));
+                }
+            }
+            UserOp::Grant {
+                users,
+                tables,
+                privileges,
+                create,
+                revoke,
+            } => {
+                if let Some(u) = users.iter().find(|u| !self.users.contains_key(*u)) {
+                    return Err(format!("role \"{u}\" does not exist"));
+                }
+                if let Some(t) = tables.iter().find(|t| !self.tables.contains_key(*t)) {
+                    return Err(format!("table {t} no longer exists"));
+                }
+                for name in &users {
+                    let Some(u) = self.users.get_mut(name) else {
+                        continue;
+                    };
+                    if create {
+                        u.create = !revoke;
+                    }
+                    for t in &tables {
+                        let have = u.grants.get(t).copied().unwrap_or_default();
+                        let now = if revoke {
+                            have.without(privileges)
+                        } else {
+                            have.union(privileges)
+                        };
+                        if now.is_empty() {
+                            u.grants.remove(t);
+                        } else {
+                            u.grants.insert(t.clone(), now);
+                        }
                     }
                 }
             }
@@ -397,7 +528,68 @@ mod tests {
             tablets: vec![format!("{id}-t0")],
             version: 0,
             pending_steps: vec![],
+            owner: "ann".into(),
         }
+    }
+
+    #[test]
+    fn users_and_grants_follow_their_tables() {
+        let mut c = Catalog::default();
+        let create = |name: &str| {
+            CatalogOp::User(UserOp::Create {
+                name: name.into(),
+                password: None,
+                superuser: false,
+                create: true,
+                if_not_exists: false,
+            })
+        };
+        c.apply(create("ann")).unwrap();
+        c.apply(create("bob")).unwrap();
+        assert!(
+            c.apply(create("bob"))
+                .unwrap_err()
+                .contains("already exists")
+        );
+        c.apply(CatalogOp::CreateTable {
+            table: table("a", "t"),
+            tablets: vec![],
+        })
+        .unwrap();
+        assert_eq!(
+            c.users["ann"].grants["a"],
+            Privileges::ALL,
+            "the owner holds ALL"
+        );
+        let grant = |revoke, p| {
+            CatalogOp::User(UserOp::Grant {
+                users: vec!["bob".into()],
+                tables: vec!["a".into()],
+                privileges: p,
+                create: false,
+                revoke,
+            })
+        };
+        c.apply(grant(false, Privileges::ALL)).unwrap();
+        c.apply(grant(true, Privileges::INSERT)).unwrap();
+        assert_eq!(
+            c.users["bob"].grants["a"].names(),
+            ["select", "update", "delete"]
+        );
+        assert!(
+            c.apply(CatalogOp::User(UserOp::Drop {
+                name: "ann".into(),
+                if_exists: false
+            }))
+            .unwrap_err()
+            .contains("owns table t")
+        );
+        c.apply(CatalogOp::RemoveTable { id: "a".into() }).unwrap();
+        assert!(
+            c.users["bob"].grants.is_empty(),
+            "grants leave with the table"
+        );
+        assert!(c.apply(grant(false, Privileges::SELECT)).is_err());
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub enum MasterError {
         #[source]
         source: std::io::Error,
     },
+    /// Not authenticated or not allowed.
+    #[error(transparent)]
+    Auth(#[from] cairn_proto::auth::AuthError),
     /// Anything else.
     #[error("{0}")]
     Internal(String),
@@ -46,6 +49,7 @@ impl From<MasterError> for tonic::Status {
         use cairn_consensus::ConsensusError as C;
         let msg = e.to_string();
         match e {
+            MasterError::Auth(a) => a.into(),
             MasterError::TableNotFound(_) => tonic::Status::not_found(msg),
             MasterError::TableExists(_) => tonic::Status::already_exists(msg),
             MasterError::InvalidArgument(_) => tonic::Status::invalid_argument(msg),

@@ -13,6 +13,10 @@
 //!   that lost a replica to a dead server (it *suggests* config changes to the tablet
 //!   leader, which decides). All steps are idempotent, so a new leader master simply
 //!   resumes them.
+//! - [`users`]: users, logins and tokens — the bootstrap superuser, `Authenticate`
+//!   (signed tokens; failed logins logged and rate-limited), `ListUsers` for the SQL
+//!   front ends, and user DDL. Every RPC first asks the service's
+//!   [`cairn_proto::auth::AuthGate`] who is calling and whether they may.
 //! - [`server`]: wiring (listener, catalog group, reconciler).
 
 pub mod catalog;
@@ -20,6 +24,7 @@ pub mod error;
 pub mod reconcile;
 pub mod server;
 pub mod service;
+pub mod users;
 
 pub use error::{MasterError, Result};
 pub use server::{MasterOptions, MasterServer};

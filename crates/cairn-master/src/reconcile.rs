@@ -61,6 +61,9 @@ pub async fn run(st: Arc<MasterState>, mut stop: watch::Receiver<bool>) {
             continue;
         }
         let since = *st.leader_since.lock().get_or_insert_with(Instant::now);
+        if let Err(e) = st.bootstrap_security().await {
+            tracing::warn!(error = %e, "cannot create the token key or bootstrap user yet");
+        }
         if let Err(e) = round(&st, since, &mut last_attempt).await {
             tracing::warn!(error = %e, "reconciliation round failed");
         }

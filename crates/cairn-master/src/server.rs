@@ -42,8 +42,15 @@ pub struct MasterOptions {
     /// The most tablets a table may have: hash buckets times range partitions
     /// (`--max-tablets-per-table`, 10,000).
     pub max_tablets_per_table: u64,
-    /// Mutual TLS for every RPC served and made (`None`: plain TCP).
+    /// Mutual TLS for every RPC served and made (`None`: plain TCP). With TLS,
+    /// callers must present a cluster certificate or a user's token.
     pub tls: Option<Arc<cairn_proto::TlsConfig>>,
+    /// The bootstrap superuser's password, set when the catalog is first created
+    /// (`--admin-password`; later changes go through `ALTER USER`).
+    pub admin_password: Option<String>,
+    /// How long a token is valid (`--token-validity-secs`, 300). A REVOKE reaches
+    /// native clients' tokens within this time.
+    pub token_validity: Duration,
 }
 
 impl MasterOptions {
@@ -61,6 +68,8 @@ impl MasterOptions {
             max_hash_buckets: 1024,
             max_tablets_per_table: 10_000,
             tls: None,
+            admin_password: None,
+            token_validity: Duration::from_secs(300),
         }
     }
 }
@@ -138,6 +147,9 @@ impl MasterServer {
             leader_since: Mutex::new(None),
             in_progress: Mutex::new(HashSet::new()),
             ddl: tokio::sync::Mutex::new(()),
+            gate: cairn_proto::auth::AuthGate::new(opts.tls.is_some()),
+            login_failures: Default::default(),
+            token_key_cache: Mutex::new(None),
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -146,7 +158,7 @@ impl MasterServer {
             .add_service(pb::master_server::MasterServer::new(MasterService::new(
                 state.clone(),
             )))
-            .add_service(consensus_server(registry));
+            .add_service(consensus_server(registry, state.gate.clone()));
         tasks.push(spawn_rpc_server(
             listener,
             router,

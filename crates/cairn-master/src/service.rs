@@ -8,6 +8,7 @@ use cairn_common::{IdKind, PartitionSchema, SchemaMeta, validate_id};
 use cairn_consensus::RaftGroup;
 use cairn_consensus::network::ChannelPool;
 use cairn_proto as pb;
+use cairn_proto::auth::{Action, Principal};
 use parking_lot::{Mutex, RwLock};
 use tonic::{Request, Response, Status};
 
@@ -46,6 +47,12 @@ pub struct MasterState {
     pub in_progress: Mutex<HashSet<String>>,
     /// Serialises DDL on the leader.
     pub ddl: tokio::sync::Mutex<()>,
+    /// Decides who is calling.
+    pub gate: Arc<cairn_proto::auth::AuthGate>,
+    /// Recent failed logins per user.
+    pub login_failures: cairn_proto::auth::LoginFailures,
+    /// The parsed token key and the bytes it came from.
+    pub token_key_cache: Mutex<Option<(Vec<u8>, Arc<cairn_proto::auth::TokenKey>)>>,
 }
 
 impl MasterState {
@@ -200,6 +207,13 @@ fn bad_json(what: &str, e: serde_json::Error) -> MasterError {
     MasterError::InvalidArgument(format!("malformed {what}: {e}"))
 }
 
+/// What any authenticated caller may do (read the catalog).
+const ANY: Action<'static> = Action::Table {
+    id: "",
+    name: "",
+    need: cairn_proto::auth::Privileges::NONE,
+};
+
 /// The gRPC service.
 #[derive(Clone)]
 pub struct MasterService {
@@ -212,7 +226,11 @@ impl MasterService {
         MasterService { state }
     }
 
-    async fn create_table_inner(&self, req: pb::CreateTableRequest) -> Result<String> {
+    async fn create_table_inner(
+        &self,
+        who: &Principal,
+        req: pb::CreateTableRequest,
+    ) -> Result<String> {
         let st = &self.state;
         st.check_leader()?;
         let _ddl = st.ddl.lock().await;
@@ -270,6 +288,11 @@ impl MasterService {
         }
         let table_id = new_id();
         let tablets = place_tablets(&table_id, partitions, replicas, &live);
+        // A Cairn server (a SQL front end) names the user it acts for.
+        let owner = match who {
+            Principal::Internal if !req.owner.is_empty() => req.owner.clone(),
+            p => p.name().to_string(),
+        };
         let table = TableEntry {
             id: table_id.clone(),
             name: name.clone(),
@@ -280,6 +303,7 @@ impl MasterService {
             tablets: tablets.iter().map(|t| t.id.clone()).collect(),
             version: 0,
             pending_steps: vec![],
+            owner,
         };
         st.propose_for(
             request.as_ref(),
@@ -529,6 +553,18 @@ impl MasterService {
         Ok(())
     }
 
+    /// The caller, who must own table `name` (or be a superuser or internal).
+    fn check_owner<T>(&self, req: &Request<T>, name: &str) -> std::result::Result<(), Status> {
+        let who = self.state.authorize(req, ANY)?;
+        if let Some(t) = self.state.catalog.read(|c| c.table_by_name(name).cloned()) {
+            who.check(Action::OwnTable {
+                name: &t.name,
+                owner: &t.owner,
+            })?;
+        }
+        Ok(())
+    }
+
     fn visible_table(&self, name: &str) -> Result<TableEntry> {
         self.state
             .catalog
@@ -604,7 +640,8 @@ impl pb::master_server::Master for MasterService {
         &self,
         request: Request<pb::CreateTableRequest>,
     ) -> std::result::Result<Response<pb::CreateTableResponse>, Status> {
-        let table_id = self.create_table_inner(request.into_inner()).await?;
+        let who = self.state.authorize(&request, Action::CreateTable)?;
+        let table_id = self.create_table_inner(&who, request.into_inner()).await?;
         // Tests make the answer late here, as a slow network would.
         fail::fail_point!("master::create_table::reply");
         Ok(Response::new(pb::CreateTableResponse { table_id }))
@@ -614,6 +651,7 @@ impl pb::master_server::Master for MasterService {
         &self,
         request: Request<pb::AlterTableRequest>,
     ) -> std::result::Result<Response<pb::AlterTableResponse>, Status> {
+        self.check_owner(&request, &request.get_ref().name.clone())?;
         self.alter_table_inner(request.into_inner()).await?;
         Ok(Response::new(pb::AlterTableResponse {}))
     }
@@ -622,14 +660,16 @@ impl pb::master_server::Master for MasterService {
         &self,
         request: Request<pb::DropTableRequest>,
     ) -> std::result::Result<Response<pb::DropTableResponse>, Status> {
+        self.check_owner(&request, &request.get_ref().name.clone())?;
         self.drop_table_inner(request.into_inner()).await?;
         Ok(Response::new(pb::DropTableResponse {}))
     }
 
     async fn list_tables(
         &self,
-        _request: Request<pb::ListTablesRequest>,
+        request: Request<pb::ListTablesRequest>,
     ) -> std::result::Result<Response<pb::ListTablesResponse>, Status> {
+        self.state.authorize(&request, ANY)?;
         self.state.check_leader()?;
         let tables = self.state.catalog.read(|c| {
             let mut v: Vec<_> = c
@@ -642,6 +682,7 @@ impl pb::master_server::Master for MasterService {
                     state: t.state.name().into(),
                     num_tablets: t.tablets.len() as u32,
                     replicas: t.replicas,
+                    owner: t.owner.clone(),
                 })
                 .collect();
             v.sort_by(|a, b| a.name.cmp(&b.name));
@@ -654,9 +695,11 @@ impl pb::master_server::Master for MasterService {
         &self,
         request: Request<pb::GetTableRequest>,
     ) -> std::result::Result<Response<pb::GetTableResponse>, Status> {
+        self.state.authorize(&request, ANY)?;
         self.state.check_leader()?;
         let t = self.visible_table(&request.into_inner().name)?;
         Ok(Response::new(pb::GetTableResponse {
+            owner: t.owner.clone(),
             table_id: t.id,
             name: t.name,
             schema_json: serde_json::to_vec(&t.schema).unwrap_or_default().into(),
@@ -674,6 +717,7 @@ impl pb::master_server::Master for MasterService {
         request: Request<pb::GetTableLocationsRequest>,
     ) -> std::result::Result<Response<pb::GetTableLocationsResponse>, Status> {
         let st = &self.state;
+        st.authorize(&request, ANY)?;
         st.check_leader()?;
         let t = self.visible_table(&request.into_inner().name)?;
         let entries: Vec<TabletEntry> = st.catalog.read(|c| {
@@ -736,12 +780,15 @@ impl pb::master_server::Master for MasterService {
         request: Request<pb::HeartbeatRequest>,
     ) -> std::result::Result<Response<pb::HeartbeatResponse>, Status> {
         let st = &self.state;
+        st.authorize(&request, Action::Internal("Heartbeat"))?;
         if st.check_leader().is_err() {
             return Ok(Response::new(pb::HeartbeatResponse {
                 leader: false,
                 need_full_report: false,
+                token_public_key: Default::default(),
             }));
         }
+        let token_public_key = st.token_key().map(|k| k.public_key()).unwrap_or_default();
         let req = request.into_inner();
         for r in &req.tablets {
             validate_id(IdKind::Tablet, &r.tablet_id).map_err(MasterError::from)?;
@@ -768,13 +815,15 @@ impl pb::master_server::Master for MasterService {
         Ok(Response::new(pb::HeartbeatResponse {
             leader: true,
             need_full_report: !known && !req.full_report,
+            token_public_key: token_public_key.into(),
         }))
     }
 
     async fn list_tablet_servers(
         &self,
-        _request: Request<pb::ListTabletServersRequest>,
+        request: Request<pb::ListTabletServersRequest>,
     ) -> std::result::Result<Response<pb::ListTabletServersResponse>, Status> {
+        self.state.authorize(&request, ANY)?;
         self.state.check_leader()?;
         let ts = self.state.tservers.read();
         let mut servers: Vec<_> = ts
@@ -793,8 +842,9 @@ impl pb::master_server::Master for MasterService {
 
     async fn list_masters(
         &self,
-        _request: Request<pb::ListMastersRequest>,
+        request: Request<pb::ListMastersRequest>,
     ) -> std::result::Result<Response<pb::ListMastersResponse>, Status> {
+        self.state.authorize(&request, ANY)?;
         let s = self.state.group.status();
         let masters = self
             .state
@@ -817,5 +867,51 @@ impl pb::master_server::Master for MasterService {
             })
             .collect();
         Ok(Response::new(pb::ListMastersResponse { masters }))
+    }
+
+    async fn authenticate(
+        &self,
+        request: Request<pb::AuthenticateRequest>,
+    ) -> std::result::Result<Response<pb::AuthenticateResponse>, Status> {
+        let peer = request
+            .remote_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let req = request.into_inner();
+        let (token, expires_ms) = self
+            .state
+            .authenticate(&req.user, &req.password, &peer)
+            .await?;
+        Ok(Response::new(pb::AuthenticateResponse {
+            token,
+            expires_ms,
+        }))
+    }
+
+    async fn list_users(
+        &self,
+        request: Request<pb::ListUsersRequest>,
+    ) -> std::result::Result<Response<pb::ListUsersResponse>, Status> {
+        self.state
+            .authorize(&request, Action::Superuser("list users"))?;
+        self.state.check_leader()?;
+        self.state.ensure_bootstrapped().await?;
+        let (users, owners) = self.state.users_and_owners();
+        let enc = |e: serde_json::Error| Status::internal(e.to_string());
+        Ok(Response::new(pb::ListUsersResponse {
+            users_json: serde_json::to_vec(&users).map_err(enc)?.into(),
+            owners_json: serde_json::to_vec(&owners).map_err(enc)?.into(),
+        }))
+    }
+
+    async fn user_ddl(
+        &self,
+        request: Request<pb::UserDdlRequest>,
+    ) -> std::result::Result<Response<pb::UserDdlResponse>, Status> {
+        let who = self.state.authorize(&request, ANY)?;
+        let op: cairn_proto::auth::UserOp = serde_json::from_slice(&request.get_ref().op_json)
+            .map_err(|e| Status::invalid_argument(format!("malformed user change: {e}")))?;
+        self.state.user_ddl(&who, op).await?;
+        Ok(Response::new(pb::UserDdlResponse {}))
     }
 }

@@ -13,6 +13,7 @@ pub mod pb {
 
 pub use pb::*;
 
+pub mod auth;
 pub mod in_process;
 pub mod tls;
 pub use in_process::{InProcessScan, InProcessTabletServer};

@@ -1,13 +1,15 @@
 //! Transport security for Cairn's gRPC services: mutual TLS with a cluster CA.
 //!
 //! Every master and tablet server holds a certificate signed by the cluster's CA
-//! (`cairn cert ca`, `cairn cert node`). With TLS configured, a server accepts only
-//! connections whose client presents a certificate signed by that CA, and dials its
-//! peers with its own certificate, checking theirs against the same CA. A process
-//! without a certificate from the cluster CA therefore cannot join a Raft group,
-//! heartbeat to the master, or call any RPC: the TLS handshake fails before a request
-//! is read. Clients (the CLI, the SQL front ends' engines) hold a CA-signed
-//! certificate too (`cairn cert node --client`).
+//! (`cairn cert ca`, `cairn cert node`). With TLS configured, a server checks any
+//! client certificate against that CA (a certificate from another CA fails the
+//! handshake) and dials its peers with its own certificate, checking theirs. A caller
+//! with a cluster certificate is *internal* ([`crate::auth::Principal::Internal`]); a
+//! caller without one must present a user's token, and may then do only what that
+//! user may. Raft, heartbeats and administrative RPCs need internal callers (or, for
+//! administration, a superuser): a process without the cluster CA's certificate
+//! cannot join a Raft group or heartbeat to the master. Operator tools may hold a
+//! CA-signed certificate too (`cairn cert node --client`).
 //!
 //! Servers are named by the address they are dialled at: a certificate must carry
 //! every host name and IP address peers and clients use for the server as a subject
@@ -87,20 +89,46 @@ impl TlsConfig {
         }))
     }
 
-    /// The server side: this node's identity, and client certificates required and
-    /// checked against the CA (mutual TLS).
+    /// The server side: this node's identity, and client certificates checked
+    /// against the CA (mutual TLS). A client without a certificate is let through the
+    /// handshake as a user, who must then present a token.
     pub fn server(&self) -> ServerTlsConfig {
         ServerTlsConfig::new()
             .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
             .client_ca_root(Certificate::from_pem(&self.ca_pem))
+            .client_auth_optional(true)
     }
 
     /// The client side: the CA to check servers against, and this node's identity
-    /// for the server to check.
+    /// for the server to check (none for a [`TlsConfig::ca_only`] user client).
     pub fn client(&self) -> ClientTlsConfig {
-        ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(&self.ca_pem))
-            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+        let c = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem));
+        if self.cert_pem.is_empty() {
+            c
+        } else {
+            c.identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+        }
+    }
+
+    /// Only the CA certificate: for a client that logs in as a user instead of
+    /// presenting a certificate of its own.
+    pub fn ca_only(ca: &Path) -> Result<Arc<TlsConfig>, TlsError> {
+        let b = std::fs::read(ca).map_err(|source| TlsError::Read {
+            path: ca.to_path_buf(),
+            source,
+        })?;
+        if !String::from_utf8_lossy(&b).contains("BEGIN CERTIFICATE") {
+            return Err(TlsError::NotPem {
+                path: ca.to_path_buf(),
+                what: "certificate",
+            });
+        }
+        Ok(Arc::new(TlsConfig {
+            ca_pem: b,
+            cert_pem: vec![],
+            key_pem: vec![],
+            source: ca.to_path_buf(),
+        }))
     }
 }
 

@@ -89,6 +89,20 @@ impl From<SqlError> for DataFusionError {
     }
 }
 
+impl From<cairn_proto::auth::AuthError> for SqlError {
+    fn from(e: cairn_proto::auth::AuthError) -> Self {
+        use cairn_proto::auth::AuthError as A;
+        let code = match &e {
+            A::Denied(_) => "42501",
+            A::BadPassword | A::RateLimited(_) => "28P01",
+            A::BadToken(_) | A::Unauthenticated(_) => "28000",
+            A::Protocol(_) => "08P01",
+            A::Internal(_) => "XX000",
+        };
+        SqlError::other(code, e.to_string())
+    }
+}
+
 impl From<cairn_common::CommonError> for SqlError {
     fn from(e: cairn_common::CommonError) -> Self {
         SqlError::other("22023", e.to_string())
@@ -143,6 +157,8 @@ fn client_sqlstate(e: &ClientError) -> &'static str {
         ClientError::InvalidArgument(_) => "22023",
         ClientError::Row(r) => row_sqlstate(r.kind),
         ClientError::TableChanged { .. } => "40001",
+        ClientError::PermissionDenied(_) => "42501",
+        ClientError::Unauthenticated(_) => "28000",
         ClientError::Timeout { .. } => "57P03",
         e if e.is_retryable() => "57P03",
         _ => "XX000",

@@ -16,11 +16,16 @@
 //!   OF`) and its translation into table specs.
 //! - [`session`]: [`SqlEngine`] (shared per process) and [`SqlSession`] (one per
 //!   connection) run statements and prepared statements.
+//! - [`authz`] / [`dcl`]: who runs a statement and whether they may (privileges are
+//!   checked on the logical plan), and the user statements (`CREATE USER`, `GRANT`,
+//!   …) the master carries out.
 //! - [`options`]: `SET cairn.…` settings.
 //! - [`error`]: [`SqlError`] with PostgreSQL SQLSTATE codes.
 
+pub mod authz;
 pub mod catalog;
 pub mod copy;
+pub mod dcl;
 pub mod ddl;
 pub mod error;
 pub mod flight;

@@ -317,6 +317,8 @@ pub enum CairnStatement {
     },
     /// `COPY t [(cols)] FROM 'path' [WITH (…)]`.
     Copy(CopyFrom),
+    /// `CREATE`/`ALTER`/`DROP USER`, `GRANT`, `REVOKE`.
+    Dcl(crate::dcl::DclStatement),
     /// Anything else, for DataFusion to plan (SELECT, INSERT, UPDATE, DELETE, EXPLAIN,
     /// SHOW, SET, DESCRIBE, …), with Cairn-specific decorations removed.
     Query {
@@ -671,6 +673,9 @@ fn rewrite_explain_upsert(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> 
 fn parse_statement(df: &mut DFParser<'_>) -> Result<CairnStatement, ParseError> {
     let first = df.parser.peek_token().token;
     let second = df.parser.peek_nth_token(1).token;
+    if crate::dcl::starts_dcl(&first, &second) {
+        return crate::dcl::parse_dcl(&mut df.parser).map(CairnStatement::Dcl);
+    }
     if is_keyword(&first, Keyword::CREATE) && is_keyword(&second, Keyword::TABLE) {
         return parse_create_table(&mut df.parser).map(CairnStatement::CreateTable);
     }
@@ -876,7 +881,7 @@ fn ident_name(id: &Ident) -> String {
 }
 
 /// A table name: `t`, `public.t` or `cairn.public.t` (Cairn has one schema).
-fn table_name(name: &ObjectName) -> Result<String, ParseError> {
+pub(crate) fn table_name(name: &ObjectName) -> Result<String, ParseError> {
     let mut parts = Vec::with_capacity(name.0.len());
     for p in &name.0 {
         match p {

@@ -115,6 +115,7 @@ impl Prepared {
 struct EngineInner {
     client: Client,
     schema: Arc<CairnSchema>,
+    users: Arc<crate::authz::UserDirectory>,
     template: SessionState,
     limits: EngineLimits,
 }
@@ -182,6 +183,7 @@ impl SqlEngine {
         datafusion_pg_catalog::setup_pg_catalog(&ctx, CATALOG, PgContext).map_err(|e| *e)?;
         Ok(SqlEngine {
             inner: Arc::new(EngineInner {
+                users: Arc::new(crate::authz::UserDirectory::new(client.clone())),
                 client,
                 schema,
                 template: ctx.state(),
@@ -196,6 +198,7 @@ impl SqlEngine {
         let inner = EngineInner {
             client: self.inner.client.clone(),
             schema: self.inner.schema.clone(),
+            users: self.inner.users.clone(),
             template: self.inner.template.clone(),
             limits,
         };
@@ -212,6 +215,11 @@ impl SqlEngine {
     /// The cluster client.
     pub fn client(&self) -> &Client {
         &self.inner.client
+    }
+
+    /// The users, their privileges and the tables' owners (cached).
+    pub fn users(&self) -> &crate::authz::UserDirectory {
+        &self.inner.users
     }
 
     /// A new session (one per connection).
@@ -240,6 +248,7 @@ impl SqlEngine {
         SqlSession {
             engine: self.clone(),
             ctx: SessionContext::new_with_state(state),
+            user: parking_lot::RwLock::new(None),
         }
     }
 }
@@ -248,6 +257,9 @@ impl SqlEngine {
 pub struct SqlSession {
     engine: SqlEngine,
     ctx: SessionContext,
+    /// The user the statements run as; `None`: the engine's own client decides
+    /// (a front end sets the user once it has authenticated them).
+    user: parking_lot::RwLock<Option<String>>,
 }
 
 impl std::fmt::Debug for SqlSession {
@@ -265,6 +277,48 @@ impl SqlSession {
     /// The engine this session belongs to.
     pub fn engine(&self) -> &SqlEngine {
         &self.engine
+    }
+
+    /// Runs the session's statements as `user` (whose password the front end has
+    /// checked): each statement is then authorized against that user's privileges.
+    pub fn set_user(&self, user: &str) {
+        *self.user.write() = Some(user.to_string());
+    }
+
+    /// The user statements run as, if a front end set one.
+    pub fn user(&self) -> Option<String> {
+        self.user.read().clone()
+    }
+
+    /// Who runs the next statement: the session's user with the privileges the
+    /// catalog holds now, or (no user set) the engine's own client, whose rights the
+    /// servers check.
+    pub async fn principal(&self) -> Result<cairn_proto::auth::Principal> {
+        match self.user() {
+            Some(u) => self.engine.users().principal(&u).await,
+            None => Ok(cairn_proto::auth::Principal::Internal),
+        }
+    }
+
+    /// Checks that the session's user may `action`.
+    async fn authorize(&self, action: cairn_proto::auth::Action<'_>) -> Result<()> {
+        self.principal().await?.check(action)?;
+        Ok(())
+    }
+
+    /// Checks that the session's user owns table `name` (or is a superuser).
+    async fn authorize_owner(&self, name: &str) -> Result<()> {
+        let who = self.principal().await?;
+        if who.is_superuser() {
+            return Ok(());
+        }
+        let table = self.engine.client().open_table(name).await?;
+        let owner = self.engine.users().owner(&table.id).await?;
+        who.check(cairn_proto::auth::Action::OwnTable {
+            name: &table.name,
+            owner: &owner,
+        })?;
+        Ok(())
     }
 
     /// Runs every statement of `sql` in order. When there are several, the rows of
@@ -404,6 +458,8 @@ impl SqlSession {
         } else {
             plan.clone().with_param_values(ParamValues::from(params))?
         };
+        let who = self.principal().await?;
+        crate::authz::check_plan(&who, &plan, p.insert_mode)?;
         let state = self.statement_state(p.fixed_snapshot, p.insert_mode);
         self.run_plan(state, plan).await
     }
@@ -514,13 +570,25 @@ impl SqlSession {
                     });
                 }
                 let fixed = self.fixed_snapshot(as_of.as_ref()).await?;
-                let (state, plan) = self
-                    .plan_statement(statement, fixed, insert_mode_of(insert_mode))
-                    .await?;
+                let mode = insert_mode_of(insert_mode);
+                let (state, plan) = self.plan_statement(statement, fixed, mode).await?;
+                crate::authz::check_plan(&self.principal().await?, &plan, mode)?;
                 self.run_plan(state, plan).await
             }
-            CairnStatement::CreateTable(ct) => self.create_table(ct).await,
+            CairnStatement::Dcl(d) => self.run_dcl(d).await,
+            CairnStatement::CreateTable(ct) => {
+                self.authorize(cairn_proto::auth::Action::CreateTable)
+                    .await?;
+                self.create_table(ct).await
+            }
             CairnStatement::DropTable { names, if_exists } => {
+                for n in &names {
+                    match self.authorize_owner(n).await {
+                        Err(SqlError::Client(cairn_client::ClientError::TableNotFound(_)))
+                            if if_exists => {}
+                        r => r?,
+                    }
+                }
                 for n in &names {
                     self.engine.client().drop_table(n, if_exists).await?;
                 }
@@ -530,6 +598,7 @@ impl SqlSession {
                 })
             }
             CairnStatement::AlterTable { name, ops } => {
+                self.authorize_owner(&name).await?;
                 let client = self.engine.client();
                 let table = client.open_table(&name).await?;
                 let steps = ddl::alter_ops_for_schema(&ops, &table.schema)?;
@@ -546,6 +615,12 @@ impl SqlSession {
                 })
             }
             CairnStatement::Copy(c) => {
+                // COPY FROM a file reads the server's files: superusers only, as in
+                // PostgreSQL (pg_read_server_files).
+                self.authorize(cairn_proto::auth::Action::Superuser(
+                    "COPY from a file on the server",
+                ))
+                .await?;
                 let table = self.engine.client().open_table(&c.table).await?;
                 let format = match c.format {
                     parser::CopyFormat::Csv => CopyFormat::Csv,
@@ -659,10 +734,15 @@ impl SqlSession {
                 .count() as u32;
             (2 * live).max(2)
         };
+        let owner = self.user();
         let spec_of = |def: ddl::TableDef| {
             let replicas = def.replicas.unwrap_or(opts.default_replicas);
-            CreateTableSpec::new(def.name, def.schema)
-                .partition(def.partition)
+            let spec = CreateTableSpec::new(def.name, def.schema);
+            let spec = match &owner {
+                Some(o) => spec.owner(o.clone()),
+                None => spec,
+            };
+            spec.partition(def.partition)
                 .range_bounds(def.range_bounds)
                 .replicas(replicas)
                 .if_not_exists(def.if_not_exists)
@@ -671,6 +751,8 @@ impl SqlSession {
             let def = ddl::table_def(&ct, None, buckets)?;
             client.create_table(spec_of(def)).await?;
             self.engine.inner.schema.invalidate();
+            // The owner's grant on the new table.
+            self.engine.users().invalidate();
             return Ok(QueryResult::Done {
                 tag: "CREATE TABLE".into(),
             });
@@ -684,6 +766,7 @@ impl SqlSession {
                 query,
             ))))
             .await?;
+        crate::authz::check_plan(&self.principal().await?, &plan, InsertMode::Insert)?;
         let mut columns = vec![];
         for f in plan.schema().fields() {
             columns.push((f.name().clone(), ctas_type(f.data_type())?, f.is_nullable()));
@@ -692,6 +775,8 @@ impl SqlSession {
         let name = def.name.clone();
         client.create_table(spec_of(def)).await?;
         self.engine.inner.schema.invalidate();
+        // The owner's grant on the new table.
+        self.engine.users().invalidate();
         let table = client.open_table(&name).await?;
         let physical = state.create_physical_plan(&plan).await?;
         let stream = execute_stream(physical, state.task_ctx())?;

@@ -128,7 +128,8 @@ impl TabletServer {
         )?;
         let n = manager.open_all().await?;
         let (stop, stop_rx) = watch::channel(false);
-        let service = TabletService::new(manager.clone(), opts.limits.clone());
+        let gate = cairn_proto::auth::AuthGate::new(opts.tls.is_some());
+        let service = TabletService::new(manager.clone(), opts.limits.clone(), gate.clone());
         let mut tasks = Vec::new();
 
         let router = cairn_proto::tls::server_builder(opts.tls.as_deref())
@@ -138,7 +139,7 @@ impl TabletServer {
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
-            .add_service(consensus_server(registry));
+            .add_service(consensus_server(registry, gate.clone()));
         tasks.push(spawn_rpc_server(
             listener,
             router,
@@ -165,9 +166,12 @@ impl TabletServer {
             manager.clone(),
             node_id,
             addr.clone(),
-            opts.masters.clone(),
-            opts.heartbeat_interval,
-            pool,
+            Heartbeats {
+                masters: opts.masters.clone(),
+                interval: opts.heartbeat_interval,
+                pool,
+                gate,
+            },
             stop_rx,
         )));
         tracing::info!(node_id, %addr, replicas = n, "tablet server started");
@@ -210,15 +214,28 @@ impl TabletServer {
     }
 }
 
+/// Where and how often a tablet server heartbeats, and the gate that learns the
+/// cluster's token key from the answers.
+struct Heartbeats {
+    masters: Vec<String>,
+    interval: Duration,
+    pool: ChannelPool,
+    gate: Arc<cairn_proto::auth::AuthGate>,
+}
+
 async fn heartbeat_loop(
     manager: Arc<TabletManager>,
     node_id: u64,
     addr: String,
-    masters: Vec<String>,
-    interval: Duration,
-    pool: ChannelPool,
+    hb: Heartbeats,
     mut stop: watch::Receiver<bool>,
 ) {
+    let Heartbeats {
+        masters,
+        interval,
+        pool,
+        gate,
+    } = hb;
     let mut leader = 0usize;
     let mut full = true;
     let mut sent: HashMap<String, pb::TabletReport> = HashMap::new();
@@ -256,6 +273,11 @@ async fn heartbeat_loop(
         match res {
             Ok(Ok(r)) => {
                 let r = r.into_inner();
+                if !r.token_public_key.is_empty() {
+                    gate.set_verifier(cairn_proto::auth::TokenVerifier::new(
+                        r.token_public_key.to_vec(),
+                    ));
+                }
                 if !r.leader {
                     leader += 1;
                     full = true;

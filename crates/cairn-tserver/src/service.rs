@@ -1,4 +1,12 @@
 //! The gRPC `TabletServer` service.
+//!
+//! Every RPC first asks the [`AuthGate`] who is calling. Reads and writes need the
+//! caller's privileges on the tablet's table (a token's claims, checked here without
+//! asking the master); the administrative RPCs (CreateTablet, DeleteTablet,
+//! ListTablets, Checksum, ChangeConfig, StepDown, FlushTablet, SafeIndex,
+//! AlterSchema) need a cluster certificate or a superuser's token. Calls from the
+//! same process ([`pb::InProcessTabletServer`]) come from the SQL engine, which has
+//! authorized the statement while planning it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,6 +15,7 @@ use std::time::{Duration, Instant};
 use cairn_common::{ColumnPredicate, HybridTime, Value};
 use cairn_consensus::ReplicaRole;
 use cairn_proto as pb;
+use cairn_proto::auth::{Action, AuthGate, Principal, Privileges};
 use cairn_proto::tablet_server_client::TabletServerClient;
 use cairn_tablet::{ReadMode, ScanSpec, Scanner};
 use parking_lot::Mutex;
@@ -20,6 +29,8 @@ use crate::replica::{DEFAULT_DEADLINE, TabletReplica, WriteOptions};
 struct OpenScanner {
     scanner: Scanner,
     last_used: Instant,
+    /// The tablet it reads (privileges are checked again on every continuation).
+    tablet_id: String,
 }
 
 /// Default rows per scan response.
@@ -53,16 +64,61 @@ pub struct TabletService {
     manager: Arc<TabletManager>,
     scanners: Arc<Mutex<HashMap<String, OpenScanner>>>,
     limits: ServiceLimits,
+    gate: Arc<AuthGate>,
+}
+
+/// The privileges a write's rows need: INSERT for inserts, UPDATE for updates,
+/// both for upserts, DELETE for deletes.
+fn write_privileges(req: &pb::WriteRequest) -> Privileges {
+    let mut need = Privileges::NONE;
+    for b in &req.batches {
+        for k in b.op_kinds.iter() {
+            need = need.union(match pb::OpKind::try_from(*k as i32) {
+                Ok(pb::OpKind::Insert | pb::OpKind::InsertIgnore) => Privileges::INSERT,
+                Ok(pb::OpKind::Upsert) => Privileges::INSERT.union(Privileges::UPDATE),
+                Ok(pb::OpKind::Update | pb::OpKind::UpdateIgnore) => Privileges::UPDATE,
+                Ok(pb::OpKind::Delete | pb::OpKind::DeleteIgnore) => Privileges::DELETE,
+                // Refused later as malformed.
+                Err(_) => Privileges::NONE,
+            });
+        }
+    }
+    need
 }
 
 impl TabletService {
-    /// A service over `manager`'s replicas.
-    pub fn new(manager: Arc<TabletManager>, limits: ServiceLimits) -> Self {
+    /// A service over `manager`'s replicas; `gate` decides who is calling.
+    pub fn new(manager: Arc<TabletManager>, limits: ServiceLimits, gate: Arc<AuthGate>) -> Self {
         TabletService {
             manager,
             scanners: Arc::new(Mutex::new(HashMap::new())),
             limits,
+            gate,
         }
+    }
+
+    /// The caller of `req`, which must be an administrator (`what` names the RPC).
+    fn admin<T>(&self, req: &Request<T>, what: &str) -> std::result::Result<(), Status> {
+        self.gate.check(req, Action::Admin(what)).map(|_| ())
+    }
+
+    /// Checks that the caller of `req` holds `need` on `tablet_id`'s table.
+    fn check_table<T>(
+        &self,
+        req: &Request<T>,
+        tablet_id: &str,
+        need: Privileges,
+    ) -> std::result::Result<(), Status> {
+        let who = self.gate.principal(req)?;
+        if let Principal::User(_) = who {
+            let replica = self.manager.get(tablet_id)?;
+            who.check(Action::Table {
+                id: &replica.meta.table_id,
+                name: &replica.meta.table_name,
+                need,
+            })?;
+        }
+        Ok(())
     }
 
     /// Drops scanners idle for longer than `ttl`; returns how many.
@@ -203,8 +259,14 @@ impl TabletService {
                 .await
                 .map_err(|e| TserverError::Internal(e.to_string()))??
         } else {
-            self.scanners
-                .lock()
+            let mut scanners = self.scanners.lock();
+            match scanners.get(&req.scanner_id) {
+                // A scanner continues only with the tablet it was opened on (whose
+                // privileges the caller was checked for).
+                Some(s) if s.tablet_id == req.tablet_id => {}
+                _ => return Err(TserverError::ScannerNotFound(req.scanner_id.clone())),
+            }
+            scanners
                 .remove(&req.scanner_id)
                 .ok_or_else(|| TserverError::ScannerNotFound(req.scanner_id.clone()))?
                 .scanner
@@ -244,6 +306,7 @@ impl TabletService {
                 OpenScanner {
                     scanner,
                     last_used: Instant::now(),
+                    tablet_id: req.tablet_id.clone(),
                 },
             );
         }
@@ -392,6 +455,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::CreateTabletRequest>,
     ) -> Result<Response<pb::CreateTabletResponse>, Status> {
+        self.admin(&request, "CreateTablet")?;
         self.manager.create(request.into_inner()).await?;
         Ok(Response::new(pb::CreateTabletResponse {}))
     }
@@ -400,6 +464,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::DeleteTabletRequest>,
     ) -> Result<Response<pb::DeleteTabletResponse>, Status> {
+        self.admin(&request, "DeleteTablet")?;
         self.manager.delete(&request.into_inner().tablet_id).await?;
         Ok(Response::new(pb::DeleteTabletResponse {}))
     }
@@ -409,6 +474,8 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         request: Request<pb::WriteRequest>,
     ) -> Result<Response<pb::WriteResponse>, Status> {
         let deadline = deadline_of(&request);
+        let need = write_privileges(request.get_ref());
+        self.check_table(&request, &request.get_ref().tablet_id, need)?;
         Ok(Response::new(
             self.write_ops(request.into_inner(), deadline).await?,
         ))
@@ -419,9 +486,10 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         request: Request<pb::BulkInsertRequest>,
     ) -> Result<Response<pb::WriteResponse>, Status> {
         let deadline = deadline_of(&request);
-        let mut req = request.into_inner();
-        cairn_common::validate_id(cairn_common::IdKind::Tablet, &req.tablet_id)
+        cairn_common::validate_id(cairn_common::IdKind::Tablet, &request.get_ref().tablet_id)
             .map_err(TserverError::from)?;
+        self.check_table(&request, &request.get_ref().tablet_id, Privileges::INSERT)?;
+        let mut req = request.into_inner();
         let batches = decode_ipc(&req.arrow_ipc)?;
         req.arrow_ipc = Default::default();
         let rows = match batches.first() {
@@ -443,6 +511,9 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         request: Request<pb::ScanRequest>,
     ) -> Result<Response<pb::ScanResponse>, Status> {
         let deadline = deadline_of(&request);
+        if !request.get_ref().close {
+            self.check_table(&request, &request.get_ref().tablet_id, Privileges::SELECT)?;
+        }
         let (scan, schema) = self.scan_batches(request.into_inner(), deadline).await?;
         let mut response = scan.response;
         if let Some(schema) = schema {
@@ -455,6 +526,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::ScannerKeepAliveRequest>,
     ) -> Result<Response<pb::ScannerKeepAliveResponse>, Status> {
+        self.gate.principal(&request)?;
         let id = request.into_inner().scanner_id;
         match self.scanners.lock().get_mut(&id) {
             Some(s) => s.last_used = Instant::now(),
@@ -465,8 +537,9 @@ impl pb::tablet_server_server::TabletServer for TabletService {
 
     async fn list_tablets(
         &self,
-        _request: Request<pb::ListTabletsRequest>,
+        request: Request<pb::ListTabletsRequest>,
     ) -> Result<Response<pb::ListTabletsResponse>, Status> {
+        self.admin(&request, "ListTablets")?;
         Ok(Response::new(pb::ListTabletsResponse {
             node_id: self.manager.node_id(),
             tablets: self
@@ -489,6 +562,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::ChecksumRequest>,
     ) -> Result<Response<pb::ChecksumResponse>, Status> {
+        self.admin(&request, "Checksum")?;
         let deadline = deadline_of(&request);
         let req = request.into_inner();
         let replica = self.manager.get(&req.tablet_id)?;
@@ -532,6 +606,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::ChangeConfigRequest>,
     ) -> Result<Response<pb::ChangeConfigResponse>, Status> {
+        self.admin(&request, "ChangeConfig")?;
         let req = request.into_inner();
         let replica = self.manager.get(&req.tablet_id)?;
         if let Some(p) = req.add_voter {
@@ -555,6 +630,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::StepDownRequest>,
     ) -> Result<Response<pb::StepDownResponse>, Status> {
+        self.admin(&request, "StepDown")?;
         let replica = self.manager.get(&request.into_inner().tablet_id)?;
         replica.group.step_down().map_err(TserverError::from)?;
         Ok(Response::new(pb::StepDownResponse {}))
@@ -564,6 +640,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::FlushTabletRequest>,
     ) -> Result<Response<pb::FlushTabletResponse>, Status> {
+        self.admin(&request, "FlushTablet")?;
         let replica = self.manager.get(&request.into_inner().tablet_id)?;
         let tablet = replica.tablet();
         let flushed = tokio::task::spawn_blocking(move || tablet.flush_mrs())
@@ -577,6 +654,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::SafeIndexRequest>,
     ) -> Result<Response<pb::SafeIndexResponse>, Status> {
+        self.admin(&request, "SafeIndex")?;
         let deadline = deadline_of(&request);
         let req = request.into_inner();
         let replica = self.leader_replica(&req.tablet_id)?;
@@ -588,6 +666,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         &self,
         request: Request<pb::AlterSchemaRequest>,
     ) -> Result<Response<pb::AlterSchemaResponse>, Status> {
+        self.admin(&request, "AlterSchema")?;
         let deadline = deadline_of(&request);
         let req = request.into_inner();
         let replica = self.leader_replica(&req.tablet_id)?;

@@ -119,6 +119,9 @@ impl SecurityFlags {
         auth: &PgAuthFlags,
     ) -> Result<Security, BoxError> {
         let tls = self.tls.load()?;
+        if tls.as_ref().is_some_and(|t| t.cert_pem.is_empty()) {
+            return Err("a server needs --tls-cert and --tls-key as well as --tls-ca-cert".into());
+        }
         let mut exposed = vec![];
         for (flag, addr) in listeners {
             let Some(addr) = addr.filter(|a| !a.is_empty()) else {
@@ -129,10 +132,13 @@ impl SecurityFlags {
             }
             let problem = match *flag {
                 "--pg-addr" if tls.is_none() || auth.pg_auth == "trust" => {
-                    Some("PostgreSQL clients need TLS and --pg-auth md5 or password")
+                    Some("PostgreSQL clients need TLS and --pg-auth scram-sha-256")
                 }
                 "--pg-addr" => None,
-                "--flight-sql-addr" => Some("Flight SQL has no authentication yet"),
+                "--flight-sql-addr" if tls.is_none() => {
+                    Some("Flight SQL clients need TLS (they then log in with a user and password)")
+                }
+                "--flight-sql-addr" => None,
                 "--web-addr" => Some("the status page has no authentication yet"),
                 _ if tls.is_none() => Some("RPC without TLS: anyone can join or call"),
                 _ => None,
@@ -150,7 +156,9 @@ impl SecurityFlags {
                 "refusing to listen unprotected on addresses other machines can reach ({list}). \
                  Bind to 127.0.0.1, or secure the cluster: make certificates with `cairn cert ca` \
                  and `cairn cert node` and pass --tls-ca-cert, --tls-cert and --tls-key to every \
-                 server and client, and set --pg-auth md5 with --pg-password. To run unprotected \
+                 server (clients log in with --user, or hold a certificate too), and set \
+                 --pg-auth scram-sha-256 (users: CREATE USER … PASSWORD …, the first one \
+                 `cairn` with --admin-password). To run unprotected \
                  on a network you trust entirely, pass --insecure"
             )
             .into());
@@ -194,34 +202,43 @@ pub struct SqlFlags {
 /// How PostgreSQL clients authenticate.
 #[derive(Args, Clone, Debug)]
 pub struct PgAuthFlags {
-    /// "trust" asks for no password (fit for loopback); "password" (cleartext) and
-    /// "md5" require --pg-password. The user name is always checked.
-    #[arg(long, env = "CAIRN_PG_AUTH", default_value = "trust", value_parser = ["trust", "password", "md5"])]
+    /// How PostgreSQL clients prove who they are. Users live in the cluster's catalog
+    /// (CREATE USER name PASSWORD '…'; a new cluster has the superuser `cairn`).
+    /// "scram-sha-256" checks the password without it crossing the network;
+    /// "password" takes it in clear (old clients; use with TLS); "trust" asks for no
+    /// password (fit for loopback only).
+    #[arg(long, env = "CAIRN_PG_AUTH", default_value = "trust", value_parser = ["trust", "scram-sha-256", "password"])]
     pub pg_auth: String,
-    /// The user PostgreSQL clients log in as.
-    #[arg(long, env = "CAIRN_PG_USER", default_value = "cairn")]
-    pub pg_user: String,
-    /// The password for --pg-auth password|md5.
-    #[arg(long, env = "CAIRN_PG_PASSWORD", hide_env_values = true)]
-    pub pg_password: Option<String>,
 }
 
 impl PgAuthFlags {
     fn options(&self) -> Result<cairn_sql::pg::PgOptions, BoxError> {
-        let auth = match self.pg_auth.as_str() {
-            "password" => cairn_sql::pg::PgAuth::Password,
-            "md5" => cairn_sql::pg::PgAuth::Md5,
-            _ => cairn_sql::pg::PgAuth::Trust,
-        };
-        if auth != cairn_sql::pg::PgAuth::Trust && self.pg_password.is_none() {
-            return Err(format!("--pg-auth {} needs --pg-password", self.pg_auth).into());
-        }
+        let auth = cairn_sql::pg::PgAuth::parse(&self.pg_auth)
+            .ok_or_else(|| format!("unknown --pg-auth {}", self.pg_auth))?;
         Ok(cairn_sql::pg::PgOptions {
             auth,
-            user: self.pg_user.clone(),
-            password: self.pg_password.clone(),
             ..Default::default()
         })
+    }
+}
+
+/// Flags of the masters for users and tokens.
+#[derive(Args, Clone, Debug)]
+pub struct UserFlags {
+    /// The password of the bootstrap superuser `cairn`, set when the cluster's catalog
+    /// is first created (change it later with ALTER USER cairn PASSWORD '…').
+    #[arg(long, env = "CAIRN_ADMIN_PASSWORD", hide_env_values = true)]
+    pub admin_password: Option<String>,
+    /// How long a login token of a native client is valid, in seconds (clients renew
+    /// theirs). A REVOKE reaches native clients within this time.
+    #[arg(long, default_value_t = 300)]
+    pub token_validity_secs: u64,
+}
+
+impl UserFlags {
+    fn apply(&self, o: &mut MasterOptions) {
+        o.admin_password = self.admin_password.clone();
+        o.token_validity = Duration::from_secs(self.token_validity_secs.max(10));
     }
 }
 
@@ -270,7 +287,7 @@ async fn start_sql(
             "  pgwire   {bound}  (psql -h {} -p {} -U {} cairn{})",
             bound.ip(),
             bound.port(),
-            auth.pg_user,
+            cairn_proto::auth::BOOTSTRAP_USER,
             if tls.is_some() {
                 ", sslmode=require"
             } else {
@@ -286,6 +303,9 @@ async fn start_sql(
         let opts = cairn_sql::flight::FlightOptions {
             max_connections: limits.flight_max_connections.max(1),
             tls: tls.cloned(),
+            // The SQL front ends ask for passwords alike: with TLS, or whenever the
+            // PostgreSQL front end does.
+            auth_required: tls.is_some() || auth.pg_auth != "trust",
         };
         tokio::spawn(async move {
             if let Err(err) =
@@ -335,6 +355,8 @@ pub struct MasterArgs {
     pub limits: LimitFlags,
     #[command(flatten)]
     pub security: SecurityFlags,
+    #[command(flatten)]
+    pub users: UserFlags,
 }
 
 impl MasterArgs {
@@ -351,6 +373,7 @@ impl MasterArgs {
         o.default_replicas = self.default_replicas;
         o.group = self.raft.group_options();
         self.limits.apply_master(&mut o);
+        self.users.apply(&mut o);
         o
     }
 }
@@ -439,6 +462,8 @@ pub struct LocalArgs {
     pub limits: LimitFlags,
     #[command(flatten)]
     pub security: SecurityFlags,
+    #[command(flatten)]
+    pub users: UserFlags,
 }
 
 /// Resolves when Ctrl-C or SIGTERM arrives.
@@ -594,6 +619,7 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         },
         limits: args.limits.clone(),
         security: args.security.clone(),
+        users: args.users.clone(),
     };
     let mut mo = margs.options();
     mo.tls = sec.tls.clone();

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use cairn_proto::TlsConfig;
 use clap::{Args, Subcommand};
 
-/// Where a process finds its TLS files. All three or none.
+/// Where a process finds its TLS files: all three, or none, or (for a client that logs
+/// in as a user) only the CA certificate.
 #[derive(Args, Clone, Debug, Default)]
 pub struct TlsFlags {
     /// The cluster CA certificate (PEM): peers and clients must present certificates
@@ -34,10 +35,15 @@ impl TlsFlags {
     pub fn load(&self) -> Result<Option<Arc<TlsConfig>>, String> {
         match (&self.tls_ca_cert, &self.tls_cert, &self.tls_key) {
             (None, None, None) => Ok(None),
+            (Some(ca), None, None) => TlsConfig::ca_only(ca).map(Some).map_err(|e| e.to_string()),
             (Some(ca), Some(cert), Some(key)) => TlsConfig::load(ca, cert, key)
                 .map(Some)
                 .map_err(|e| e.to_string()),
-            _ => Err("give all of --tls-ca-cert, --tls-cert and --tls-key, or none".into()),
+            _ => Err(
+                "give all of --tls-ca-cert, --tls-cert and --tls-key, only --tls-ca-cert (a \
+                 client logging in as a user), or none"
+                    .into(),
+            ),
         }
     }
 }

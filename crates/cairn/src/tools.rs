@@ -47,9 +47,15 @@ pub struct MasterArgs {
     /// included) after this many seconds.
     #[arg(long, env = "CAIRN_TIMEOUT", default_value_t = 30, value_name = "SECS")]
     pub timeout: u64,
-    /// TLS: the cluster CA and a certificate it signed (for a cluster run with TLS).
+    /// TLS: the cluster CA and a certificate it signed (for a cluster run with TLS),
+    /// or only the CA with --user.
     #[command(flatten)]
     pub tls: crate::tls::TlsFlags,
+    /// Log in as this user (its password from CAIRN_PASSWORD): every call then has
+    /// that user's privileges. Needed on a cluster with TLS unless --tls-cert gives a
+    /// cluster certificate.
+    #[arg(long, env = "CAIRN_USER")]
+    pub user: Option<String>,
 }
 
 impl MasterArgs {
@@ -65,7 +71,16 @@ impl MasterArgs {
         let opts = ClientOptions::default()
             .operation_timeout(op)
             .rpc_timeout(op.min(Duration::from_secs(10)));
-        Ok(client.with_options(opts))
+        let client = client.with_options(opts);
+        match &self.user {
+            Some(user) => {
+                let password = std::env::var("CAIRN_PASSWORD").map_err(|_| {
+                    format!("--user {user} needs the password in the environment variable CAIRN_PASSWORD")
+                })?;
+                Ok(client.login(user, &password).await?)
+            }
+            None => Ok(client),
+        }
     }
 
     /// The master addresses as given, split and trimmed.

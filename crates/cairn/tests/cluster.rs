@@ -1071,3 +1071,202 @@ async fn mutual_tls_admits_only_the_cluster_ca() {
     rogue_ts.shutdown().await;
     assert_eq!(c.scan(&t).count().await.unwrap(), 100);
 }
+
+/// Native clients on a cluster with TLS: a client without a certificate must log in;
+/// its token carries the user's privileges, which tablet servers check without the
+/// master (42501's PERMISSION_DENIED for a table without the privilege); a forged or
+/// missing token is UNAUTHENTICATED; administrative and internal RPCs are refused to
+/// users that are not superusers, and Raft and heartbeats to everyone without a
+/// cluster certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_carry_privileges_and_admin_rpcs_need_admins() {
+    use cairn_proto::auth::{Privileges, ScramVerifier, UserOp};
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path(), &["node"]);
+    let cl = InProc::start_tls(1, tls_of(certs.path(), "node")).await;
+    let admin = cl.client().await;
+    admin.create_table(table_spec("t", 2, 1)).await.unwrap();
+    let t = admin.open_table("t").await.unwrap();
+    insert_range(&admin, &t, 0..50).await;
+    let verifier = |p: &str| Some(ScramVerifier::from_password(p).unwrap().to_string());
+    for (name, superuser) in [("ann", false), ("root", true)] {
+        admin
+            .user_ddl(&UserOp::Create {
+                name: name.into(),
+                password: verifier(&format!("{name}-pw")),
+                superuser,
+                create: false,
+                if_not_exists: false,
+            })
+            .await
+            .unwrap();
+    }
+    let ca_only = cairn_proto::TlsConfig::ca_only(&certs.path().join("ca.pem")).unwrap();
+    let short = cairn_client::ClientOptions::default()
+        .rpc_timeout(Duration::from_secs(2))
+        .operation_timeout(Duration::from_secs(5));
+    let user_client = || async {
+        cairn_client::Client::connect(std::slice::from_ref(&cl.master_addr))
+            .await
+            .unwrap()
+            .with_tls(Some(ca_only.clone()))
+            .with_options(short.clone())
+    };
+    // No certificate and no login: nothing.
+    let anon = user_client().await;
+    assert!(matches!(
+        anon.list_tables().await,
+        Err(ClientError::Unauthenticated(_))
+    ));
+    assert!(matches!(
+        user_client().await.login("ann", "wrong").await,
+        Err(ClientError::Unauthenticated(_))
+    ));
+    let ann = user_client().await.login("ann", "ann-pw").await.unwrap();
+    let t_ann = ann.open_table("t").await.unwrap();
+    let e = ann.scan(&t_ann).count().await.unwrap_err();
+    assert!(matches!(e, ClientError::PermissionDenied(_)), "{e}");
+    assert!(matches!(
+        ann.create_table(table_spec("mine", 2, 1)).await,
+        Err(ClientError::PermissionDenied(_))
+    ));
+    assert!(matches!(
+        ann.drop_table("t", false).await,
+        Err(ClientError::PermissionDenied(_))
+    ));
+    // Privileges are in the token: granted ones reach the next login.
+    admin
+        .user_ddl(&UserOp::Grant {
+            users: vec!["ann".into()],
+            tables: vec!["t".into()],
+            privileges: Privileges::SELECT,
+            create: false,
+            revoke: false,
+        })
+        .await
+        .unwrap();
+    let ann = user_client().await.login("ann", "ann-pw").await.unwrap();
+    assert_eq!(ann.scan(&t_ann).count().await.unwrap(), 50);
+    let mut s = ann.new_session(&t_ann);
+    s.set_flush_mode(cairn_client::FlushMode::Manual);
+    s.apply(row(1000)).await.unwrap();
+    let e = s.flush().await.unwrap_err();
+    assert!(format!("{e}").contains("permission denied"), "{e}");
+    // Raw RPCs as ann: every administrative one is refused.
+    let leader = t_ann_leader(&admin, &t).await;
+    let mut ts = ann.tablet_server(&leader.1).await.unwrap();
+    let tablet = leader.0.clone();
+    let denied = |r: Result<tonic::Status, ()>| {
+        let s = r.unwrap();
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    };
+    denied(
+        ts.list_tablets(cairn_proto::ListTabletsRequest {})
+            .await
+            .err()
+            .ok_or(()),
+    );
+    denied(
+        ts.delete_tablet(cairn_proto::DeleteTabletRequest {
+            tablet_id: tablet.clone(),
+        })
+        .await
+        .err()
+        .ok_or(()),
+    );
+    denied(
+        ts.step_down(cairn_proto::StepDownRequest {
+            tablet_id: tablet.clone(),
+        })
+        .await
+        .err()
+        .ok_or(()),
+    );
+    denied(
+        ts.checksum(cairn_proto::ChecksumRequest {
+            tablet_id: tablet.clone(),
+            ..Default::default()
+        })
+        .await
+        .err()
+        .ok_or(()),
+    );
+    denied(
+        ts.change_config(cairn_proto::ChangeConfigRequest {
+            tablet_id: tablet.clone(),
+            ..Default::default()
+        })
+        .await
+        .err()
+        .ok_or(()),
+    );
+    denied(
+        ts.flush_tablet(cairn_proto::FlushTabletRequest {
+            tablet_id: tablet.clone(),
+        })
+        .await
+        .err()
+        .ok_or(()),
+    );
+    let mut master = ann.master().await.unwrap();
+    denied(
+        master
+            .heartbeat(cairn_proto::HeartbeatRequest {
+                node_id: 1,
+                addr: "127.0.0.1:1".into(),
+                ..Default::default()
+            })
+            .await
+            .err()
+            .ok_or(()),
+    );
+    denied(
+        master
+            .list_users(cairn_proto::ListUsersRequest {})
+            .await
+            .err()
+            .ok_or(()),
+    );
+    // Raft needs a cluster certificate: not even a superuser's token will do.
+    let root = user_client().await.login("root", "root-pw").await.unwrap();
+    let ch = cairn_proto::tls::endpoint(&leader.1, Some(&ca_only))
+        .unwrap()
+        .connect_lazy();
+    let vote = cairn_proto::consensus_client::ConsensusClient::new(ch)
+        .vote(cairn_proto::RaftRequest {
+            group_id: tablet.clone(),
+            payload: Default::default(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(vote.code(), tonic::Code::Unauthenticated, "{vote:?}");
+    // A superuser's token may administer; the table is intact.
+    let mut ts_root = root.tablet_server(&leader.1).await.unwrap();
+    assert!(
+        !ts_root
+            .list_tablets(cairn_proto::ListTabletsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .tablets
+            .is_empty()
+    );
+    // A forged token is refused.
+    let mut forged = anon.tablet_server(&leader.1).await.unwrap();
+    let mut req = tonic::Request::new(cairn_proto::ListTabletsRequest {});
+    req.metadata_mut()
+        .insert("authorization", "Bearer cairn1.e30.AAAA".parse().unwrap());
+    let e = forged.list_tablets(req).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    assert_eq!(admin.scan(&t).count().await.unwrap(), 50);
+}
+
+/// The first tablet of `t` and its leader's address.
+async fn t_ann_leader(c: &cairn_client::Client, t: &cairn_client::Table) -> (String, String) {
+    let locs = c.table_locations(t, true).await.unwrap();
+    let l = &locs[0];
+    (
+        l.tablet_id.clone(),
+        l.leader_addr().expect("a leader").to_string(),
+    )
+}

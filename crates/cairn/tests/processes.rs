@@ -403,7 +403,7 @@ async fn tls_and_the_loopback_rule() {
     tls_args(&mut args);
     let (ok, out) = cairn(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(!ok, "{out}");
-    assert!(out.contains("--pg-auth md5"), "{out}");
+    assert!(out.contains("--pg-auth scram-sha-256"), "{out}");
     // Half the TLS flags.
     let (ok, out) = cairn(&["master", "--tls-cert", &c("node.pem")]);
     assert!(
@@ -427,6 +427,8 @@ async fn tls_and_the_loopback_rule() {
         "".into(),
         "--flight-sql-addr".into(),
         "".into(),
+        "--admin-password".into(),
+        "root-pw".into(),
     ];
     tls_args(&mut args);
     let _local = Proc::spawn(args, master.clone(), dir.path().join("local.log"));
@@ -445,4 +447,31 @@ async fn tls_and_the_loopback_rule() {
     assert!(out.contains('a'), "{out}");
     let (ok, out) = cairn(&["table", "list", "--masters", &master, "--timeout", "3"]);
     assert!(!ok, "a client without TLS was served: {out}");
+    // A user with only the CA certificate logs in with a password (the bootstrap
+    // superuser's, from --admin-password); a wrong one, or none, is refused.
+    let ca = c("ca.pem");
+    let as_user = |password: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"));
+        cmd.args(["table", "list", "--masters", &master, "--timeout", "5"])
+            .args(["--tls-ca-cert", &ca]);
+        if let Some(p) = password {
+            cmd.args(["--user", "cairn"]).env("CAIRN_PASSWORD", p);
+        }
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, out) = as_user(Some("root-pw"));
+    assert!(ok && out.contains('s'), "{out}");
+    let (ok, out) = as_user(Some("wrong"));
+    assert!(
+        !ok && out.contains("password authentication failed"),
+        "{out}"
+    );
+    let (ok, out) = as_user(None);
+    assert!(!ok && out.contains("requires authentication"), "{out}");
 }

@@ -53,6 +53,7 @@
 //! Errors are [`tonic::Status`]es whose message starts with the PostgreSQL SQLSTATE
 //! (`42P01: table 'x' does not exist`) and whose code fits it (see [`grpc_code`]).
 
+mod auth;
 mod limit;
 mod metadata;
 mod params;
@@ -117,6 +118,10 @@ pub struct FlightOptions {
     pub max_connections: usize,
     /// TLS with the node's certificate (clients need no certificate of their own).
     pub tls: Option<Arc<cairn_proto::TlsConfig>>,
+    /// Every call needs a login (a user and password in the handshake, then its
+    /// bearer token). Without it, calls that bring no login run with the engine's own
+    /// rights.
+    pub auth_required: bool,
 }
 
 impl Default for FlightOptions {
@@ -124,6 +129,7 @@ impl Default for FlightOptions {
         FlightOptions {
             max_connections: 100,
             tls: None,
+            auth_required: false,
         }
     }
 }
@@ -157,7 +163,11 @@ pub async fn serve(
         .layer(tonic::service::InterceptorLayer::new(
             limit::refuse_over_limit,
         ))
-        .add_service(CairnFlightSql::new(engine).into_server())
+        .add_service(
+            CairnFlightSql::new(engine)
+                .with_auth_required(opts.auth_required)
+                .into_server(),
+        )
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }
@@ -168,6 +178,8 @@ pub struct CairnFlightSql {
     engine: SqlEngine,
     registry: Registry,
     sql_info: SqlInfoData,
+    logins: auth::FlightLogins,
+    auth_required: bool,
 }
 
 impl std::fmt::Debug for CairnFlightSql {
@@ -184,7 +196,16 @@ impl CairnFlightSql {
             registry: Registry::new(),
             // Built from constants only; a unit test checks it builds.
             sql_info: metadata::sql_info().expect("the server's SqlInfo is well-formed"),
+            logins: Default::default(),
+            auth_required: false,
         }
+    }
+
+    /// The same service, requiring a login on every call (see
+    /// [`FlightOptions::auth_required`]).
+    pub fn with_auth_required(mut self, required: bool) -> Self {
+        self.auth_required = required;
+        self
     }
 
     /// The gRPC service, with message limits of [`MAX_MESSAGE_BYTES`].
@@ -194,10 +215,10 @@ impl CairnFlightSql {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    /// Runs `sql` (one or more statements) in a fresh session; the result of the last
-    /// statement.
-    async fn run_sql(&self, sql: &str) -> Result<PendingResult, Status> {
-        let session = self.engine.session();
+    /// Runs `sql` (one or more statements) in a fresh session of the caller; the
+    /// result of the last statement.
+    async fn run_sql<T>(&self, request: &Request<T>, sql: &str) -> Result<PendingResult, Status> {
+        let session = self.session_for(request).await?;
         let mut results = session
             .execute(sql)
             .await
@@ -212,15 +233,24 @@ impl CairnFlightSql {
         })
     }
 
-    /// The prepared statement behind `handle`.
-    fn prepared(&self, handle: &[u8]) -> Result<Arc<PreparedEntry>, Status> {
-        self.registry.prepared(handle).ok_or_else(|| {
-            status_with_state(
-                "26000",
-                "unknown prepared statement: it was closed, or unused for too long; prepare \
-                 it again",
-            )
-        })
+    /// The prepared statement behind `handle`, which the caller of `request` must have
+    /// prepared.
+    async fn prepared<T>(
+        &self,
+        request: &Request<T>,
+        handle: &[u8],
+    ) -> Result<Arc<PreparedEntry>, Status> {
+        let user = self.user_of(request).await?;
+        self.registry
+            .prepared(handle)
+            .filter(|e| e.session.user() == user)
+            .ok_or_else(|| {
+                status_with_state(
+                    "26000",
+                    "unknown prepared statement: it was closed, or unused for too long; \
+                     prepare it again",
+                )
+            })
     }
 
     /// Keeps `result` for one `DoGet` and describes it.
@@ -464,21 +494,73 @@ fn no_transaction(id: &Option<Bytes>) -> Result<(), Status> {
 impl FlightSqlService for CairnFlightSql {
     type FlightService = CairnFlightSql;
 
+    async fn do_handshake(
+        &self,
+        request: Request<tonic::Streaming<arrow_flight::HandshakeRequest>>,
+    ) -> Result<
+        Response<
+            std::pin::Pin<
+                Box<
+                    dyn futures::Stream<Item = Result<arrow_flight::HandshakeResponse, Status>>
+                        + Send,
+                >,
+            >,
+        >,
+        Status,
+    > {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let Some((user, password)) = auth::basic_credentials(header) else {
+            return Err(Status::unauthenticated(
+                "28000: the handshake needs a user and password (basic authorization)",
+            ));
+        };
+        let peer = request
+            .remote_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        self.logins
+            .check_password(&self.engine, &user, &password, &peer)
+            .await?;
+        let token = self.logins.issue(&user)?;
+        let reply = arrow_flight::HandshakeResponse {
+            protocol_version: 0,
+            payload: Bytes::from(token.clone()),
+        };
+        let mut response: Response<
+            std::pin::Pin<
+                Box<
+                    dyn futures::Stream<Item = Result<arrow_flight::HandshakeResponse, Status>>
+                        + Send,
+                >,
+            >,
+        > = Response::new(Box::pin(stream::iter(vec![Ok(reply)])));
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Status::internal("the token is not a valid header value"))?;
+        response.metadata_mut().insert("authorization", value);
+        Ok(response)
+    }
+
     async fn get_flight_info_statement(
         &self,
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         no_transaction(&query.transaction_id)?;
-        let result = self.run_sql(&query.query).await?;
+        let result = self.run_sql(&request, &query.query).await?;
         self.result_info(result, request.into_inner())
     }
 
     async fn do_get_statement(
         &self,
         ticket: TicketStatementQuery,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
+        self.user_of(&request).await?;
         let result = self
             .registry
             .take_result(&ticket.statement_handle)
@@ -495,10 +577,10 @@ impl FlightSqlService for CairnFlightSql {
     async fn do_put_statement_update(
         &self,
         command: CommandStatementUpdate,
-        _request: Request<PeekableFlightDataStream>,
+        request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         no_transaction(&command.transaction_id)?;
-        let session = self.engine.session();
+        let session = self.session_for(&request).await?;
         let results = session
             .execute(&command.query)
             .await
@@ -515,11 +597,11 @@ impl FlightSqlService for CairnFlightSql {
     async fn do_action_create_prepared_statement(
         &self,
         query: ActionCreatePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         no_transaction(&query.transaction_id)?;
         let sql = number_placeholders(&query.query);
-        let session = self.engine.session();
+        let session = self.session_for(&request).await?;
         let prepared = session
             .prepare(&sql)
             .await
@@ -543,7 +625,9 @@ impl FlightSqlService for CairnFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
-        let entry = self.prepared(&query.prepared_statement_handle)?;
+        let entry = self
+            .prepared(&request, &query.prepared_statement_handle)
+            .await?;
         let mut batches = put_batches(request);
         let mut bound = vec![];
         while let Some(rows) = next_params(&mut batches, &entry.prepared.param_types).await? {
@@ -560,7 +644,9 @@ impl FlightSqlService for CairnFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let entry = self.prepared(&query.prepared_statement_handle)?;
+        let entry = self
+            .prepared(&request, &query.prepared_statement_handle)
+            .await?;
         let rows = entry.bound.lock().clone();
         let result = run_prepared(entry, rows).await?;
         self.result_info(result, request.into_inner())
@@ -569,9 +655,11 @@ impl FlightSqlService for CairnFlightSql {
     async fn do_get_prepared_statement(
         &self,
         query: CommandPreparedStatementQuery,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let entry = self.prepared(&query.prepared_statement_handle)?;
+        let entry = self
+            .prepared(&request, &query.prepared_statement_handle)
+            .await?;
         let rows = entry.bound.lock().clone();
         Ok(encode(run_prepared(entry, rows).await?))
     }
@@ -581,7 +669,9 @@ impl FlightSqlService for CairnFlightSql {
         query: CommandPreparedStatementUpdate,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let entry = self.prepared(&query.prepared_statement_handle)?;
+        let entry = self
+            .prepared(&request, &query.prepared_statement_handle)
+            .await?;
         let mut batches = put_batches(request);
         let mut total: Option<u64> = None;
         let mut any = false;
@@ -611,8 +701,9 @@ impl FlightSqlService for CairnFlightSql {
     async fn do_action_close_prepared_statement(
         &self,
         query: ActionClosePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<(), Status> {
+        self.user_of(&request).await?;
         // Closing twice, or after the statement expired, is not an error.
         self.registry
             .close_prepared(&query.prepared_statement_handle);
@@ -624,6 +715,7 @@ impl FlightSqlService for CairnFlightSql {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        self.user_of(&request).await?;
         let schema = query.into_builder().schema();
         metadata_info(&query, &schema, request)
     }
@@ -631,8 +723,9 @@ impl FlightSqlService for CairnFlightSql {
     async fn do_get_catalogs(
         &self,
         query: CommandGetCatalogs,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
+        self.user_of(&request).await?;
         let mut builder = query.into_builder();
         builder.append(CATALOG);
         Ok(encode_batch(builder.build()))
@@ -643,6 +736,7 @@ impl FlightSqlService for CairnFlightSql {
         query: CommandGetDbSchemas,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        self.user_of(&request).await?;
         let schema = query.clone().into_builder().schema();
         metadata_info(&query, &schema, request)
     }
@@ -650,8 +744,9 @@ impl FlightSqlService for CairnFlightSql {
     async fn do_get_schemas(
         &self,
         query: CommandGetDbSchemas,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
+        self.user_of(&request).await?;
         // The builder applies the request's catalog and schema filters.
         let mut builder = query.into_builder();
         builder.append(CATALOG, SCHEMA);
@@ -663,6 +758,7 @@ impl FlightSqlService for CairnFlightSql {
         query: CommandGetTables,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        self.user_of(&request).await?;
         let schema = query.clone().into_builder().schema();
         metadata_info(&query, &schema, request)
     }
@@ -670,8 +766,9 @@ impl FlightSqlService for CairnFlightSql {
     async fn do_get_tables(
         &self,
         query: CommandGetTables,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
+        self.user_of(&request).await?;
         let batch = metadata::tables(self.engine.client(), query).await?;
         Ok(encode_batch(Ok(batch)))
     }
@@ -681,6 +778,7 @@ impl FlightSqlService for CairnFlightSql {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        self.user_of(&request).await?;
         let schema = query.into_builder().schema();
         metadata_info(&query, &schema, request)
     }
@@ -688,8 +786,9 @@ impl FlightSqlService for CairnFlightSql {
     async fn do_get_table_types(
         &self,
         query: CommandGetTableTypes,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
+        self.user_of(&request).await?;
         let mut builder = query.into_builder();
         builder.append(TABLE_TYPE);
         Ok(encode_batch(builder.build()))
@@ -700,6 +799,7 @@ impl FlightSqlService for CairnFlightSql {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        self.user_of(&request).await?;
         let schema = query.clone().into_builder(&self.sql_info).schema();
         metadata_info(&query, &schema, request)
     }
@@ -707,8 +807,9 @@ impl FlightSqlService for CairnFlightSql {
     async fn do_get_sql_info(
         &self,
         query: CommandGetSqlInfo,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
+        self.user_of(&request).await?;
         Ok(encode_batch(query.into_builder(&self.sql_info).build()))
     }
 

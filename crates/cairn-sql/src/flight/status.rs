@@ -26,6 +26,8 @@ pub(crate) fn status_with_state(state: &str, message: &str) -> Status {
 /// | `42P01` (unknown table), `02000` (no such row), `26000` (unknown prepared statement), `34000` (unknown ticket) | `NotFound` |
 /// | `42P07` (table exists), `23505` (duplicate key) | `AlreadyExists` |
 /// | `57P03` (cluster unavailable, timeout) | `Unavailable` |
+/// | `42501` (insufficient privilege) | `PermissionDenied` |
+/// | `28000`, `28P01` (no or wrong login) | `Unauthenticated` |
 /// | `0A000` (not supported) | `Unimplemented` |
 /// | `40001` (retry: the table changed) | `Aborted` |
 /// | `53xxx` (out of resources) | `ResourceExhausted` |
@@ -37,6 +39,8 @@ pub fn grpc_code(sqlstate: &str) -> Code {
         "42P01" | "02000" | "26000" | "34000" => Code::NotFound,
         "42P07" | "23505" => Code::AlreadyExists,
         "57P03" => Code::Unavailable,
+        "42501" => Code::PermissionDenied,
+        "28000" | "28P01" => Code::Unauthenticated,
         "0A000" => Code::Unimplemented,
         "40001" => Code::Aborted,
         "57014" => Code::Cancelled,

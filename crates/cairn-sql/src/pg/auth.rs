@@ -1,14 +1,15 @@
-//! Connection startup: the user check, authentication ([`PgAuth`]), the parameters
-//! reported to the client, and registration for cancel requests.
+//! Connection startup: authentication ([`PgAuth`]) against the users in the master's
+//! catalog — SCRAM-SHA-256 (RFC 7677, what libpq, psycopg and pgJDBC speak), a
+//! cleartext password over TLS, or trust on loopback — with failed logins logged and
+//! rate-limited; then the parameters reported to the client and registration for
+//! cancel requests.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::{Sink, SinkExt};
-use pgwire::api::auth::md5pass::hash_md5_password;
 use pgwire::api::auth::{
     ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
     save_startup_parameters_to_metadata,
@@ -20,6 +21,8 @@ use pgwire::api::{
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::startup::Authentication;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+
+use cairn_proto::auth::{AuthError, ScramServer, UserEntry};
 
 use super::PgAuth;
 use super::handlers::{ConnHandler, Shared};
@@ -42,7 +45,11 @@ impl ServerParameterProvider for ServerParams {
         p.insert("TimeZone".into(), "UTC".into());
         p.insert("integer_datetimes".into(), on(true));
         p.insert("standard_conforming_strings".into(), on(true));
-        p.insert("is_superuser".into(), on(true));
+        let superuser = client
+            .metadata()
+            .get(METADATA_SUPERUSER)
+            .map(String::as_str);
+        p.insert("is_superuser".into(), on(superuser != Some("off")));
         p.insert("in_hot_standby".into(), on(false));
         p.insert("default_transaction_read_only".into(), on(false));
         p.insert("search_path".into(), "public".into());
@@ -67,20 +74,6 @@ fn fatal(code: &str, message: String) -> PgWireError {
         code.into(),
         message,
     )))
-}
-
-/// Four bytes for an MD5 salt. They only have to differ between connections, so
-/// std's randomly keyed hasher (seeded from the OS) is enough.
-fn salt() -> [u8; 4] {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    let v = h.finish().to_be_bytes();
-    [v[0], v[1], v[2], v[3]]
 }
 
 /// Removes a connection's cancel signal when the connection ends.
@@ -129,6 +122,62 @@ impl ConnHandler {
     }
 }
 
+/// Where a connection's SCRAM exchange stands.
+#[derive(Debug, Default)]
+pub(crate) enum ScramStage {
+    /// Nothing sent yet, or not SCRAM.
+    #[default]
+    Idle,
+    /// `AuthenticationSASL` sent; the client's first message is next.
+    Offered,
+    /// Server-first sent; the client's proof is next.
+    Started(Box<ScramServer>),
+}
+
+/// The metadata key marking a superuser session (for `is_superuser`).
+const METADATA_SUPERUSER: &str = "cairn.superuser";
+
+impl ConnHandler {
+    /// The failed login of `user`: logged, counted, answered like PostgreSQL.
+    fn login_failed<C: ClientInfo>(&self, client: &C, user: &str) -> PgWireError {
+        let shared = &self.conn.shared;
+        shared
+            .login_failures
+            .failed(user, &client.socket_addr().to_string());
+        fatal(
+            "28P01",
+            format!("password authentication failed for user \"{user}\""),
+        )
+    }
+
+    /// The catalog's entry for `user` (None: no such user).
+    async fn user_entry(&self, user: &str) -> PgWireResult<Option<UserEntry>> {
+        let dir = self.conn.shared.engine.users().get().await.map_err(|e| {
+            fatal(
+                "57P03",
+                format!("cannot look the user up: the masters cannot be reached: {e}"),
+            )
+        })?;
+        Ok(dir.users.get(user).cloned())
+    }
+
+    /// Authenticated as `user`: the session runs as them.
+    async fn logged_in<C>(&self, client: &mut C, user: &str, superuser: bool) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.conn.shared.login_failures.succeeded(user);
+        self.conn.session.set_user(user);
+        client.metadata_mut().insert(
+            METADATA_SUPERUSER.into(),
+            if superuser { "on" } else { "off" }.into(),
+        );
+        self.finish(client).await
+    }
+}
+
 #[async_trait]
 impl StartupHandler for ConnHandler {
     async fn on_startup<C>(
@@ -142,6 +191,13 @@ impl StartupHandler for ConnHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let opts = &self.conn.shared.opts;
+        fn user<C: ClientInfo>(client: &C) -> String {
+            client
+                .metadata()
+                .get(METADATA_USER)
+                .cloned()
+                .unwrap_or_default()
+        }
         match message {
             PgWireFrontendMessage::Startup(ref startup) => {
                 if self.refuse {
@@ -164,22 +220,26 @@ impl StartupHandler for ConnHandler {
                 }
                 protocol_negotiation(client, startup).await?;
                 save_startup_parameters_to_metadata(client, startup);
-                let user = client
-                    .metadata()
-                    .get(METADATA_USER)
-                    .cloned()
-                    .unwrap_or_default();
-                if user != opts.user {
-                    return Err(fatal(
-                        "28000",
-                        format!(
-                            "role \"{user}\" does not exist: connect as user \"{}\"",
-                            opts.user
-                        ),
-                    ));
-                }
+                let user = user(client);
+                self.conn
+                    .shared
+                    .login_failures
+                    .check(&user)
+                    .map_err(|e| fatal("28P01", e.to_string()))?;
                 match opts.auth {
-                    PgAuth::Trust => self.finish(client).await?,
+                    PgAuth::Trust => match self.user_entry(&user).await? {
+                        Some(u) => self.logged_in(client, &user, u.superuser).await?,
+                        None => {
+                            return Err(fatal(
+                                "28000",
+                                format!(
+                                    "role \"{user}\" does not exist: connect as an existing \
+                                     user (\"{}\" on a new cluster)",
+                                    cairn_proto::auth::BOOTSTRAP_USER
+                                ),
+                            ));
+                        }
+                    },
                     PgAuth::Password => {
                         client.set_state(PgWireConnectionState::AuthenticationInProgress);
                         client
@@ -188,14 +248,13 @@ impl StartupHandler for ConnHandler {
                             ))
                             .await?;
                     }
-                    PgAuth::Md5 => {
-                        let s = salt();
-                        *self.conn.md5_salt.lock() = Some(s);
+                    PgAuth::ScramSha256 => {
+                        *self.conn.scram.lock() = ScramStage::Offered;
                         client.set_state(PgWireConnectionState::AuthenticationInProgress);
                         client
-                            .send(PgWireBackendMessage::Authentication(
-                                Authentication::MD5Password(s.to_vec()),
-                            ))
+                            .send(PgWireBackendMessage::Authentication(Authentication::SASL(
+                                vec!["SCRAM-SHA-256".into()],
+                            )))
                             .await?;
                     }
                 }
@@ -207,27 +266,74 @@ impl StartupHandler for ConnHandler {
                 ) {
                     return Err(fatal("08P01", "unexpected password message".into()));
                 }
-                let given = message.into_password()?.password;
-                let user = client
-                    .metadata()
-                    .get(METADATA_USER)
-                    .cloned()
-                    .unwrap_or_default();
-                let expected = match (&opts.auth, &opts.password) {
-                    (PgAuth::Password, Some(p)) => Some(p.clone()),
-                    (PgAuth::Md5, Some(p)) => {
-                        let salt = *self.conn.md5_salt.lock();
-                        salt.map(|s| hash_md5_password(&user, p, &s))
+                let user = user(client);
+                let entry = self.user_entry(&user).await?;
+                match opts.auth {
+                    PgAuth::Trust => {
+                        return Err(fatal("08P01", "unexpected password message".into()));
                     }
-                    _ => None,
-                };
-                if expected.as_deref() == Some(given.as_str()) {
-                    self.finish(client).await?;
-                } else {
-                    return Err(fatal(
-                        "28P01",
-                        format!("password authentication failed for user \"{user}\""),
-                    ));
+                    PgAuth::Password => {
+                        let given = message.into_password()?.password;
+                        match entry
+                            .filter(|u| u.verifier().is_some_and(|v| v.check_password(&given)))
+                        {
+                            Some(u) => self.logged_in(client, &user, u.superuser).await?,
+                            None => return Err(self.login_failed(client, &user)),
+                        }
+                    }
+                    PgAuth::ScramSha256 => {
+                        let stage = std::mem::take(&mut *self.conn.scram.lock());
+                        match stage {
+                            ScramStage::Offered => {
+                                let first = message.into_sasl_initial_response()?;
+                                if first.auth_method != "SCRAM-SHA-256" {
+                                    return Err(fatal(
+                                        "28000",
+                                        format!(
+                                            "SASL mechanism {} is not offered: use SCRAM-SHA-256",
+                                            first.auth_method
+                                        ),
+                                    ));
+                                }
+                                let verifier = entry.as_ref().and_then(UserEntry::verifier);
+                                let data = first.data.unwrap_or_default();
+                                let (server, server_first) =
+                                    ScramServer::start(verifier.as_ref(), &data)
+                                        .map_err(|e| fatal("08P01", e.to_string()))?;
+                                *self.conn.scram.lock() = ScramStage::Started(Box::new(server));
+                                client
+                                    .send(PgWireBackendMessage::Authentication(
+                                        Authentication::SASLContinue(
+                                            server_first.into_bytes().into(),
+                                        ),
+                                    ))
+                                    .await?;
+                            }
+                            ScramStage::Started(server) => {
+                                let resp = message.into_sasl_response()?;
+                                match server.finish(&resp.data) {
+                                    Ok(server_final) => {
+                                        client
+                                            .send(PgWireBackendMessage::Authentication(
+                                                Authentication::SASLFinal(
+                                                    server_final.into_bytes().into(),
+                                                ),
+                                            ))
+                                            .await?;
+                                        let superuser = entry.is_some_and(|u| u.superuser);
+                                        self.logged_in(client, &user, superuser).await?;
+                                    }
+                                    Err(AuthError::BadPassword) => {
+                                        return Err(self.login_failed(client, &user));
+                                    }
+                                    Err(e) => return Err(fatal("08P01", e.to_string())),
+                                }
+                            }
+                            ScramStage::Idle => {
+                                return Err(fatal("08P01", "unexpected SASL message".into()));
+                            }
+                        }
+                    }
                 }
             }
             _ => {}

@@ -75,6 +75,8 @@ pub(crate) struct Shared {
     pub(crate) pids: RandomPidSecretKeyGenerator,
     /// Rewrites PostgreSQL catalog queries into forms DataFusion plans.
     pub(crate) compat: PostgresCompatibilityParser,
+    /// Recent failed logins per user.
+    pub(crate) login_failures: cairn_proto::auth::LoginFailures,
 }
 
 impl Shared {
@@ -86,6 +88,7 @@ impl Shared {
             cancels: Mutex::new(HashMap::new()),
             pids: RandomPidSecretKeyGenerator::default(),
             compat: PostgresCompatibilityParser::new(),
+            login_failures: Default::default(),
         }
     }
 }
@@ -97,8 +100,8 @@ pub(crate) struct Conn {
     pub(crate) vars: Vars,
     /// Bumped by a cancel request for this connection.
     pub(crate) cancel: Arc<watch::Sender<u64>>,
-    /// The salt sent to an MD5-authenticating client.
-    pub(crate) md5_salt: Mutex<Option<[u8; 4]>>,
+    /// Where the connection's SCRAM exchange stands.
+    pub(crate) scram: Mutex<super::auth::ScramStage>,
 }
 
 impl Conn {
@@ -128,7 +131,7 @@ impl Conn {
             session,
             vars: Vars::default(),
             cancel: Arc::new(watch::channel(0).0),
-            md5_salt: Mutex::new(None),
+            scram: Mutex::new(Default::default()),
         }
     }
 

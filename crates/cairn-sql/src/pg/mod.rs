@@ -65,18 +65,31 @@ pub const SERVER_VERSION: &str = "16.0 (Cairn)";
 /// [`SERVER_VERSION`] as a number (`SHOW server_version_num`).
 pub const SERVER_VERSION_NUM: &str = "160000";
 
-/// How clients authenticate.
+/// How clients authenticate. Users and their password verifiers live in the master's
+/// catalog (`CREATE USER … PASSWORD`); the user must exist in every mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PgAuth {
-    /// No password is asked for (the user name must still match). Meant for a server
-    /// that listens on loopback only.
+    /// No password is asked for. Meant for a server that listens on loopback only.
     #[default]
     Trust,
-    /// The client sends the password in clear text (use only on trusted networks:
-    /// there is no TLS).
+    /// SCRAM-SHA-256: the password never crosses the network and the server proves it
+    /// knows the verifier (PostgreSQL's default).
+    ScramSha256,
+    /// The client sends the password in clear text, checked against the verifier
+    /// (for old clients; use only with TLS).
     Password,
-    /// The client sends an MD5 hash of user, password and a per-connection salt.
-    Md5,
+}
+
+impl PgAuth {
+    /// Parses a method name: `trust`, `scram-sha-256` (also `scram`), `password`.
+    pub fn parse(s: &str) -> Option<PgAuth> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "trust" => PgAuth::Trust,
+            "scram-sha-256" | "scram" => PgAuth::ScramSha256,
+            "password" => PgAuth::Password,
+            _ => return None,
+        })
+    }
 }
 
 /// Settings of the PostgreSQL front end.
@@ -84,10 +97,6 @@ pub enum PgAuth {
 pub struct PgOptions {
     /// How clients authenticate.
     pub auth: PgAuth,
-    /// The only user name accepted.
-    pub user: String,
-    /// The password, required by [`PgAuth::Password`] and [`PgAuth::Md5`].
-    pub password: Option<String>,
     /// The most client connections served at once (`--pg-max-connections`, 100 like
     /// PostgreSQL's `max_connections`); one more is refused with SQLSTATE 53300.
     pub max_connections: usize,
@@ -101,8 +110,6 @@ impl Default for PgOptions {
     fn default() -> Self {
         PgOptions {
             auth: PgAuth::Trust,
-            user: "cairn".into(),
-            password: None,
             max_connections: 100,
             tls: None,
         }
@@ -116,20 +123,12 @@ pub async fn bind(addr: &str) -> io::Result<TcpListener> {
 
 /// Serves PostgreSQL clients on `listener` until `shutdown` completes; then stops
 /// accepting and closes every open connection.
-///
-/// Fails at once if `opts` asks for a password but has none.
 pub async fn serve(
     engine: SqlEngine,
     listener: TcpListener,
     opts: PgOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    if opts.auth != PgAuth::Trust && opts.password.is_none() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "PostgreSQL password authentication needs a password",
-        ));
-    }
     let acceptor = match &opts.tls {
         Some(t) => Some(tls_acceptor(t)?),
         None => None,
@@ -208,7 +207,7 @@ mod serve_by_hand {
     ///   cargo test -p cairn-sql --lib pg::tests::serve_cluster -- --ignored --nocapture
     /// ```
     ///
-    /// `CAIRN_PG_AUTH` (`trust`, `password`, `md5`) and `CAIRN_PG_PASSWORD` pick the
+    /// `CAIRN_PG_AUTH` (`trust`, `scram-sha-256`, `password`) picks the
     /// authentication; `CAIRN_PG_SECONDS` how long to serve (default 3600).
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     #[ignore = "needs a running cluster: set CAIRN_MASTERS"]
@@ -223,14 +222,11 @@ mod serve_by_hand {
         let seconds: u64 = env("CAIRN_PG_SECONDS")
             .and_then(|s| s.parse().ok())
             .unwrap_or(3600);
-        let auth = match env("CAIRN_PG_AUTH").as_deref() {
-            Some("password") => PgAuth::Password,
-            Some("md5") => PgAuth::Md5,
-            _ => PgAuth::Trust,
-        };
+        let auth = env("CAIRN_PG_AUTH")
+            .and_then(|a| PgAuth::parse(&a))
+            .unwrap_or_default();
         let opts = PgOptions {
             auth,
-            password: env("CAIRN_PG_PASSWORD"),
             ..PgOptions::default()
         };
         let engine = SqlEngine::connect(&masters)

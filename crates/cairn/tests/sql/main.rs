@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod authz;
 mod basics;
 mod clients;
 mod concurrency;

@@ -1,7 +1,8 @@
-//! The PostgreSQL front end with TLS and passwords, through `psql` as a user runs it:
-//! `sslmode=verify-full` against the cluster CA succeeds, a wrong password fails, a
-//! plaintext connection is refused, and a client trusting another CA refuses the
-//! server. `psql` missing skips the test, except under CI (`CI=true`).
+//! The PostgreSQL front end with TLS, SCRAM-SHA-256 and privileges, through `psql` as
+//! a user runs it: `sslmode=verify-full` against the cluster CA succeeds, a wrong
+//! password fails, a plaintext connection is refused, a client trusting another CA
+//! refuses the server, and a user without SELECT gets SQLSTATE 42501 until granted it.
+//! `psql` missing skips the test, except under CI (`CI=true`).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -9,10 +10,10 @@ use std::process::{Command, Output};
 use crate::common::{make_certs, tls_of};
 use crate::sql_cluster;
 
-fn psql(conninfo: &str, password: &str) -> Output {
+fn psql(conninfo: &str, password: &str, sql: &str) -> Output {
     Command::new("psql")
         .arg(conninfo)
-        .args(["-X", "-A", "-t", "-c", "SELECT 40 + 2"])
+        .args(["-X", "-A", "-t", "-v", "VERBOSITY=verbose", "-c", sql])
         .env("PGPASSWORD", password)
         .env("PGCONNECT_TIMEOUT", "10")
         .output()
@@ -42,11 +43,19 @@ async fn psql_tls_verify_full_and_passwords() {
     let other = tempfile::tempdir().unwrap();
     make_certs(other.path(), &["x"]);
     let (_cl, engine) = sql_cluster(1).await;
+    let admin = engine.session();
+    for sql in [
+        "ALTER USER cairn PASSWORD 's3cret'",
+        "CREATE USER ann WITH PASSWORD 'änn-pw'",
+        "CREATE TABLE secrets (id BIGINT PRIMARY KEY, v TEXT)",
+        "INSERT INTO secrets VALUES (1, 'x')",
+    ] {
+        admin.execute(sql).await.unwrap();
+    }
     let listener = cairn_sql::pg::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let opts = cairn_sql::pg::PgOptions {
-        auth: cairn_sql::pg::PgAuth::Md5,
-        password: Some("s3cret".into()),
+        auth: cairn_sql::pg::PgAuth::ScramSha256,
         tls: Some(tls_of(certs.path(), "node")),
         ..Default::default()
     };
@@ -56,12 +65,13 @@ async fn psql_tls_verify_full_and_passwords() {
         opts,
         std::future::pending(),
     ));
-    let conninfo = |host: &str, mode: &str, ca: &Path| {
+    let conninfo_as = |user: &str, host: &str, mode: &str, ca: &Path| {
         format!(
-            "host={host} port={port} user=cairn dbname=cairn sslmode={mode} sslrootcert={}",
+            "host={host} port={port} user={user} dbname=cairn sslmode={mode} sslrootcert={}",
             ca.join("ca.pem").display()
         )
     };
+    let conninfo = |host: &str, mode: &str, ca: &Path| conninfo_as("cairn", host, mode, ca);
     let text = |o: &Output| {
         format!(
             "{}{}",
@@ -71,9 +81,11 @@ async fn psql_tls_verify_full_and_passwords() {
     };
     let ca = certs.path();
     // Run psql off the runtime's worker threads: the server runs on them.
-    let run = |conninfo: String, password: &'static str| {
-        tokio::task::spawn_blocking(move || psql(&conninfo, password))
+    let run_sql = |conninfo: String, password: &'static str, sql: &'static str| {
+        tokio::task::spawn_blocking(move || psql(&conninfo, password, sql))
     };
+    let run =
+        |conninfo: String, password: &'static str| run_sql(conninfo, password, "SELECT 40 + 2");
     for (host, mode) in [
         ("localhost", "verify-full"),
         ("127.0.0.1", "verify-full"),
@@ -109,4 +121,51 @@ async fn psql_tls_verify_full_and_passwords() {
         "{}",
         text(&o)
     );
+    // SCRAM as another user; a wrong password for them fails too.
+    let ann = conninfo_as("ann", "localhost", "verify-full", ca);
+    let o = run(ann.clone(), "änn-pw").await.unwrap();
+    assert!(o.status.success(), "ann: {}", text(&o));
+    let o = run(ann.clone(), "s3cret").await.unwrap();
+    assert!(
+        text(&o).contains("password authentication failed"),
+        "{}",
+        text(&o)
+    );
+    let o = run(conninfo_as("nobody", "localhost", "verify-full", ca), "x")
+        .await
+        .unwrap();
+    assert!(
+        text(&o).contains("password authentication failed"),
+        "{}",
+        text(&o)
+    );
+    // Privileges: nothing until granted, then exactly what was granted.
+    let select = "SELECT v FROM secrets";
+    let o = run_sql(ann.clone(), "änn-pw", select).await.unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("42501"), "{}", text(&o));
+    assert!(
+        text(&o).contains("permission denied for table secrets"),
+        "{}",
+        text(&o)
+    );
+    let o = run_sql(
+        conninfo("localhost", "verify-full", ca),
+        "s3cret",
+        "GRANT SELECT ON secrets TO ann",
+    )
+    .await
+    .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run_sql(ann.clone(), "änn-pw", select).await.unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "x");
+    let o = run_sql(ann.clone(), "änn-pw", "INSERT INTO secrets VALUES (2, 'y')")
+        .await
+        .unwrap();
+    assert!(text(&o).contains("42501"), "{}", text(&o));
+    let o = run_sql(ann.clone(), "änn-pw", "CREATE USER eve PASSWORD 'e'")
+        .await
+        .unwrap();
+    assert!(text(&o).contains("42501"), "{}", text(&o));
 }
