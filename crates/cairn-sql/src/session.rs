@@ -16,7 +16,7 @@ use cairn_common::DataType;
 use datafusion::catalog::{
     CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
 };
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::context::SessionState;
@@ -649,6 +649,14 @@ impl SqlSession {
                     WriteOp::Truncate => "TRUNCATE",
                     _ => "MERGE",
                 };
+                if matches!(d.op, WriteOp::Update | WriteOp::Delete)
+                    && !reads_target(&state.optimize(&plan)?)
+                {
+                    // The optimizer proved the WHERE clause never true and replaced
+                    // the scan with an empty relation. DataFusion would then hand the
+                    // table no filters at all — "every row" — so nothing may run.
+                    return Ok(QueryResult::Count { tag, rows: 0 });
+                }
                 let physical = state.create_physical_plan(&plan).await?;
                 let batches = collect(physical, state.task_ctx()).await?;
                 let rows = batches
@@ -795,6 +803,21 @@ impl SqlSession {
             rows,
         })
     }
+}
+
+/// Whether an optimized UPDATE or DELETE still scans its target table (it does not
+/// when its WHERE clause was proven false).
+fn reads_target(plan: &LogicalPlan) -> bool {
+    let LogicalPlan::Dml(d) = plan else {
+        return true;
+    };
+    d.input
+        .as_ref()
+        .exists(|n| {
+            Ok(matches!(n, LogicalPlan::TableScan(s)
+                if s.table_name.table() == d.table_name.table()))
+        })
+        .unwrap_or(true)
 }
 
 /// Whether a plan produces rows for the client.

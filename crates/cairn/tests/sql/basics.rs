@@ -537,3 +537,39 @@ async fn scans_report_column_statistics() {
     let some = plan("SELECT k FROM st WHERE k < 251").await;
     assert!(some.contains("Rows=Inexact(251)"), "{some}");
 }
+
+/// A DELETE or UPDATE whose WHERE clause is never true changes nothing, however the
+/// clause is spelled (found by the random-SQL test: `h.id IS NULL` on the key, which
+/// cannot be NULL, made the whole WHERE clause disappear and deleted every row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn always_false_where_clauses_change_nothing() {
+    let (_cl, engine) = sql_cluster(1).await;
+    let s = engine.session();
+    q(
+        &s,
+        "CREATE TABLE h (id BIGINT PRIMARY KEY, v TEXT, n DOUBLE)",
+    )
+    .await;
+    q(
+        &s,
+        "INSERT INTO h VALUES (1, 'one', 1.5), (2, 'two', NULL), (3, NULL, -2)",
+    )
+    .await;
+    for sql in [
+        "DELETE FROM h WHERE id > 1000 AND (h.id IS NULL)",
+        "DELETE FROM h WHERE h.id IS NULL",
+        "DELETE FROM h WHERE id IS NULL AND v = 'one'",
+        "UPDATE h SET n = 0 WHERE h.id IS NULL",
+        "DELETE FROM h WHERE id IS NULL OR id > 1000",
+        "DELETE FROM h WHERE false",
+    ] {
+        q(&s, sql).await;
+        assert_eq!(
+            q(&s, "SELECT id, n FROM h ORDER BY id").await,
+            [["1", "1.5"], ["2", "NULL"], ["3", "-2.0"]],
+            "{sql}"
+        );
+    }
+    q(&s, "DELETE FROM h WHERE h.id IS NOT NULL AND id = 2").await;
+    assert_eq!(q(&s, "SELECT count(*) FROM h").await, [["2"]]);
+}
