@@ -25,18 +25,94 @@ pub fn op_kind(b: u8) -> Result<OpKind> {
     })
 }
 
+/// The most rows one IPC record batch of a request may declare.
+const MAX_IPC_BATCH_ROWS: i64 = 1 << 24;
+
+/// Checks an IPC stream's framing before arrow reads it: every message's metadata and
+/// body must lie within the bytes, and record batches must declare at most
+/// [`MAX_IPC_BATCH_ROWS`] rows per array. Arrow allocates what the metadata declares
+/// before it looks at the body, so a forged length would otherwise abort the process
+/// with a failed allocation (found by the RPC fuzz test).
+fn check_ipc_framing(mut b: &[u8]) -> std::result::Result<(), String> {
+    let i32_at = |b: &[u8], at: usize| -> std::result::Result<i32, String> {
+        b.get(at..at + 4)
+            .and_then(|s| s.try_into().ok())
+            .map(i32::from_le_bytes)
+            .ok_or_else(|| "the stream ends inside a message header".to_string())
+    };
+    while !b.is_empty() {
+        let (mut len, mut off) = (i32_at(b, 0)?, 4usize);
+        if len == -1 {
+            len = i32_at(b, 4)?;
+            off = 8;
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let len = usize::try_from(len).map_err(|_| "a negative metadata length".to_string())?;
+        let meta = b
+            .get(off..off + len)
+            .ok_or("a message's metadata runs past the end of the stream")?;
+        let msg = arrow::ipc::root_as_message(meta)
+            .map_err(|e| format!("unreadable message metadata: {e}"))?;
+        let body =
+            usize::try_from(msg.bodyLength()).map_err(|_| "a negative body length".to_string())?;
+        let end = (off + len)
+            .checked_add(body)
+            .filter(|e| *e <= b.len())
+            .ok_or("a message's body runs past the end of the stream")?;
+        let batch = msg
+            .header_as_record_batch()
+            .or_else(|| msg.header_as_dictionary_batch().and_then(|d| d.data()));
+        if let Some(rb) = batch {
+            let too_long = |n: i64| !(0..=MAX_IPC_BATCH_ROWS).contains(&n);
+            if too_long(rb.length())
+                || rb
+                    .nodes()
+                    .is_some_and(|ns| ns.iter().any(|n| too_long(n.length())))
+            {
+                return Err(format!(
+                    "a record batch declares more than {MAX_IPC_BATCH_ROWS} rows (or a negative count)"
+                ));
+            }
+            if let Some(bufs) = rb.buffers()
+                && bufs.iter().any(|x| {
+                    x.offset() < 0
+                        || x.length() < 0
+                        || (x.offset() as u64).saturating_add(x.length() as u64) > body as u64
+                })
+            {
+                return Err("a buffer lies outside its message body".into());
+            }
+        }
+        b = &b[end..];
+    }
+    Ok(())
+}
+
 /// Decodes an Arrow IPC stream into its batches.
+///
+/// The bytes come from clients. Their framing is checked first
+/// ([`check_ipc_framing`]); arrow's reader also panics on some malformed streams
+/// (buffer offsets that overflow, found by the `write_batch` fuzz target), so a panic
+/// while decoding is caught and answered as malformed input too.
 pub fn decode_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>> {
     if bytes.is_empty() {
         return Ok(vec![]);
     }
-    let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)
-        .map_err(|e| TserverError::InvalidArgument(format!("malformed Arrow IPC data: {e}")))?;
-    reader
-        .map(|b| {
-            b.map_err(|e| TserverError::InvalidArgument(format!("malformed Arrow IPC data: {e}")))
-        })
-        .collect()
+    let malformed = |e: &dyn std::fmt::Display| {
+        TserverError::InvalidArgument(format!("malformed Arrow IPC data: {e}"))
+    };
+    check_ipc_framing(bytes).map_err(|e| malformed(&e))?;
+    let decode = || -> Result<Vec<RecordBatch>> {
+        let reader =
+            StreamReader::try_new(std::io::Cursor::new(bytes), None).map_err(|e| malformed(&e))?;
+        reader.map(|b| b.map_err(|e| malformed(&e))).collect()
+    };
+    match std::panic::catch_unwind(decode) {
+        Ok(r) => r,
+        Err(_) => Err(malformed(&"the stream's buffers are inconsistent")),
+    }
 }
 
 /// Encodes batches as one Arrow IPC stream.
@@ -58,10 +134,72 @@ pub fn encode_ipc(
     Ok(out)
 }
 
+/// Bytes a value takes in a row (for the row-size limit): its length for strings and
+/// binaries, 8 (16 for decimals) for the rest.
+fn value_bytes(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        Value::Binary(b) => b.len(),
+        Value::Decimal(_) => 16,
+        _ => 8,
+    }
+}
+
+/// The error of a row larger than `--max-row-bytes`.
+pub fn row_too_large(row: usize, bytes: usize, max: usize) -> TserverError {
+    TserverError::InvalidArgument(format!(
+        "row {row} of the request has {bytes} bytes, more than --max-row-bytes ({max}): \
+         store large values elsewhere and keep a reference in the row"
+    ))
+}
+
+/// Checks every row of `batch` against `max` bytes (strings and binaries by length,
+/// other cells 8 bytes).
+pub fn check_row_sizes(batch: &RecordBatch, max: usize) -> Result<()> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::DataType as A;
+    let fixed = 8 * batch.num_columns();
+    let mut sizes = vec![fixed; batch.num_rows()];
+    for c in batch.columns() {
+        let lens: Box<dyn Fn(usize) -> usize> = match c.data_type() {
+            A::Utf8 => {
+                let a = c.as_string::<i32>();
+                Box::new(move |r| a.value_length(r) as usize)
+            }
+            A::LargeUtf8 => {
+                let a = c.as_string::<i64>();
+                Box::new(move |r| a.value_length(r) as usize)
+            }
+            A::Binary => {
+                let a = c.as_binary::<i32>();
+                Box::new(move |r| a.value_length(r) as usize)
+            }
+            A::LargeBinary => {
+                let a = c.as_binary::<i64>();
+                Box::new(move |r| a.value_length(r) as usize)
+            }
+            _ => continue,
+        };
+        for (r, s) in sizes.iter_mut().enumerate() {
+            if !c.is_null(r) {
+                *s += lens(r);
+            }
+        }
+    }
+    match sizes.iter().enumerate().find(|(_, s)| **s > max) {
+        Some((r, s)) => Err(row_too_large(r, *s, max)),
+        None => Ok(()),
+    }
+}
+
 /// Turns the write batches of a request into row ops against `schema`. A column the
-/// table does not have, or a cell of the wrong type, fails the whole request (nothing
-/// is written).
-pub fn row_ops(schema: &Schema, batches: &[pb::RowBatch]) -> Result<Vec<RowOp>> {
+/// table does not have, a cell of the wrong type, or a row of more than
+/// `max_row_bytes` fails the whole request (nothing is written).
+pub fn row_ops(
+    schema: &Schema,
+    batches: &[pb::RowBatch],
+    max_row_bytes: usize,
+) -> Result<Vec<RowOp>> {
     let mut ops = Vec::new();
     for rb in batches {
         let decoded = decode_ipc(&rb.arrow_ipc)?;
@@ -87,12 +225,17 @@ pub fn row_ops(schema: &Schema, batches: &[pb::RowBatch]) -> Result<Vec<RowOp>> 
             }
             for r in 0..batch.num_rows() {
                 let mut values: Vec<Option<Value>> = vec![None; schema.num_columns()];
+                let mut bytes = 0;
                 for (i, a) in &cols {
                     let c = schema.column(*i);
                     let v = Value::from_array(a.as_ref(), r, &c.data_type).map_err(|e| {
                         TserverError::InvalidArgument(format!("column '{}': {e}", c.name))
                     })?;
+                    bytes += value_bytes(&v);
                     values[*i] = Some(v);
+                }
+                if bytes > max_row_bytes {
+                    return Err(row_too_large(ops.len(), bytes, max_row_bytes));
                 }
                 ops.push(RowOp::new(op_kind(rb.op_kinds[k])?, values));
                 k += 1;

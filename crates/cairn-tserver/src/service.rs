@@ -47,6 +47,9 @@ pub struct ServiceLimits {
     /// The most scanners open at once on this server (`--max-open-scanners`). Idle
     /// ones expire after the scanner TTL.
     pub max_open_scanners: usize,
+    /// The largest row a write may carry, in bytes (`--max-row-bytes`): strings and
+    /// binaries count their length, other cells 8 bytes.
+    pub max_row_bytes: usize,
 }
 
 impl Default for ServiceLimits {
@@ -54,6 +57,7 @@ impl Default for ServiceLimits {
         ServiceLimits {
             max_scan_batch_rows: 1 << 20,
             max_open_scanners: 10_000,
+            max_row_bytes: 64 << 20,
         }
     }
 }
@@ -328,6 +332,7 @@ impl TabletService {
         deadline: tokio::time::Instant,
     ) -> Result<pb::WriteResponse> {
         self.observe(req.propagated_timestamp)?;
+        crate::convert::check_row_sizes(&rows, self.limits.max_row_bytes)?;
         let replica = self.leader_replica(&req.tablet_id)?;
         let request = request_id(req.request_id.as_ref())?;
         let (ts, errs) = replica.bulk_insert(rows, request, deadline).await?;
@@ -346,7 +351,7 @@ impl TabletService {
         self.observe(req.propagated_timestamp)?;
         let replica = self.leader_replica(&req.tablet_id)?;
         let schema = replica.tablet().schema();
-        let ops = row_ops(&schema, &req.batches)?;
+        let ops = row_ops(&schema, &req.batches, self.limits.max_row_bytes)?;
         let wo = WriteOptions {
             atomic: req.atomic,
             request: request_id(req.request_id.as_ref())?,

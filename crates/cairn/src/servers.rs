@@ -69,6 +69,10 @@ pub struct LimitFlags {
     /// --scanner-ttl-secs).
     #[arg(long, default_value_t = 10_000)]
     pub max_open_scanners: usize,
+    /// Tablet servers: the largest row a write may carry, in bytes (strings and
+    /// binaries count their length, other cells 8 bytes).
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_row_bytes: usize,
     /// Masters: the most hash buckets of a table (the product over its hash levels).
     #[arg(long, default_value_t = 1024)]
     pub max_hash_buckets: u64,
@@ -81,6 +85,7 @@ impl LimitFlags {
     fn apply_tserver(&self, o: &mut TserverOptions) {
         o.limits.max_scan_batch_rows = self.max_scan_batch_rows.max(1);
         o.limits.max_open_scanners = self.max_open_scanners.max(1);
+        o.limits.max_row_bytes = self.max_row_bytes.max(1024);
     }
 
     fn apply_master(&self, o: &mut MasterOptions) {
@@ -96,6 +101,10 @@ impl LimitFlags {
 pub struct SecurityFlags {
     #[command(flatten)]
     pub tls: crate::tls::TlsFlags,
+    /// Require this password for the status page and /metrics (HTTP basic
+    /// authentication with any user name, or a bearer token).
+    #[arg(long, env = "CAIRN_WEB_PASSWORD", hide_env_values = true)]
+    pub web_password: Option<String>,
     /// Listen on non-loopback addresses without TLS or authentication. Anyone who can
     /// reach the ports can then read, change and delete everything: use only on a
     /// network you trust entirely. The logs and the status page say so.
@@ -107,6 +116,7 @@ pub struct SecurityFlags {
 struct Security {
     tls: Option<std::sync::Arc<cairn_proto::TlsConfig>>,
     warning: Option<String>,
+    web: crate::web::WebAccess,
 }
 
 impl SecurityFlags {
@@ -139,7 +149,10 @@ impl SecurityFlags {
                     Some("Flight SQL clients need TLS (they then log in with a user and password)")
                 }
                 "--flight-sql-addr" => None,
-                "--web-addr" => Some("the status page has no authentication yet"),
+                "--web-addr" if tls.is_none() || self.web_password.is_none() => {
+                    Some("the status page needs TLS and --web-password")
+                }
+                "--web-addr" => None,
                 _ if tls.is_none() => Some("RPC without TLS: anyone can join or call"),
                 _ => None,
             };
@@ -147,8 +160,16 @@ impl SecurityFlags {
                 exposed.push(format!("{flag} {addr}: {p}"));
             }
         }
+        let web = crate::web::WebAccess {
+            password: self.web_password.clone(),
+            tls: tls.clone(),
+        };
         if exposed.is_empty() {
-            return Ok(Security { tls, warning: None });
+            return Ok(Security {
+                tls,
+                warning: None,
+                web,
+            });
         }
         let list = exposed.join("; ");
         if !self.insecure {
@@ -168,6 +189,7 @@ impl SecurityFlags {
         Ok(Security {
             tls,
             warning: Some(list),
+            web,
         })
     }
 }
@@ -508,8 +530,9 @@ pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
     );
     if let Some(w) = &args.web_addr {
         let state = crate::web::WebState::of_master(&m).with_insecure_warning(sec.warning.clone());
-        let bound = crate::web::serve(w, state).await?;
-        println!("status page http://{bound}/ and metrics http://{bound}/metrics");
+        let bound = crate::web::serve(w, state, sec.web.clone()).await?;
+        let scheme = if sec.tls.is_some() { "https" } else { "http" };
+        println!("status page {scheme}://{bound}/ and metrics {scheme}://{bound}/metrics");
     }
     let masters = if args.masters.is_empty() {
         vec![m.addr().to_string()]
@@ -555,8 +578,9 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
         let state = crate::web::WebState::default()
             .with_tserver(&t)
             .with_insecure_warning(sec.warning.clone());
-        let bound = crate::web::serve(w, state).await?;
-        println!("status page http://{bound}/ and metrics http://{bound}/metrics");
+        let bound = crate::web::serve(w, state, sec.web.clone()).await?;
+        let scheme = if sec.tls.is_some() { "https" } else { "http" };
+        println!("status page {scheme}://{bound}/ and metrics {scheme}://{bound}/metrics");
     }
     for line in start_sql(
         &args.masters,
@@ -660,8 +684,11 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         for t in &tservers {
             state = state.with_tserver(t);
         }
-        match crate::web::serve(&args.web_addr, state).await {
-            Ok(bound) => println!("  web      http://{bound}/  (metrics: /metrics)"),
+        match crate::web::serve(&args.web_addr, state, sec.web.clone()).await {
+            Ok(bound) => println!(
+                "  web      {}://{bound}/  (metrics: /metrics)",
+                if sec.tls.is_some() { "https" } else { "http" }
+            ),
             Err(e) => eprintln!("warning: no web page: {e}"),
         }
     }

@@ -2,6 +2,11 @@
 //! `/metrics` in Prometheus text format. `cairn local` serves them on 127.0.0.1:8050
 //! by default. A build with failpoints compiled in (test builds, for the fault harness)
 //! also takes `PUT` / `DELETE /failpoints/<name>`; release builds have no such route.
+//!
+//! With `--web-password` every request needs it, as HTTP basic authentication (any
+//! user name; what browsers ask for) or as a bearer token (Prometheus'
+//! `authorization: { credentials: … }`). With TLS configured the pages are served
+//! over HTTPS with the node's certificate.
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -211,10 +216,100 @@ async fn clear_failpoint(
     (axum::http::StatusCode::OK, "ok\n".into())
 }
 
-/// Serves the pages on `addr` until the process ends.
+/// How the pages are protected.
+#[derive(Clone, Default)]
+pub struct WebAccess {
+    /// Every request must carry this password (`--web-password`).
+    pub password: Option<String>,
+    /// Serve HTTPS with the node's certificate.
+    pub tls: Option<Arc<cairn_proto::TlsConfig>>,
+}
+
+/// Whether `header` (an `Authorization` value) carries `password`.
+fn authorized(header: Option<&str>, password: &str) -> bool {
+    use base64::Engine;
+    let given = match header {
+        Some(h) if h.starts_with("Bearer ") => h["Bearer ".len()..].trim().to_string(),
+        Some(h) if h.starts_with("Basic ") => {
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(h["Basic ".len()..].trim())
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok());
+            match decoded.as_deref().and_then(|d| d.split_once(':')) {
+                Some((_, p)) => p.to_string(),
+                None => return false,
+            }
+        }
+        _ => return false,
+    };
+    // Constant time in the password's length.
+    given.len() == password.len()
+        && given
+            .bytes()
+            .zip(password.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// A TCP listener whose connections are TLS (the node's certificate).
+struct TlsListener {
+    inner: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.inner.accept().await {
+                Ok((stream, addr)) => {
+                    let handshake = self.acceptor.accept(stream);
+                    match tokio::time::timeout(std::time::Duration::from_secs(5), handshake).await {
+                        Ok(Ok(tls)) => return (tls, addr),
+                        Ok(Err(e)) => {
+                            tracing::debug!(%addr, error = %e, "web TLS handshake failed")
+                        }
+                        Err(_) => tracing::debug!(%addr, "web TLS handshake timed out"),
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "web listener cannot accept");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+fn tls_acceptor(
+    t: &cairn_proto::TlsConfig,
+) -> Result<tokio_rustls::TlsAcceptor, Box<dyn std::error::Error + Send + Sync>> {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_slice_iter(&t.cert_pem).collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(&t.key_pem)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
+}
+
+/// Serves the pages on `addr`, protected as `access` says, until the process ends;
+/// returns the bound address.
 pub async fn serve(
     addr: &str,
     state: WebState,
+    access: WebAccess,
 ) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -233,10 +328,74 @@ pub async fn serve(
             axum::routing::put(set_failpoint).delete(clear_failpoint),
         );
     }
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "web server failed");
+    if let Some(password) = access.password {
+        app = app.layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let ok = authorized(
+                    req.headers()
+                        .get(axum::http::header::AUTHORIZATION)
+                        .and_then(|v| v.to_str().ok()),
+                    &password,
+                );
+                async move {
+                    if ok {
+                        next.run(req).await
+                    } else {
+                        axum::response::IntoResponse::into_response((
+                            axum::http::StatusCode::UNAUTHORIZED,
+                            [(
+                                axum::http::header::WWW_AUTHENTICATE,
+                                "Basic realm=\"cairn\"",
+                            )],
+                            "this page needs the --web-password (basic auth or a bearer token)\n",
+                        ))
+                    }
+                }
+            },
+        ));
+    }
+    match access.tls {
+        Some(t) => {
+            let listener = TlsListener {
+                inner: listener,
+                acceptor: tls_acceptor(&t)?,
+            };
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "web server failed");
+                }
+            });
         }
-    });
+        None => {
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "web server failed");
+                }
+            });
+        }
+    }
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    #[test]
+    fn web_password_as_basic_or_bearer() {
+        let basic = |s: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(s)
+            )
+        };
+        assert!(authorized(Some(&basic("admin:pw")), "pw"));
+        assert!(authorized(Some(&basic(":pw")), "pw"));
+        assert!(authorized(Some("Bearer pw"), "pw"));
+        assert!(!authorized(Some(&basic("admin:px")), "pw"));
+        assert!(!authorized(Some("Bearer pww"), "pw"));
+        assert!(!authorized(Some("Basic !!"), "pw"));
+        assert!(!authorized(None, "pw"));
+    }
 }

@@ -413,6 +413,7 @@ async fn tls_and_the_loopback_rule() {
 
     // cairn local with TLS: the CLI with the CA's certificate works, without it fails.
     let master = reserve_addr();
+    let web = reserve_addr();
     let mut args: Vec<String> = vec![
         "local".into(),
         "--data-dir".into(),
@@ -422,7 +423,9 @@ async fn tls_and_the_loopback_rule() {
         "--tserver-port".into(),
         reserve_port().to_string(),
         "--web-addr".into(),
-        "".into(),
+        web.clone(),
+        "--web-password".into(),
+        "web-pw".into(),
         "--pg-addr".into(),
         "".into(),
         "--flight-sql-addr".into(),
@@ -474,4 +477,28 @@ async fn tls_and_the_loopback_rule() {
     );
     let (ok, out) = as_user(None);
     assert!(!ok && out.contains("requires authentication"), "{out}");
+    // The status page and /metrics: HTTPS, and only with the web password.
+    let curl = |auth: Option<&str>| {
+        let mut cmd = std::process::Command::new("curl");
+        cmd.args(["-s", "-o", "-", "-w", "%{http_code}", "--cacert", &ca])
+            .arg(format!("https://{web}/metrics"));
+        if let Some(a) = auth {
+            cmd.args(["-H", a]);
+        }
+        cmd.output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+    };
+    match curl(None) {
+        Err(_) => eprintln!("curl is not installed: the web page is not checked"),
+        Ok(out) => {
+            assert!(out.ends_with("401"), "{out}");
+            let out = curl(Some("Authorization: Bearer web-pw")).unwrap();
+            assert!(
+                out.contains("cairn_master_tables") && out.ends_with("200"),
+                "{out}"
+            );
+            let out = curl(Some("Authorization: Bearer wrong")).unwrap();
+            assert!(out.ends_with("401"), "{out}");
+        }
+    }
 }

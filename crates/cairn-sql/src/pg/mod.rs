@@ -139,7 +139,13 @@ pub async fn serve(
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            Some(done) = connections.join_next(), if !connections.is_empty() => {
+                // pgwire's decoder panics on some malformed messages (found by the
+                // hostile-input test): only that connection ends.
+                if let Err(e) = done && e.is_panic() {
+                    tracing::warn!("a PostgreSQL connection ended with a panic (malformed message?)");
+                }
+            }
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
                     let _ = socket.set_nodelay(true);

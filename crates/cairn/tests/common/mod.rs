@@ -538,3 +538,12 @@ pub fn tls_of(dir: &std::path::Path, name: &str) -> std::sync::Arc<cairn_proto::
     )
     .unwrap()
 }
+
+/// How long each fuzz target or hostile-input loop runs: `CAIRN_FUZZ_SECS` (3 s).
+pub fn fuzz_budget() -> Duration {
+    let secs: f64 = std::env::var("CAIRN_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    Duration::from_secs_f64(secs)
+}

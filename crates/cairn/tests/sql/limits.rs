@@ -191,6 +191,7 @@ async fn tserver_and_master_limits() {
     cl.ts_limits = cairn_tserver::ServiceLimits {
         max_scan_batch_rows: 1000,
         max_open_scanners: 2,
+        max_row_bytes: 4096,
     };
     cl.stop_tserver(0).await;
     cl.start_tserver(0).await;
@@ -199,6 +200,38 @@ async fn tserver_and_master_limits() {
     c.create_table(table_spec("t", 1, 1)).await.unwrap();
     let t = c.open_table("t").await.unwrap();
     insert_range(&c, &t, 0..10).await;
+    // A row past --max-row-bytes is refused whole, by the row path and the bulk path.
+    let big = |id: i64| {
+        cairn_client::Operation::insert(vec![
+            cairn_common::Value::Int64(id),
+            cairn_common::Value::String("x".repeat(5000)),
+            cairn_common::Value::Null,
+        ])
+    };
+    let mut s = c.new_session(&t);
+    s.set_flush_mode(cairn_client::FlushMode::Manual);
+    s.apply(big(100)).await.unwrap();
+    let e = s.flush().await.unwrap_err().to_string();
+    assert!(e.contains("--max-row-bytes"), "{e}");
+    let mut loader = c.bulk_loader(&t).await.unwrap();
+    loader.set_timeout(Duration::from_secs(5));
+    let batch = arrow::record_batch::RecordBatch::try_new(
+        t.schema.to_arrow(),
+        vec![
+            std::sync::Arc::new(arrow::array::Int64Array::from(vec![101i64])),
+            std::sync::Arc::new(arrow::array::StringArray::from(vec!["y".repeat(5000)])),
+            std::sync::Arc::new(arrow::array::Int64Array::from(vec![None::<i64>])),
+        ],
+    )
+    .unwrap();
+    let r = async {
+        loader.add(batch).await?;
+        loader.finish().await
+    }
+    .await;
+    let e = format!("{:?}", r.unwrap_err());
+    assert!(e.contains("--max-row-bytes"), "{e}");
+    assert_eq!(c.scan(&t).count().await.unwrap(), 10);
     let locs = c.table_locations(&t, true).await.unwrap();
     let mut raw = c.tablet_server(&cl.ts_addrs[0]).await.unwrap();
     let scan = |batch_rows: u32| cairn_proto::ScanRequest {

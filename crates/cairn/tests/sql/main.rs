@@ -12,6 +12,7 @@ mod authz;
 mod basics;
 mod clients;
 mod concurrency;
+mod hostile;
 mod limits;
 mod security;
 mod slt;

@@ -1,0 +1,8 @@
+//! libFuzzer target `wal_reader` (see `crates/cairn/tests/fuzz/targets.rs`).
+#![no_main]
+
+#[path = "../../crates/cairn/tests/fuzz/targets.rs"]
+#[allow(dead_code)]
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::wal_reader(data));
