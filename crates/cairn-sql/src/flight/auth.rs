@@ -16,7 +16,6 @@ use cairn_proto::auth::{AuthError, LoginFailures, UserEntry};
 use parking_lot::Mutex;
 use tonic::Status;
 
-use super::status::status_with_state;
 use crate::session::SqlEngine;
 
 /// A session token unused this long expires.
@@ -32,9 +31,7 @@ pub(crate) struct FlightLogins {
 }
 
 fn unauthenticated(message: &str) -> Status {
-    let mut s = status_with_state("28000", message);
-    s = Status::unauthenticated(s.message().to_string());
-    s
+    Status::unauthenticated(format!("28000: {message}"))
 }
 
 impl FlightLogins {
@@ -135,18 +132,7 @@ impl super::CairnFlightSql {
                     )
                 })
             }
-            Some(h) if h.starts_with("Basic ") => {
-                let (user, password) = basic_credentials(h)
-                    .ok_or_else(|| unauthenticated("malformed basic authorization header"))?;
-                let peer = request
-                    .remote_addr()
-                    .map(|a| a.to_string())
-                    .unwrap_or_default();
-                self.logins
-                    .check_password(&self.engine, &user, &password, &peer)
-                    .await?;
-                Ok(Some(user))
-            }
+            Some(h) if h.starts_with("Basic ") => self.basic_login(request).await.map(Some),
             Some(_) => Err(unauthenticated("unsupported authorization header")),
             None if self.auth_required => Err(unauthenticated(
                 "this server requires a login: connect with a user and password (the \
@@ -154,6 +140,30 @@ impl super::CairnFlightSql {
             )),
             None => Ok(None),
         }
+    }
+
+    /// The user whose basic-auth header `request` carries, once their password is
+    /// checked (the handshake, and clients that send basic auth on every call).
+    pub(crate) async fn basic_login<T>(
+        &self,
+        request: &tonic::Request<T>,
+    ) -> Result<String, Status> {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let (user, password) = basic_credentials(header).ok_or_else(|| {
+            unauthenticated("a login needs a user and password (basic authorization)")
+        })?;
+        let peer = request
+            .remote_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        self.logins
+            .check_password(&self.engine, &user, &password, &peer)
+            .await?;
+        Ok(user)
     }
 
     /// A fresh session for the caller of `request`.

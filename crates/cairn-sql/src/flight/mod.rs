@@ -508,23 +508,7 @@ impl FlightSqlService for CairnFlightSql {
         >,
         Status,
     > {
-        let header = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
-        let Some((user, password)) = auth::basic_credentials(header) else {
-            return Err(Status::unauthenticated(
-                "28000: the handshake needs a user and password (basic authorization)",
-            ));
-        };
-        let peer = request
-            .remote_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
-        self.logins
-            .check_password(&self.engine, &user, &password, &peer)
-            .await?;
+        let user = self.basic_login(&request).await?;
         let token = self.logins.issue(&user)?;
         let reply = arrow_flight::HandshakeResponse {
             protocol_version: 0,
