@@ -7,16 +7,17 @@ regenerates bench/results/REPORT.md and its charts.
 import argparse
 import sys
 
-from . import common, report, storage, tpch, ycsb
+from . import common, report, storage, tlscost, tpch, ycsb
 
 EPILOG = """examples:
   bench/run tpch --quick                     # SF 0.01, all 7 systems, a few minutes
   bench/run tpch --sf 1 --systems cairn-local,duckdb-parquet --queries 1,6
   bench/run storage --quick
+  bench/run tls-cost                         # TLS + auth off vs on: TPC-H SF 1, YCSB C
   bench/run all --quick                      # tpch, ycsb, storage, then the report
   bench/run report                           # REPORT.md from the JSON lines
 
-Results: bench/results/{tpch,ycsb,storage}.jsonl, bench/results/REPORT.md, charts in
+Results: bench/results/{tpch,ycsb,storage,tls-cost}.jsonl, bench/results/REPORT.md, charts in
 bench/results/charts/. Servers, data and logs go to --work-dir (default /tmp/cairn-bench)."""
 
 
@@ -37,6 +38,9 @@ def parser():
     storage.add_arguments(sub.add_parser(
         "storage", help="storage micro-benchmarks (cairn-bench storage)",
         description=storage.__doc__))
+    tlscost.add_arguments(sub.add_parser(
+        "tls-cost", help="TPC-H and YCSB C on Cairn with TLS and authentication off and on",
+        description=tlscost.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     a = sub.add_parser("all", help="tpch, ycsb and storage with their defaults, then report")
     a.add_argument("--quick", action="store_true", help="the quick variant of every suite")
     sub.add_parser("report", help="regenerate REPORT.md and the charts from the JSON lines")
@@ -67,7 +71,8 @@ def main():
     if args.command == "all":
         failed = run_all(args.quick)
     elif args.command != "report":
-        {"tpch": tpch, "ycsb": ycsb, "storage": storage}[args.command].run(args)
+        {"tpch": tpch, "ycsb": ycsb, "storage": storage,
+         "tls-cost": tlscost}[args.command].run(args)
     print(f"report: {report.generate()}", file=sys.stderr)
     if failed:
         sys.exit(f"failed: {', '.join(failed)}")

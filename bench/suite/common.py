@@ -29,6 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 CAIRN_BIN = REPO / "target" / "release" / "cairn"
 VENV_BIN = Path(sys.executable).parent
+# The bootstrap superuser's password of a Cairn server started with TLS and
+# authentication on (a throwaway server on loopback, so a fixed one will do).
+SECURE_PASSWORD = "cairn-bench-password"
 
 
 def git_revision():
@@ -347,22 +350,53 @@ class CairnLocal:
     """`cairn local`: a master and `tservers` tablet servers in one process, a fresh
     data directory `work_dir/cairn-local`, SQL over pgwire on `pg_port` (Flight SQL and
     the web page off); tablet servers listen from `tserver_port` on. Default settings
-    otherwise (Raft log fsync on every append)."""
+    otherwise (Raft log fsync on every append). `secure=True` turns on TLS (a CA and
+    node certificate made in `work_dir/certs`) and SCRAM-SHA-256 logins as `cairn`."""
 
     user = db = "cairn"  # who clients log in as, and where
 
     def __init__(self, work_dir, binary=CAIRN_BIN, pg_port=5434, tservers=1, replicas=1,
-                 master_port=7251, tserver_port=7260):
+                 master_port=7251, tserver_port=7260, secure=False):
         self.work_dir = Path(work_dir)
         self.binary, self.pg_port = binary, pg_port
         self.tservers, self.replicas = tservers, replicas
         self.master_port, self.tserver_port = master_port, tserver_port
+        self.secure = secure
+        self.certs = self.work_dir / "certs"
+        self.password = SECURE_PASSWORD if secure else None
         self.procs = []
 
     @property
     def dsn(self):
-        """libpq connection string of the pgwire front end."""
-        return f"host=127.0.0.1 port={self.port} user={self.user} dbname={self.db}"
+        """libpq connection string of the pgwire front end (with the password and
+        `sslmode=verify-full` against the run's CA when secure)."""
+        dsn = f"host=127.0.0.1 port={self.port} user={self.user} dbname={self.db}"
+        if self.secure:
+            dsn += (f" password={self.password} sslmode=verify-full"
+                    f" sslrootcert={self.certs / 'ca.pem'}")
+        return dsn
+
+    def security_args(self):
+        """Flags that turn TLS and authentication on for every Cairn process (none
+        when not secure): the run's CA and node certificate on every RPC, pgwire and
+        Raft connection, SCRAM-SHA-256 for PostgreSQL clients, and the bootstrap
+        superuser's password. Makes the certificates on first use."""
+        if not self.secure:
+            return []
+        if not (self.certs / "node.pem").exists():
+            subprocess.run([self.binary, "cert", "ca", "--dir", self.certs], check=True,
+                           capture_output=True)
+            subprocess.run([self.binary, "cert", "node", "--dir", self.certs, "--name",
+                            "node"], check=True, capture_output=True)
+        return ["--tls-ca-cert", self.certs / "ca.pem", "--tls-cert", self.certs / "node.pem",
+                "--tls-key", self.certs / "node.key"]
+
+    def sql_security_args(self):
+        """`security_args()` plus what a process with a SQL front end needs."""
+        if not self.secure:
+            return []
+        return self.security_args() + ["--pg-auth", "scram-sha-256",
+                                       "--admin-password", self.password]
 
     @property
     def port(self):
@@ -382,7 +416,8 @@ class CairnLocal:
             [self.binary, "local", "--data-dir", data, "--tservers", self.tservers,
              "--replicas", self.replicas, "--master-addr", f"127.0.0.1:{self.master_port}",
              "--tserver-port", self.tserver_port, "--pg-addr", f"127.0.0.1:{self.pg_port}",
-             "--flight-sql-addr", "", "--web-addr", ""], self.work_dir / "cairn-local.log")]
+             "--flight-sql-addr", "", "--web-addr", ""] + self.sql_security_args(),
+            self.work_dir / "cairn-local.log")]
         track(self)
         wait_port(self.pg_port, procs=self.procs)
         wait_sql(self.dsn, procs=self.procs)
@@ -406,9 +441,9 @@ class CairnCluster(CairnLocal):
     directory under `work_dir/cairn-cluster`. Default settings otherwise."""
 
     def __init__(self, work_dir, binary=CAIRN_BIN, pg_port=5435, tservers=3, replicas=3,
-                 master_port=7351, tserver_port=7360):
+                 master_port=7351, tserver_port=7360, secure=False):
         super().__init__(work_dir, binary, pg_port, tservers, replicas, master_port,
-                         tserver_port)
+                         tserver_port, secure)
 
     def start(self):
         """Starts the master and tablet servers and waits until a table with
@@ -418,14 +453,14 @@ class CairnCluster(CairnLocal):
         master = f"127.0.0.1:{self.master_port}"
         self.procs = [start_process(
             [self.binary, "master", "--data-dir", data / "master", "--rpc-addr", master,
-             "--default-replicas", self.replicas, "--pg-addr", f"127.0.0.1:{self.pg_port}"],
-            data / "master.log")]
+             "--default-replicas", self.replicas, "--pg-addr", f"127.0.0.1:{self.pg_port}"]
+            + self.sql_security_args(), data / "master.log")]
         track(self)
         for i in range(self.tservers):
             self.procs.append(start_process(
                 [self.binary, "tserver", "--data-dir", data / f"tserver{i}", "--rpc-addr",
-                 f"127.0.0.1:{self.tserver_port + i}", "--masters", master],
-                data / f"tserver{i}.log"))
+                 f"127.0.0.1:{self.tserver_port + i}", "--masters", master]
+                + self.security_args(), data / f"tserver{i}.log"))
         wait_port(self.pg_port, procs=self.procs)
         wait_sql(self.dsn, procs=self.procs,
                  probe="DROP TABLE IF EXISTS cairn_bench_probe; CREATE TABLE cairn_bench_probe "
@@ -439,12 +474,15 @@ class CairnCluster(CairnLocal):
 
 
 def start_server(system, work_dir):
-    """Starts a fresh server for `system` ("cairn-local", "cairn-cluster" or
-    "postgres") with its data and log under `work_dir`; returns it."""
+    """Starts a fresh server for `system` ("cairn-local", "cairn-cluster", either with
+    "-tls" appended for TLS and password authentication on, or "postgres") with its
+    data and log under `work_dir`; returns it."""
     if system == "postgres":
         return PostgresServer(work_dir).start(fresh=True)
-    if system == "cairn-local":
-        return CairnLocal(work_dir).start()
-    if system == "cairn-cluster":
-        return CairnCluster(work_dir).start()
+    secure = system.endswith("-tls")
+    kind = system.removesuffix("-tls")
+    if kind == "cairn-local":
+        return CairnLocal(work_dir, secure=secure).start()
+    if kind == "cairn-cluster":
+        return CairnCluster(work_dir, secure=secure).start()
     raise ValueError(f"no server for system {system!r}")

@@ -100,9 +100,10 @@ def parse_duration(s):
     return total
 
 
-def run_ycsb(phase, workload, props, timeout, progress, system, log_path):
-    """Runs `go-ycsb load|run pg` with the workload's files and `props`, streaming its
-    progress lines to the status display; returns (status, error, runtime, ops)."""
+def run_ycsb(phase, workload, props, timeout, progress, system, log_path, env=None):
+    """Runs `go-ycsb load|run pg` with the workload's files and `props` (and `env` added
+    to its environment), streaming its progress lines to the status display; returns
+    (status, error, runtime, ops)."""
     d = workload_dir()
     cmd = [go_ycsb(), phase, "pg", "-P", str(d / "common.properties"),
            "-P", str(d / f"workload{workload}.properties")]
@@ -114,7 +115,7 @@ def run_ycsb(phase, workload, props, timeout, progress, system, log_path):
     with open(log_path, "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+                                text=True, env={**os.environ, **(env or {})})
         deadline = time.monotonic() + timeout
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
