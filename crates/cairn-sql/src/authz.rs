@@ -114,10 +114,15 @@ fn cairn_table(source: &Arc<dyn TableSource>) -> Option<cairn_client::Table> {
 /// Checks that `who` may run `plan`: SELECT on every table read, and INSERT, UPDATE
 /// or DELETE on the table written (`mode` tells what an INSERT does: an upsert also
 /// updates). As in PostgreSQL, an UPDATE or DELETE with a WHERE clause also needs
-/// SELECT on its table; one without does not.
+/// SELECT on its table; one without does not. `COPY … TO 'file'` needs a superuser.
 pub fn check_plan(who: &Principal, plan: &LogicalPlan, mode: InsertMode) -> Result<()> {
     if who.is_superuser() {
         return Ok(());
+    }
+    if matches!(plan, LogicalPlan::Copy(_)) {
+        // `COPY … TO 'file'` writes the server's files: superusers only, as
+        // PostgreSQL's pg_write_server_files.
+        who.check(Action::Superuser("COPY to a file on the server"))?;
     }
     let mut needs: Vec<(cairn_client::Table, Privileges)> = vec![];
     let mut target: Option<(String, bool)> = None;

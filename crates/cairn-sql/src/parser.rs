@@ -2,7 +2,8 @@
 //! [`CairnStatement`]s.
 //!
 //! DataFusion's parser knows neither Cairn's DDL (`PARTITION BY HASH (a) PARTITIONS 4`,
-//! range partitions, `WITH (replicas = 3)`), nor `UPSERT INTO`, nor `COPY … FROM`. So
+//! range partitions, `WITH (replicas = 3)`), nor `UPSERT INTO`, nor `COPY … FROM` and
+//! `COPY … TO STDOUT` (parsed in [`copy`]). So
 //! this module drives DataFusion's [`DFParser`] statement by statement: it peeks at the
 //! first tokens of each statement and parses the Cairn forms itself (with sqlparser's
 //! building blocks, through the public `DFParser::parser` field), and hands everything
@@ -38,6 +39,10 @@ use datafusion::sql::sqlparser::parser::{IsOptional, Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{
     Token, TokenWithSpan, Tokenizer, TokenizerError, Whitespace,
 };
+
+mod copy;
+
+pub use copy::{CopyFormat, CopyFrom, CopyInput, CopyOptions, CopyTo};
 
 /// SQLSTATE of a syntax error.
 pub const SQLSTATE_SYNTAX_ERROR: &str = "42601";
@@ -315,8 +320,10 @@ pub enum CairnStatement {
         /// The changes, in order.
         ops: Vec<AlterColumn>,
     },
-    /// `COPY t [(cols)] FROM 'path' [WITH (…)]`.
+    /// `COPY t [(cols)] FROM 'path' | STDIN [WITH (…)]`.
     Copy(CopyFrom),
+    /// `COPY t [(cols)] TO STDOUT` or `COPY (query) TO STDOUT`.
+    CopyTo(CopyTo),
     /// `CREATE`/`ALTER`/`DROP USER`, `GRANT`, `REVOKE`.
     Dcl(crate::dcl::DclStatement),
     /// Anything else, for DataFusion to plan (SELECT, INSERT, UPDATE, DELETE, EXPLAIN,
@@ -435,33 +442,6 @@ pub enum AlterColumn {
         /// Lower (inclusive) and upper (exclusive) bound, as in [`RangeBounds`].
         bounds: RangeBounds,
     },
-}
-
-/// A parsed `COPY t FROM 'path'`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CopyFrom {
-    /// Target table (normalized name).
-    pub table: String,
-    /// Target columns in file order; empty means all columns in table order.
-    pub columns: Vec<String>,
-    /// The file (on the server running the SQL front end).
-    pub path: String,
-    /// File format: `FORMAT` option, else from the file extension.
-    pub format: CopyFormat,
-    /// CSV: the first line holds column names (`HEADER`; default false, as in
-    /// PostgreSQL).
-    pub header: bool,
-    /// CSV field delimiter (`DELIMITER`; default `,`).
-    pub delimiter: u8,
-}
-
-/// The file format of `COPY … FROM`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CopyFormat {
-    /// Comma-separated values.
-    Csv,
-    /// Apache Parquet.
-    Parquet,
 }
 
 /// Parses a string of one or more `;`-separated statements. Empty statements (`;;`)
@@ -685,8 +665,12 @@ fn parse_statement(df: &mut DFParser<'_>) -> Result<CairnStatement, ParseError> 
     if is_keyword(&first, Keyword::ALTER) && is_keyword(&second, Keyword::TABLE) {
         return parse_alter_table(&mut df.parser);
     }
-    if is_keyword(&first, Keyword::COPY) && is_copy_from(&df.parser) {
-        return parse_copy_from(&mut df.parser).map(CairnStatement::Copy);
+    if is_keyword(&first, Keyword::COPY) {
+        match copy::cairn_copy(&df.parser) {
+            Some(true) => return copy::parse_copy_from(&mut df.parser).map(CairnStatement::Copy),
+            Some(false) => return copy::parse_copy_to(&mut df.parser).map(CairnStatement::CopyTo),
+            None => {}
+        }
     }
     if is_word(&first, "UPSERT") {
         let tok = df.parser.next_token();
@@ -1487,185 +1471,11 @@ fn alter_op(p: &mut Parser<'_>) -> Result<AlterColumn, ParseError> {
     )))
 }
 
-// ---------------------------------------------------------------------------------
-// COPY … FROM
-// ---------------------------------------------------------------------------------
-
-/// Whether the COPY at the parser's position reads a file (`COPY t FROM …`) rather
-/// than writing one (DataFusion's `COPY … TO`).
-fn is_copy_from(p: &Parser<'_>) -> bool {
-    let mut depth = 0usize;
-    let mut n = 1;
-    loop {
-        let t = p.peek_nth_token_ref(n).token.clone();
-        match t {
-            Token::EOF | Token::SemiColon => return false,
-            Token::LParen => depth += 1,
-            Token::RParen => depth = depth.saturating_sub(1),
-            Token::Word(w) if depth == 0 && w.quote_style.is_none() => {
-                if w.keyword == Keyword::FROM {
-                    return true;
-                }
-                if w.keyword == Keyword::TO || w.keyword == Keyword::INTO {
-                    return false;
-                }
-            }
-            _ => {}
-        }
-        n += 1;
-    }
-}
-
-fn parse_copy_from(p: &mut Parser<'_>) -> Result<CopyFrom, ParseError> {
-    const OPTIONS: &str =
-        "COPY options are FORMAT csv|parquet, HEADER true|false and DELIMITER ','";
-    p.expect_keyword_is(Keyword::COPY)?;
-    let table = parse_table_name(p)?;
-    let columns = if p.peek_token_ref().token == Token::LParen {
-        parse_column_list(p)?
-    } else {
-        vec![]
-    };
-    p.expect_keyword_is(Keyword::FROM)?;
-    let t = p.next_token();
-    let path = match t.token {
-        Token::SingleQuotedString(s) | Token::EscapedStringLiteral(s) => s,
-        Token::Word(w) if w.keyword == Keyword::STDIN || w.keyword == Keyword::PROGRAM => {
-            return Err(ParseError::unsupported(format!(
-                "COPY ... FROM {} is not supported: give a file path on the server, e.g. COPY {table} FROM '/data/{table}.csv'",
-                w.value
-            )));
-        }
-        other => {
-            return Err(ParseError::syntax(format!(
-                "expected a quoted file path after COPY {table} FROM, found '{other}'{}",
-                t.span.start
-            )));
-        }
-    };
-    let mut format = None;
-    let mut header = None;
-    let mut delimiter = None;
-    let with = p.parse_keyword(Keyword::WITH);
-    if with || p.peek_token_ref().token == Token::LParen {
-        p.expect_token(&Token::LParen)?;
-        loop {
-            let nt = p.next_token();
-            let Token::Word(w) = &nt.token else {
-                return Err(ParseError::syntax(format!(
-                    "expected a COPY option name, found '{}'{}: {OPTIONS}",
-                    nt.token, nt.span.start
-                )));
-            };
-            let key = w.value.to_lowercase();
-            let _ = p.consume_token(&Token::Eq);
-            let value = match p.peek_token_ref().token {
-                Token::Comma | Token::RParen => None,
-                _ => {
-                    let vt = p.next_token();
-                    Some(match vt.token {
-                        Token::Word(w) => w.value,
-                        Token::SingleQuotedString(s) | Token::EscapedStringLiteral(s) => s,
-                        Token::Number(n, _) => n,
-                        other => {
-                            return Err(ParseError::syntax(format!(
-                                "unexpected '{other}' as the value of COPY option {key}: {OPTIONS}"
-                            )));
-                        }
-                    })
-                }
-            };
-            match key.as_str() {
-                "format" => {
-                    if format.is_some() {
-                        return Err(ParseError::syntax("COPY option FORMAT is given twice"));
-                    }
-                    format = Some(match value.as_deref().map(str::to_lowercase).as_deref() {
-                        Some("csv") => CopyFormat::Csv,
-                        Some("parquet") => CopyFormat::Parquet,
-                        _ => {
-                            return Err(ParseError::invalid(format!(
-                                "COPY FORMAT {} is not supported: use FORMAT csv or FORMAT parquet",
-                                value.unwrap_or_default()
-                            )));
-                        }
-                    });
-                }
-                "header" => {
-                    if header.is_some() {
-                        return Err(ParseError::syntax("COPY option HEADER is given twice"));
-                    }
-                    header = Some(match value.as_deref().map(str::to_lowercase).as_deref() {
-                        None | Some("true" | "on" | "1" | "yes") => true,
-                        Some("false" | "off" | "0" | "no") => false,
-                        Some(other) => {
-                            return Err(ParseError::invalid(format!(
-                                "HEADER {other} is invalid: write HEADER true or HEADER false"
-                            )));
-                        }
-                    });
-                }
-                "delimiter" => {
-                    if delimiter.is_some() {
-                        return Err(ParseError::syntax("COPY option DELIMITER is given twice"));
-                    }
-                    let v = value.unwrap_or_default();
-                    match v.as_bytes() {
-                        [b] if v.is_ascii() => delimiter = Some(*b),
-                        _ => {
-                            return Err(ParseError::invalid(format!(
-                                "DELIMITER '{v}' is invalid: the delimiter is one ASCII character, e.g. DELIMITER ','"
-                            )));
-                        }
-                    }
-                }
-                other => {
-                    return Err(ParseError::invalid(format!(
-                        "unknown COPY option '{other}': {OPTIONS}"
-                    )));
-                }
-            }
-            if !p.consume_token(&Token::Comma) {
-                break;
-            }
-        }
-        p.expect_token(&Token::RParen)?;
-    }
-    let format = match format {
-        Some(f) => f,
-        None => {
-            let lower = path.to_lowercase();
-            if lower.ends_with(".csv") || lower.ends_with(".csv.gz") {
-                CopyFormat::Csv
-            } else if lower.ends_with(".parquet") || lower.ends_with(".pq") {
-                CopyFormat::Parquet
-            } else {
-                return Err(ParseError::invalid(format!(
-                    "cannot tell the format of '{path}' from its extension: add WITH (FORMAT csv) or WITH (FORMAT parquet)"
-                )));
-            }
-        }
-    };
-    if format == CopyFormat::Parquet && (header.is_some() || delimiter.is_some()) {
-        return Err(ParseError::invalid(
-            "HEADER and DELIMITER apply to CSV files only: remove them for FORMAT parquet",
-        ));
-    }
-    Ok(CopyFrom {
-        table,
-        columns,
-        path,
-        format,
-        header: header.unwrap_or(false),
-        delimiter: delimiter.unwrap_or(b','),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn one(sql: &str) -> CairnStatement {
+    pub(super) fn one(sql: &str) -> CairnStatement {
         let mut v = parse_sql(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
         assert_eq!(v.len(), 1, "{sql}");
         v.remove(0)
@@ -1678,7 +1488,7 @@ mod tests {
         }
     }
 
-    fn err(sql: &str) -> ParseError {
+    pub(super) fn err(sql: &str) -> ParseError {
         match parse_sql(sql) {
             Ok(v) => panic!("{sql} parsed: {v:?}"),
             Err(e) => e,
@@ -2044,64 +1854,6 @@ mod tests {
         assert_eq!(err("ALTER TABLE IF EXISTS t DROP a").sqlstate(), "0A000");
         let e = err("ALTER TABLE t ADD COLUMN");
         assert_eq!(e.sqlstate(), "42601");
-    }
-
-    #[test]
-    fn copy_from() {
-        let s = one("COPY lineitem FROM '/data/lineitem.parquet'");
-        assert_eq!(
-            s,
-            CairnStatement::Copy(CopyFrom {
-                table: "lineitem".into(),
-                columns: vec![],
-                path: "/data/lineitem.parquet".into(),
-                format: CopyFormat::Parquet,
-                header: false,
-                delimiter: b',',
-            })
-        );
-        let s = one("COPY t (a, B) FROM '/x/y.txt' WITH (FORMAT csv, HEADER true, DELIMITER '|')");
-        assert_eq!(
-            s,
-            CairnStatement::Copy(CopyFrom {
-                table: "t".into(),
-                columns: vec!["a".into(), "b".into()],
-                path: "/x/y.txt".into(),
-                format: CopyFormat::Csv,
-                header: true,
-                delimiter: b'|',
-            })
-        );
-        let CairnStatement::Copy(c) = one("COPY t FROM 'a.CSV' (HEADER)") else {
-            panic!()
-        };
-        assert!(c.header);
-        assert_eq!(c.format, CopyFormat::Csv);
-        assert_eq!(err("COPY t FROM 'a.txt'").sqlstate(), "22023");
-        assert_eq!(err("COPY t FROM STDIN").sqlstate(), "0A000");
-        let e = err("COPY t FROM 'a.csv' WITH (QUOTE '\"')");
-        assert!(e.message().contains("unknown COPY option 'quote'"), "{e}");
-        assert_eq!(
-            err("COPY t FROM 'a.csv' WITH (DELIMITER '||')").sqlstate(),
-            "22023"
-        );
-        assert_eq!(
-            err("COPY t FROM 'a.parquet' WITH (HEADER true)").sqlstate(),
-            "22023"
-        );
-        assert_eq!(
-            err("COPY t FROM 'a' WITH (FORMAT json)").sqlstate(),
-            "22023"
-        );
-        // COPY ... TO is DataFusion's.
-        assert!(matches!(
-            one("COPY t TO '/tmp/out.csv'"),
-            CairnStatement::Query { .. }
-        ));
-        assert!(matches!(
-            one("COPY (SELECT a FROM t) TO '/tmp/out.csv'"),
-            CairnStatement::Query { .. }
-        ));
     }
 
     #[test]

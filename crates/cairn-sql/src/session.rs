@@ -28,7 +28,7 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
 
 use crate::catalog::CairnSchema;
-use crate::copy::{CopyFormat, CopySource, copy_from};
+use crate::copy::{CopyIn, CopyInput, copy_from};
 use crate::ddl;
 use crate::error::{Result, SqlError};
 use crate::options::{CairnOptions, InsertMode, StatementContext, parse_read_timestamp};
@@ -62,6 +62,19 @@ pub enum QueryResult {
         /// The command tag.
         tag: String,
     },
+    /// `COPY … FROM STDIN`: a load waiting for the client's data, which only the
+    /// PostgreSQL front end can send.
+    CopyIn(CopyIn),
+    /// `COPY … TO STDOUT`: rows the PostgreSQL front end sends in COPY's text or CSV
+    /// format.
+    CopyOut {
+        /// Their schema.
+        schema: SchemaRef,
+        /// The rows, produced as they are read.
+        stream: SendableRecordBatchStream,
+        /// The format to send them in.
+        options: parser::CopyOptions,
+    },
 }
 
 impl std::fmt::Debug for QueryResult {
@@ -70,15 +83,51 @@ impl std::fmt::Debug for QueryResult {
             QueryResult::Rows { schema, .. } => write!(f, "Rows({schema:?})"),
             QueryResult::Count { tag, rows } => write!(f, "{tag} {rows}"),
             QueryResult::Done { tag } => write!(f, "{tag}"),
+            QueryResult::CopyIn(c) => write!(f, "{c:?}"),
+            QueryResult::CopyOut {
+                schema, options, ..
+            } => {
+                write!(f, "CopyOut({schema:?}, {options:?})")
+            }
         }
     }
 }
 
+/// Checks that every column a COPY names is one of the table's (42703 otherwise, as
+/// PostgreSQL).
+fn copy_columns_exist(table: &cairn_client::Table, columns: &[String]) -> Result<()> {
+    for col in columns {
+        if table.schema.index_of(col).is_err() {
+            return Err(SqlError::other(
+                "42703",
+                format!(
+                    "column \"{col}\" of relation \"{}\" does not exist",
+                    table.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl QueryResult {
-    /// Reads all rows of a `Rows` result (none for the others).
+    /// The result for a front end that cannot stream COPY data: a `CopyOut` becomes
+    /// its rows, a `CopyIn` an error (0A000) naming what to use instead.
+    pub fn without_copy(self) -> Result<QueryResult> {
+        match self {
+            QueryResult::CopyIn(_) => Err(SqlError::unsupported(
+                "COPY ... FROM STDIN streams rows over the PostgreSQL protocol (psql's \\copy, \
+                 psycopg's cursor.copy()); here, load with INSERT or COPY ... FROM a file",
+            )),
+            QueryResult::CopyOut { schema, stream, .. } => Ok(QueryResult::Rows { schema, stream }),
+            other => Ok(other),
+        }
+    }
+
+    /// Reads all rows of a `Rows` or `CopyOut` result (none for the others).
     pub async fn collect(self) -> Result<Vec<RecordBatch>> {
         match self {
-            QueryResult::Rows { stream, .. } => {
+            QueryResult::Rows { stream, .. } | QueryResult::CopyOut { stream, .. } => {
                 use futures::TryStreamExt;
                 Ok(stream.try_collect().await?)
             }
@@ -615,26 +664,64 @@ impl SqlSession {
                 })
             }
             CairnStatement::Copy(c) => {
-                // COPY FROM a file reads the server's files: superusers only, as in
-                // PostgreSQL (pg_read_server_files).
-                self.authorize(cairn_proto::auth::Action::Superuser(
-                    "COPY from a file on the server",
-                ))
-                .await?;
-                let table = self.engine.client().open_table(&c.table).await?;
-                let format = match c.format {
-                    parser::CopyFormat::Csv => CopyFormat::Csv,
-                    parser::CopyFormat::Parquet => CopyFormat::Parquet,
+                let client = self.engine.client();
+                match c.input {
+                    parser::CopyInput::File(path) => {
+                        // COPY FROM a file reads the server's files: superusers only,
+                        // as in PostgreSQL (pg_read_server_files).
+                        self.authorize(cairn_proto::auth::Action::Superuser(
+                            "COPY from a file on the server",
+                        ))
+                        .await?;
+                        let table = client.open_table(&c.table).await?;
+                        copy_columns_exist(&table, &c.columns)?;
+                        let rows = copy_from(
+                            client.clone(),
+                            table,
+                            c.columns,
+                            CopyInput::File(path),
+                            c.options,
+                        )
+                        .await?;
+                        Ok(QueryResult::Count { tag: "COPY", rows })
+                    }
+                    parser::CopyInput::Stdin => {
+                        let table = client.open_table(&c.table).await?;
+                        self.authorize(cairn_proto::auth::Action::Table {
+                            id: &table.id,
+                            name: &table.name,
+                            need: cairn_proto::auth::Privileges::INSERT,
+                        })
+                        .await?;
+                        copy_columns_exist(&table, &c.columns)?;
+                        Ok(QueryResult::CopyIn(CopyIn::start(
+                            client.clone(),
+                            table,
+                            c.columns,
+                            c.options,
+                        )))
+                    }
+                }
+            }
+            CairnStatement::CopyTo(c) => {
+                let mut statements = parser::parse_sql(&c.query)?;
+                let (Some(query), true) = (statements.pop(), statements.is_empty()) else {
+                    return Err(SqlError::other(
+                        "42601",
+                        "COPY (...) TO STDOUT takes one query",
+                    ));
                 };
-                let src = CopySource {
-                    path: c.path,
-                    format,
-                    columns: c.columns,
-                    header: c.header,
-                    delimiter: c.delimiter,
-                };
-                let rows = copy_from(self.engine.client().clone(), table, src).await?;
-                Ok(QueryResult::Count { tag: "COPY", rows })
+                match Box::pin(self.run(query)).await? {
+                    QueryResult::Rows { schema, stream } => Ok(QueryResult::CopyOut {
+                        schema,
+                        stream,
+                        options: c.options,
+                    }),
+                    _ => Err(SqlError::other(
+                        "42601",
+                        "COPY (...) TO STDOUT needs a query that returns rows (SELECT, VALUES)",
+                    )),
+                }
             }
         }
     }

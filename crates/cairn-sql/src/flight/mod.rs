@@ -223,13 +223,21 @@ impl CairnFlightSql {
             .execute(sql)
             .await
             .map_err(|e| sql_error_status(&e))?;
-        Ok(match results.pop() {
+        let last = results
+            .pop()
+            .map(QueryResult::without_copy)
+            .transpose()
+            .map_err(|e| sql_error_status(&e))?;
+        Ok(match last {
             Some(QueryResult::Rows { schema, stream }) => PendingResult {
                 schema,
                 stream: rows_stream(stream),
             },
             Some(QueryResult::Count { rows, .. }) => count_result(rows),
-            Some(QueryResult::Done { .. }) | None => empty_result(),
+            Some(
+                QueryResult::Done { .. } | QueryResult::CopyIn(_) | QueryResult::CopyOut { .. },
+            )
+            | None => empty_result(),
         })
     }
 
@@ -283,6 +291,7 @@ async fn run_prepared(
         .session
         .execute_prepared(&entry.prepared, first)
         .await
+        .and_then(QueryResult::without_copy)
         .map_err(|e| sql_error_status(&e))?;
     match result {
         QueryResult::Rows { schema, stream } => {
@@ -318,7 +327,7 @@ async fn run_prepared(
             }
             Ok(count_result(total))
         }
-        QueryResult::Done { .. } => {
+        QueryResult::Done { .. } | QueryResult::CopyIn(_) | QueryResult::CopyOut { .. } => {
             for row in rows {
                 run_for_count(&entry, row).await?;
             }

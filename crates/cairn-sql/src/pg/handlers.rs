@@ -102,6 +102,8 @@ pub(crate) struct Conn {
     pub(crate) cancel: Arc<watch::Sender<u64>>,
     /// Where the connection's SCRAM exchange stands.
     pub(crate) scram: Mutex<super::auth::ScramStage>,
+    /// The `COPY … FROM STDIN` waiting for the client's data, if one is under way.
+    pub(crate) copy_in: Mutex<Option<crate::copy::CopyIn>>,
 }
 
 impl Conn {
@@ -132,6 +134,7 @@ impl Conn {
             vars: Vars::default(),
             cancel: Arc::new(watch::channel(0).0),
             scram: Mutex::new(Default::default()),
+            copy_in: Mutex::new(None),
         }
     }
 
@@ -289,6 +292,18 @@ impl Conn {
                 "COMMIT" | "ROLLBACK" => Response::TransactionEnd(Tag::new(&tag)),
                 _ => Response::Execution(Tag::new(&tag)),
             },
+            QueryResult::CopyIn(load) => {
+                let response = super::copy::copy_in_response(&load);
+                *self.copy_in.lock() = Some(load);
+                Response::CopyIn(response)
+            }
+            QueryResult::CopyOut {
+                schema,
+                stream,
+                options,
+            } => Response::CopyOut(super::copy::copy_out_response(
+                &schema, stream, options, stop,
+            )?),
         })
     }
 
@@ -324,6 +339,11 @@ impl Conn {
         for (i, r) in results.into_iter().enumerate() {
             let r = if last && i + 1 == n {
                 r
+            } else if matches!(r, QueryResult::CopyIn(_)) {
+                return Err(pg_error(&SqlError::other(
+                    "0A000",
+                    "COPY ... FROM STDIN must be the last statement of a query string",
+                )));
             } else {
                 with_deadline(stop.deadline, materialize(r))
                     .await?
@@ -681,6 +701,10 @@ impl PgWireServerHandlers for CairnHandlers {
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
         self.cancel.clone()
+    }
+
+    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
+        self.handler.clone()
     }
 }
 

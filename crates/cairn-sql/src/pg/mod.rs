@@ -43,6 +43,7 @@
 //! `DateStyle` ISO, integer datetimes and time zone UTC.
 
 mod auth;
+mod copy;
 mod encode;
 mod handlers;
 mod local;

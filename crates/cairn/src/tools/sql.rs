@@ -157,7 +157,7 @@ async fn run_and_print(session: &SqlSession, sql: &str, timing: bool) -> ToolRes
     let started = Instant::now();
     let results = session.execute(sql).await?;
     for r in results {
-        match r {
+        match r.without_copy()? {
             QueryResult::Rows { mut stream, .. } => {
                 let mut batches = vec![];
                 while let Some(b) = stream.next().await {
@@ -171,6 +171,7 @@ async fn run_and_print(session: &SqlSession, sql: &str, timing: bool) -> ToolRes
             }
             QueryResult::Count { tag, rows } => println!("{tag} {rows}"),
             QueryResult::Done { tag } => println!("{tag}"),
+            QueryResult::CopyIn(_) | QueryResult::CopyOut { .. } => {}
         }
     }
     if timing {

@@ -92,6 +92,40 @@ SELECT count(*) = 4 AS ok FROM :t \gset
   :fail;
 \endif
 
+-- COPY FROM STDIN with the data in this script, psql's \copy in CSV, and \copy out.
+COPY :t (id, name, price, created) FROM STDIN;
+10	ten	10.00	2024-01-10
+11	\N	\N	\N
+\.
+SELECT count(*) = 6 AND count(name) = 5 AS ok FROM :t \gset
+\if :ok
+\else
+  \echo 'FAIL: expected 6 rows, 5 names, after COPY FROM STDIN'
+  :fail;
+\endif
+-- psql does not expand variables in \copy: a table of its own.
+DROP TABLE IF EXISTS psql_smoke_copy;
+CREATE TABLE psql_smoke_copy (id BIGINT PRIMARY KEY, name TEXT, price DECIMAL(10, 2));
+\copy psql_smoke_copy (id, name, price) from stdin with (format csv, header)
+id,name,price
+12,"twelve, with a comma",12.00
+13,,
+\.
+SELECT name = 'twelve, with a comma' AND price = 12.00 AS ok FROM psql_smoke_copy WHERE id = 12 \gset
+\if :ok
+\else
+  \echo 'FAIL: \\copy in CSV did not load row 12'
+  :fail;
+\endif
+SELECT count(*) = 2 AND count(name) = 1 AS ok FROM psql_smoke_copy \gset
+\if :ok
+\else
+  \echo 'FAIL: \\copy in CSV: expected 2 rows, 1 name'
+  :fail;
+\endif
+\copy (SELECT id, name FROM psql_smoke_copy ORDER BY id) to stdout with (format csv, header)
+DROP TABLE psql_smoke_copy;
+
 -- psql's catalog commands.
 \dt
 \d :t

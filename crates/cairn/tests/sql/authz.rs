@@ -44,6 +44,13 @@ async fn grants_ownership_and_user_management() {
     // SELECT, on t only: a join or subquery touching t2 still fails.
     q(&admin, "GRANT SELECT ON t TO ann").await;
     assert_eq!(q(&ann, "SELECT count(*) FROM t").await, [["3"]]);
+    // Writing a file on the server is for superusers, even with SELECT on what it
+    // writes (as PostgreSQL's pg_write_server_files).
+    let out = std::env::temp_dir().join(format!("cairn-authz-{}.csv", std::process::id()));
+    let m = denied(err(&ann, &format!("COPY t TO '{}'", out.display())).await);
+    assert!(m.contains("superuser"), "{m}");
+    denied(err(&ann, &format!("COPY (SELECT 1) TO '{}'", out.display())).await);
+    assert!(!out.exists(), "a denied COPY wrote {}", out.display());
     denied(err(&ann, "SELECT * FROM t WHERE id IN (SELECT id FROM t2)").await);
     denied(err(&ann, "SELECT * FROM t JOIN t2 ON t.id = t2.id").await);
     // INSERT; an upsert also needs UPDATE, a DELETE needs DELETE.
@@ -154,12 +161,47 @@ async fn postgres_and_flight_sql_clients_log_in_and_are_denied() {
     assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{e:?}");
     let e = pg_connect(port, "ann", "wrong").await.unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::INVALID_PASSWORD), "{e:?}");
+    // COPY checks the same privileges: TO STDOUT needs SELECT, FROM STDIN INSERT.
+    let e = ann
+        .copy_out("COPY secrets TO STDOUT")
+        .await
+        .err()
+        .expect("denied");
+    assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{e:?}");
+    ann.simple_query("SELECT 1")
+        .await
+        .expect("the connection goes on");
+    let e = ann
+        .copy_in::<_, bytes::Bytes>("COPY secrets FROM STDIN")
+        .await
+        .err()
+        .expect("denied");
+    assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{e:?}");
+    // tokio-postgres pipelines a Sync behind the COPY and another behind the CopyFail it
+    // sends when the COPY fails to start; PostgreSQL answers both with ReadyForQuery,
+    // which leaves this client's connection out of step. Start a new one.
+    let ann = pg_connect(port, "ann", "ann-pw")
+        .await
+        .expect("ann logs in");
     let root = pg_connect(port, "cairn", "root-pw").await.unwrap();
     root.simple_query("GRANT SELECT ON secrets TO ann")
         .await
         .unwrap();
     let rows = ann.query("SELECT v FROM secrets", &[]).await.unwrap();
     assert_eq!(rows[0].get::<_, String>(0), "x");
+    let out = ann.copy_out("COPY secrets TO STDOUT").await.unwrap();
+    futures::pin_mut!(out);
+    let mut text = Vec::new();
+    while let Some(chunk) = futures::StreamExt::next(&mut out).await {
+        text.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(text, b"1\tx\n");
+    let e = ann
+        .copy_in::<_, bytes::Bytes>("COPY secrets FROM STDIN")
+        .await
+        .err()
+        .expect("denied");
+    assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{e:?}");
     // Failed logins are rate-limited: after five, even the right password waits.
     for _ in 0..5 {
         assert!(pg_connect(port, "carl", "guess").await.is_err());

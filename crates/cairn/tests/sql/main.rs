@@ -12,6 +12,7 @@ mod authz;
 mod basics;
 mod clients;
 mod concurrency;
+mod copy;
 mod hostile;
 mod limits;
 mod security;

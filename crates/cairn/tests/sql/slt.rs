@@ -22,6 +22,7 @@ impl AsyncDB for CairnSlt {
         let Some(last) = results.pop() else {
             return Ok(DBOutput::StatementComplete(0));
         };
+        let last = last.without_copy()?;
         match last {
             QueryResult::Rows { ref schema, .. } => {
                 let types = schema
@@ -54,6 +55,9 @@ impl AsyncDB for CairnSlt {
             }
             QueryResult::Count { rows, .. } => Ok(DBOutput::StatementComplete(rows)),
             QueryResult::Done { .. } => Ok(DBOutput::StatementComplete(0)),
+            QueryResult::CopyIn(_) | QueryResult::CopyOut { .. } => {
+                Ok(DBOutput::StatementComplete(0))
+            }
         }
     }
 
