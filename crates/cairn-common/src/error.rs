@@ -10,6 +10,20 @@ pub enum CommonError {
     /// A column name was not found in the schema.
     #[error("unknown column '{0}': check the spelling against the table's schema")]
     UnknownColumn(String),
+    /// NULL written to a NOT NULL column.
+    #[error("null value in column '{column}' violates its NOT NULL constraint")]
+    NullValue {
+        /// The column name.
+        column: String,
+    },
+    /// A string longer than its column's declared length (`VARCHAR(n)`).
+    #[error("value too long for column '{column}': {detail}")]
+    ValueTooLong {
+        /// The column name.
+        column: String,
+        /// The lengths.
+        detail: String,
+    },
     /// A value does not fit the column it is written to.
     #[error("invalid value for column '{column}': {detail}")]
     InvalidValue {

@@ -278,9 +278,8 @@ impl Schema {
     /// Checks one cell for column `c`.
     pub fn validate_cell(&self, c: &ColumnSchema, v: &Value) -> Result<()> {
         if v.is_null() && !c.nullable {
-            return Err(CommonError::InvalidValue {
+            return Err(CommonError::NullValue {
                 column: c.name.clone(),
-                detail: "NULL in a NOT NULL column".into(),
             });
         }
         v.check_type(&c.name, &c.data_type)?;

@@ -256,7 +256,7 @@ impl Value {
         }
         match (self, t) {
             (Value::String(s), DataType::Varchar(n)) if s.chars().count() > *n as usize => {
-                Err(CommonError::InvalidValue {
+                Err(CommonError::ValueTooLong {
                     column: column.to_string(),
                     detail: format!(
                         "string of {} characters exceeds VARCHAR({n})",

@@ -550,7 +550,9 @@ pub struct TableDef {
 
 fn common(e: CommonError) -> ParseError {
     match e {
-        CommonError::InvalidValue { .. } => ParseError::invalid(e.to_string()),
+        CommonError::InvalidValue { .. }
+        | CommonError::NullValue { .. }
+        | CommonError::ValueTooLong { .. } => ParseError::invalid(e.to_string()),
         other => ParseError::invalid_definition(other.to_string()),
     }
 }

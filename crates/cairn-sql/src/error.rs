@@ -105,7 +105,18 @@ impl From<cairn_proto::auth::AuthError> for SqlError {
 
 impl From<cairn_common::CommonError> for SqlError {
     fn from(e: cairn_common::CommonError) -> Self {
-        SqlError::other("22023", e.to_string())
+        SqlError::other(common_sqlstate(&e), e.to_string())
+    }
+}
+
+/// The SQLSTATE PostgreSQL gives the problem a Cairn value or schema check found.
+fn common_sqlstate(e: &cairn_common::CommonError) -> &'static str {
+    use cairn_common::CommonError as C;
+    match e {
+        C::NullValue { .. } => "23502",
+        C::ValueTooLong { .. } => "22001",
+        C::UnknownColumn(_) => "42703",
+        _ => "22023",
     }
 }
 
@@ -156,6 +167,7 @@ fn client_sqlstate(e: &ClientError) -> &'static str {
         ClientError::AlreadyExists(_) => "42P07",
         ClientError::InvalidArgument(_) => "22023",
         ClientError::Row(r) => row_sqlstate(r.kind),
+        ClientError::Common(c) => common_sqlstate(c),
         ClientError::TableChanged { .. } => "40001",
         ClientError::PermissionDenied(_) => "42501",
         ClientError::Unauthenticated(_) => "28000",

@@ -5,8 +5,11 @@ Run: python psycopg_smoke.py [PORT]   (default: $CAIRN_PG_PORT, then 5433)
 
 Checks parameters (text and binary), executemany, the Python types of fetched values
 (int, float, str, Decimal, date, datetime, None) in text and binary results, row
-counts, SQLSTATEs of errors (23505 duplicate key, 42P01 unknown table), transactions,
-and conn.cancel() of a long query (57014). Tables get unique names and are dropped at
+counts, SQLSTATEs of errors (23505 duplicate key, 42P01 unknown table, 22001 value too
+long, 23502 NULL in a NOT NULL column), transactions,
+conn.cancel() of a long query (57014), and COPY: cursor.copy() FROM STDIN in text and
+CSV (write_row and raw blocks, awkward values, a failed load, an aborted one) and TO
+STDOUT. Tables get unique names and are dropped at
 the end. Exits non-zero on the first failure.
 """
 
@@ -149,6 +152,29 @@ def basic(table):
         check(isinstance(e, errors.UniqueViolation), f"duplicate key: {type(e)}")
         e = expect_error(cur, "SELECT * FROM no_such_table_psycopg_smoke", None, "42P01")
         check(isinstance(e, errors.UndefinedTable), f"unknown table: {type(e)}")
+        # Constraint and value errors carry PostgreSQL's SQLSTATEs, whether the value
+        # is a literal or a bound parameter.
+        cur.execute(f"CREATE TABLE {table}_codes (id BIGINT PRIMARY KEY, short VARCHAR(3), "
+                    "must TEXT NOT NULL)")
+        try:
+            e = expect_error(cur, f"INSERT INTO {table}_codes VALUES (1, 'toolong', 'x')",
+                             None, "22001")
+            check(isinstance(e, errors.StringDataRightTruncation), f"too long: {type(e)}")
+            expect_error(cur, f"INSERT INTO {table}_codes VALUES (%s, %s, %s)",
+                         (1, "toolong", "x"), "22001")
+            e = expect_error(cur, f"INSERT INTO {table}_codes VALUES (2, 'ok', NULL)", None,
+                             "23502")
+            check(isinstance(e, errors.NotNullViolation), f"NULL: {type(e)}")
+            expect_error(cur, f"INSERT INTO {table}_codes VALUES (%s, %s, %s)", (2, "ok", None),
+                         "23502")
+            expect_error(cur, f"INSERT INTO {table}_codes (id, short) VALUES (3, 'ok')", None,
+                         "23502")
+            cur.execute(f"INSERT INTO {table}_codes VALUES (4, 'ok', 'x')")
+            expect_error(cur, f"UPDATE {table}_codes SET must = NULL WHERE id = 4", None, "23502")
+            expect_error(cur, f"UPDATE {table}_codes SET short = 'toolong' WHERE id = 4", None,
+                         "22001")
+        finally:
+            cur.execute(f"DROP TABLE {table}_codes")
         # The connection stays usable.
         cur.execute("SELECT 1")
         check(cur.fetchone() == (1,), "SELECT 1 after errors")
@@ -168,6 +194,98 @@ def basic(table):
         cur.execute(f"SELECT count(*) FROM {table}")
         check(cur.fetchone() == (3,), "count after rollback")
         conn.commit()
+
+
+def copy(table):
+    """COPY FROM STDIN and TO STDOUT through psycopg's cursor.copy()."""
+    with connect(autocommit=True) as conn:
+        cur = conn.cursor()
+        cur.execute(
+            f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name VARCHAR, price DECIMAL(10, 2), "
+            "d DATE, ts TIMESTAMPTZ, ok BOOLEAN, raw BYTEA, score DOUBLE PRECISION)"
+        )
+        awkward = "tab\there, newline\nthere, back\\slash, comma, \"quote\", é"
+        rows = [
+            (1, "plain", decimal.Decimal("1.50"), datetime.date(2024, 1, 1),
+             datetime.datetime(2024, 1, 1, 12, 30, tzinfo=UTC), True, b"\x00\xffab", 0.5),
+            (2, awkward, None, None, None, False, None, None),
+            (3, "", decimal.Decimal("-3.25"), datetime.date(1999, 12, 31), None, None, b"", -1e10),
+        ]
+        # Text format, one row at a time (psycopg adapts the values).
+        with cur.copy(f"COPY {table} FROM STDIN") as cp:
+            for r in rows:
+                cp.write_row(r)
+        check(cur.rowcount == 3, f"COPY FROM STDIN rowcount {cur.rowcount}")
+        cur.execute(f"SELECT * FROM {table} ORDER BY id")
+        got = cur.fetchall()
+        check(got == rows, f"rows after COPY FROM STDIN: {got!r}")
+
+        # CSV with a header and a column list, sent as raw blocks split mid-line.
+        data = "id,name\n10,\"a,b\"\n11,\n12,\"multi\nline\"\n".encode()
+        with cur.copy(f"COPY {table} (id, name) FROM STDIN WITH (FORMAT csv, HEADER true)") as cp:
+            for i in range(0, len(data), 7):
+                cp.write(data[i:i + 7])
+        check(cur.rowcount == 3, f"COPY CSV rowcount {cur.rowcount}")
+        cur.execute(f"SELECT id, name FROM {table} WHERE id >= 10 ORDER BY id")
+        got = cur.fetchall()
+        check(got == [(10, "a,b"), (11, None), (12, "multi\nline")], f"CSV rows: {got!r}")
+
+        # Many rows: several batches and messages.
+        with cur.copy(f"COPY {table} (id, name) FROM STDIN") as cp:
+            for i in range(1000, 21000):
+                cp.write_row((i, f"row {i}"))
+        check(cur.rowcount == 20000, f"big COPY rowcount {cur.rowcount}")
+        cur.execute(f"SELECT count(*), sum(id) FROM {table} WHERE id >= 1000")
+        check(cur.fetchone() == (20000, sum(range(1000, 21000))), "big COPY rows")
+
+        # A bad value fails the COPY with the SQLSTATE PostgreSQL uses; the connection
+        # goes on.
+        try:
+            with cur.copy(f"COPY {table} (id, name) FROM STDIN") as cp:
+                cp.write(b"50\tfine\nnot-a-number\tbad\n")
+            raise AssertionError("COPY of a bad number succeeded")
+        except psycopg.Error as e:
+            check(e.sqlstate == "22P02", f"bad value SQLSTATE {e.sqlstate}: {e}")
+        try:
+            with cur.copy(f"COPY {table} (id, name) FROM STDIN") as cp:
+                cp.write(b"60\tone field too many\textra\n")
+            raise AssertionError("COPY of a row with an extra field succeeded")
+        except psycopg.Error as e:
+            check(e.sqlstate == "22P04", f"extra field SQLSTATE {e.sqlstate}: {e}")
+        # A duplicate key fails with 23505.
+        try:
+            with cur.copy(f"COPY {table} (id) FROM STDIN") as cp:
+                cp.write_row((1,))
+            raise AssertionError("COPY of a duplicate key succeeded")
+        except psycopg.Error as e:
+            check(e.sqlstate == "23505", f"duplicate key SQLSTATE {e.sqlstate}: {e}")
+        # The client gives up: CopyFail, 57014.
+        try:
+            with cur.copy(f"COPY {table} (id) FROM STDIN") as cp:
+                cp.write_row((70,))
+                raise RuntimeError("the client gives up")
+        except RuntimeError:
+            pass
+        except psycopg.Error as e:
+            check(e.sqlstate == "57014", f"CopyFail SQLSTATE {e.sqlstate}: {e}")
+        cur.execute("SELECT 1")
+        check(cur.fetchone() == (1,), "SELECT 1 after failed COPYs")
+        expect_error(cur, "COPY no_such_table_anywhere FROM STDIN", None, "42P01")
+        expect_error(cur, f"COPY {table} FROM STDIN (FORMAT binary)", None, "0A000")
+
+        # COPY TO STDOUT in text and CSV, read back by psycopg.
+        with cur.copy(f"COPY (SELECT id, name, price, ok FROM {table} WHERE id < 10 "
+                      "ORDER BY id) TO STDOUT") as cp:
+            out = [r for r in cp.rows()]
+        check(out == [("1", "plain", "1.50", "t"), ("2", awkward, None, "f"),
+                      ("3", "", "-3.25", None)], f"COPY TO STDOUT rows: {out!r}")
+        with cur.copy(f"COPY {table} (id, name) TO STDOUT WITH (FORMAT csv, HEADER)") as cp:
+            text = b"".join(bytes(b) for b in cp).decode()
+        lines = text.split("\n")
+        check(lines[0] == "id,name", f"CSV header {lines[0]!r}")
+        check("10,\"a,b\"" in lines and "11," in lines and "3,\"\"" in lines,
+              f"CSV lines: {lines[:12]!r}")
+        check(cur.rowcount == 20000 + 3 + 3, f"COPY TO rowcount {cur.rowcount}")
 
 
 def cancel(big):
@@ -200,13 +318,15 @@ def main():
     suffix = uuid.uuid4().hex[:12]
     table = f"psycopg_smoke_{suffix}"
     big = f"psycopg_smoke_big_{suffix}"
+    copied = f"psycopg_smoke_copy_{suffix}"
     try:
         basic(table)
+        copy(copied)
         cancel(big)
     finally:
         try:
             with connect(autocommit=True) as conn:
-                for t in (table, big):
+                for t in (table, big, copied):
                     conn.execute(f"DROP TABLE IF EXISTS {t}")
         except psycopg.Error as e:
             print(f"cleanup failed: {e}", file=sys.stderr)
