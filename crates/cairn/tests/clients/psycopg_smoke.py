@@ -6,11 +6,11 @@ Run: python psycopg_smoke.py [PORT]   (default: $CAIRN_PG_PORT, then 5433)
 Checks parameters (text and binary), executemany, the Python types of fetched values
 (int, float, str, Decimal, date, datetime, None) in text and binary results, row
 counts, SQLSTATEs of errors (23505 duplicate key, 42P01 unknown table, 22001 value too
-long, 23502 NULL in a NOT NULL column), transactions,
-conn.cancel() of a long query (57014), and COPY: cursor.copy() FROM STDIN in text and
-CSV (write_row and raw blocks, awkward values, a failed load, an aborted one) and TO
-STDOUT. Tables get unique names and are dropped at
-the end. Exits non-zero on the first failure.
+long, 23502 NULL in a NOT NULL column), transactions, conn.cancel() of a long query
+and statement_timeout (57014), and COPY: cursor.copy() FROM STDIN in text and CSV
+(write_row and raw blocks, awkward values, a failed load, an aborted one) and TO
+STDOUT. Tables get unique names and are dropped at the end. Exits non-zero on the
+first failure.
 """
 
 import datetime
@@ -312,6 +312,23 @@ def cancel(big):
         check(elapsed < 30, f"cancel took {elapsed:.1f} s")
         cur.execute("SELECT 1")
         check(cur.fetchone() == (1,), "SELECT 1 after cancel")
+
+        # statement_timeout ends a statement with the same SQLSTATE.
+        cur.execute("SET statement_timeout = '500ms'")
+        started = time.monotonic()
+        try:
+            cur.execute(
+                f"SELECT count(*) FROM {big} a, {big} b, {big} c WHERE a.id + b.id + c.id >= 0"
+            )
+            raise AssertionError("the 8e9-row cross join finished within statement_timeout")
+        except errors.QueryCanceled as e:
+            check(e.sqlstate == "57014", f"statement_timeout SQLSTATE {e.sqlstate}")
+            check("statement timeout" in str(e), f"statement_timeout message: {e}")
+        elapsed = time.monotonic() - started
+        check(elapsed < 30, f"statement_timeout took {elapsed:.1f} s")
+        cur.execute("RESET statement_timeout")
+        cur.execute("SELECT 1")
+        check(cur.fetchone() == (1,), "SELECT 1 after statement_timeout")
 
 
 def main():
