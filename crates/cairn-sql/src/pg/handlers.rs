@@ -262,6 +262,13 @@ impl Conn {
                 Response::Query(resp)
             }
             Local::Noop(tag) => Response::Execution(Tag::new(tag)),
+            Local::Unsupported(what) => {
+                return Err(pg_error(&SqlError::unsupported(format!(
+                    "{what} is not supported: Cairn has no multi-statement transactions yet \
+                     (every statement commits on its own), so there is no work to roll back \
+                     to a savepoint"
+                ))));
+            }
         })
     }
 

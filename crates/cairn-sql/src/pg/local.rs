@@ -2,8 +2,8 @@
 //!
 //! Drivers send statements at connect time and around every transaction that mean
 //! nothing to Cairn: `SET extra_float_digits = 3`, `SET application_name = '…'`,
-//! `SHOW TRANSACTION ISOLATION LEVEL`, `BEGIN` / `COMMIT` / `ROLLBACK`, `SAVEPOINT`,
-//! `DISCARD ALL`. They are recognised here from their first words and answered without
+//! `SHOW TRANSACTION ISOLATION LEVEL`, `BEGIN` / `COMMIT` / `ROLLBACK`, `DISCARD
+//! ALL`. They are recognised here from their first words and answered without
 //! the engine:
 //!
 //! - `SET` of any variable outside the `cairn.` and `datafusion.` namespaces is
@@ -13,7 +13,8 @@
 //!   setting (`cairn.…`, `datafusion.…`), is answered with one text column.
 //! - Transactions are accepted: every statement commits on its own (autocommit), so
 //!   `BEGIN` … `COMMIT` only changes the transaction status reported to the client and
-//!   `ROLLBACK` undoes nothing.
+//!   `ROLLBACK` undoes nothing. `SAVEPOINT`, `ROLLBACK TO` and `RELEASE` are refused
+//!   (0A000): a client that rolls back to a savepoint expects the work after it undone.
 //!
 //! `SET` and `RESET` of `cairn.…` / `datafusion.…` settings, `SHOW ALL`, and everything
 //! else go to the engine.
@@ -44,9 +45,11 @@ pub(crate) enum Local {
     Reset(Option<String>),
     /// `SHOW name` (answered here if the variable is known, see `Conn::show_value`).
     Show(String),
-    /// A statement accepted without effect, with its command tag (`SAVEPOINT`,
-    /// `RELEASE`, `SET` of transaction characteristics, `DISCARD ALL`, ...).
+    /// A statement accepted without effect, with its command tag (`SET` of
+    /// transaction characteristics, `DISCARD ALL`, ...).
     Noop(&'static str),
+    /// A statement refused as unsupported (0A000), with its name.
+    Unsupported(&'static str),
 }
 
 /// Namespaces of settings that belong to the engine.
@@ -80,13 +83,13 @@ pub(crate) fn classify(sql: &str) -> Option<Local> {
             if word(1) == "prepared" {
                 None
             } else if toks.iter().skip(1).any(|t| t.is_word("to")) {
-                Some(Local::Noop("ROLLBACK"))
+                Some(Local::Unsupported("ROLLBACK TO SAVEPOINT"))
             } else {
                 Some(Local::Rollback)
             }
         }
-        "savepoint" => Some(Local::Noop("SAVEPOINT")),
-        "release" => Some(Local::Noop("RELEASE")),
+        "savepoint" => Some(Local::Unsupported("SAVEPOINT")),
+        "release" => Some(Local::Unsupported("RELEASE SAVEPOINT")),
         "discard" => Some(Local::Noop(match word(1) {
             "plans" => "DISCARD PLANS",
             "sequences" => "DISCARD SEQUENCES",
@@ -396,12 +399,15 @@ mod tests {
         assert_eq!(classify("abort"), Some(Local::Rollback));
         assert_eq!(
             classify("ROLLBACK TO SAVEPOINT s1"),
-            Some(Local::Noop("ROLLBACK"))
+            Some(Local::Unsupported("ROLLBACK TO SAVEPOINT"))
         );
-        assert_eq!(classify("savepoint s1"), Some(Local::Noop("SAVEPOINT")));
+        assert_eq!(
+            classify("savepoint s1"),
+            Some(Local::Unsupported("SAVEPOINT"))
+        );
         assert_eq!(
             classify("RELEASE SAVEPOINT s1"),
-            Some(Local::Noop("RELEASE"))
+            Some(Local::Unsupported("RELEASE SAVEPOINT"))
         );
         assert_eq!(classify("COMMIT PREPARED 'x'"), None);
         assert_eq!(classify("DISCARD ALL"), Some(Local::Noop("DISCARD ALL")));

@@ -12,8 +12,8 @@
 //!   Parameters and results may be text or binary, per the client's format codes;
 //!   `Execute` with a row limit suspends the portal.
 //! - **Session statements** (`SET application_name …`, `SET extra_float_digits …`,
-//!   `SHOW TRANSACTION ISOLATION LEVEL`, `BEGIN`/`COMMIT`/`ROLLBACK`, `SAVEPOINT`,
-//!   `DISCARD ALL`) are answered by the front end itself. `SET` of PostgreSQL
+//!   `SHOW TRANSACTION ISOLATION LEVEL`, `BEGIN`/`COMMIT`/`ROLLBACK`, `DISCARD
+//!   ALL`; `SAVEPOINT` is refused) are answered by the front end itself. `SET` of PostgreSQL
 //!   variables is accepted and shown by `SHOW`; of them only `statement_timeout`
 //!   changes anything: a statement (its rows streaming included) that runs past it
 //!   ends with SQLSTATE 57014, as in PostgreSQL. Cairn has no

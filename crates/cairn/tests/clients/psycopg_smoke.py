@@ -194,6 +194,14 @@ def basic(table):
         cur.execute(f"SELECT count(*) FROM {table}")
         check(cur.fetchone() == (3,), "count after rollback")
         conn.commit()
+        # A savepoint would promise an undo that autocommit cannot keep: refused.
+        try:
+            with conn.transaction():
+                with conn.transaction():
+                    raise AssertionError("a nested transaction (SAVEPOINT) was accepted")
+        except errors.FeatureNotSupported as e:
+            check("SAVEPOINT" in str(e), f"SAVEPOINT refusal: {e}")
+        conn.rollback()
 
 
 def copy(table):
