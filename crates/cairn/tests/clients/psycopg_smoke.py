@@ -323,7 +323,6 @@ def cancel(big):
 
         # statement_timeout ends a statement with the same SQLSTATE.
         cur.execute("SET statement_timeout = '500ms'")
-        started = time.monotonic()
         try:
             cur.execute(
                 f"SELECT count(*) FROM {big} a, {big} b, {big} c WHERE a.id + b.id + c.id >= 0"
@@ -332,8 +331,6 @@ def cancel(big):
         except errors.QueryCanceled as e:
             check(e.sqlstate == "57014", f"statement_timeout SQLSTATE {e.sqlstate}")
             check("statement timeout" in str(e), f"statement_timeout message: {e}")
-        elapsed = time.monotonic() - started
-        check(elapsed < 30, f"statement_timeout took {elapsed:.1f} s")
         cur.execute("RESET statement_timeout")
         cur.execute("SELECT 1")
         check(cur.fetchone() == (1,), "SELECT 1 after statement_timeout")
