@@ -93,23 +93,6 @@ impl std::fmt::Debug for QueryResult {
     }
 }
 
-/// Checks that every column a COPY names is one of the table's (42703 otherwise, as
-/// PostgreSQL).
-fn copy_columns_exist(table: &cairn_client::Table, columns: &[String]) -> Result<()> {
-    for col in columns {
-        if table.schema.index_of(col).is_err() {
-            return Err(SqlError::other(
-                "42703",
-                format!(
-                    "column \"{col}\" of relation \"{}\" does not exist",
-                    table.name
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 impl QueryResult {
     /// The result for a front end that cannot stream COPY data: a `CopyOut` becomes
     /// its rows, a `CopyIn` an error (0A000) naming what to use instead.
@@ -674,7 +657,6 @@ impl SqlSession {
                         ))
                         .await?;
                         let table = client.open_table(&c.table).await?;
-                        copy_columns_exist(&table, &c.columns)?;
                         let rows = copy_from(
                             client.clone(),
                             table,
@@ -693,7 +675,10 @@ impl SqlSession {
                             need: cairn_proto::auth::Privileges::INSERT,
                         })
                         .await?;
-                        copy_columns_exist(&table, &c.columns)?;
+                        // Before the client is asked for data (the load checks again).
+                        for col in &c.columns {
+                            table.schema.index_of(col)?;
+                        }
                         Ok(QueryResult::CopyIn(CopyIn::start(
                             client.clone(),
                             table,

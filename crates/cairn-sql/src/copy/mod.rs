@@ -89,6 +89,7 @@ pub async fn copy_from(
     };
     let table_arrow = schema.to_arrow();
     let what = input.describe();
+    let what_read = what.clone();
     let (tx, mut rx) = mpsc::channel::<Result<RecordBatch>>(4);
     let shape = Shaper {
         table: table.clone(),
@@ -97,7 +98,7 @@ pub async fn copy_from(
     };
     let reader = tokio::task::spawn_blocking(move || -> Result<()> {
         let send = |b: Result<RecordBatch>| -> bool { tx.blocking_send(b).is_ok() };
-        let what = input.describe();
+        let what = what_read;
         if options.format == CopyFormat::Parquet {
             let CopyInput::File(path) = input else {
                 return Err(SqlError::unsupported("Parquet is read from files only"));
