@@ -33,6 +33,8 @@ pub enum SqlError {
         kind: RowErrorKind,
         /// What happened, with the row.
         message: String,
+        /// Rows of the statement written (to other tablets) before it failed.
+        written: u64,
     },
     /// Any other error, with its SQLSTATE.
     #[error("{message}")]

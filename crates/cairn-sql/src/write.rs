@@ -563,6 +563,7 @@ impl StatementWrite {
                  {written} row(s) were written to other tablets (a statement is atomic per \
                  tablet, not across tablets)"
             ),
+            written,
         }
     }
 }

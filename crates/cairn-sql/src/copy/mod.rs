@@ -196,6 +196,7 @@ pub async fn copy_from(
                 first.row + 1,
                 summary.rows_written
             ),
+            written: summary.rows_written,
         });
     }
     let written = summary.rows_written;

@@ -25,6 +25,7 @@ use datafusion::common::ScalarValue;
 use datafusion::config::ExtensionOptions;
 use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
 use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
@@ -53,6 +54,7 @@ use super::encode::{Stop, fields, pg_error, query_response, timed_out, wire_sche
 use super::local::{Local, Vars, classify, show_column};
 use super::params::decode_params;
 use super::sqltext::{Tok, split_statements, tokens};
+use super::txn::{TxBlock, wrote_nothing};
 use crate::error::SqlError;
 use crate::options::CairnOptions;
 use crate::session::{Prepared, QueryResult, SqlEngine, SqlSession};
@@ -97,13 +99,15 @@ impl Shared {
 pub(crate) struct Conn {
     pub(crate) shared: Arc<Shared>,
     pub(crate) session: SqlSession,
-    pub(crate) vars: Vars,
+    pub(crate) vars: Arc<Vars>,
     /// Bumped by a cancel request for this connection.
     pub(crate) cancel: Arc<watch::Sender<u64>>,
     /// Where the connection's SCRAM exchange stands.
     pub(crate) scram: Mutex<super::auth::ScramStage>,
     /// The `COPY … FROM STDIN` waiting for the client's data, if one is under way.
     pub(crate) copy_in: Mutex<Option<crate::copy::CopyIn>>,
+    /// The transaction block and its savepoints.
+    tx: Arc<Mutex<TxBlock>>,
 }
 
 impl Conn {
@@ -128,13 +132,18 @@ impl Conn {
                 ))))
             }),
         ));
+        let vars = Arc::new(Vars::default());
+        session
+            .context()
+            .register_udf(super::local::CurrentSetting::udf(vars.clone()));
         Conn {
             shared,
             session,
-            vars: Vars::default(),
+            vars,
             cancel: Arc::new(watch::channel(0).0),
             scram: Mutex::new(Default::default()),
             copy_in: Mutex::new(None),
+            tx: Arc::new(Mutex::new(TxBlock::default())),
         }
     }
 
@@ -228,13 +237,38 @@ impl Conn {
             .map(|e| e.value.unwrap_or_default())
     }
 
-    /// Runs a statement answered by the front end.
+    /// Runs a statement answered by the front end (refused with 25P02 in a failed
+    /// transaction block unless it ends the block).
     fn run_local(&self, local: &Local, format: &Format) -> PgWireResult<Response> {
-        let user_error = |m: String| pg_error(&SqlError::other("22023", m));
+        let result = self.tx.lock().check(local.ends_block());
+        result
+            .and_then(|()| self.answer_local(local, format))
+            .inspect_err(|_| self.tx.lock().failed(false))
+            .map_err(|e| pg_error(&e))
+    }
+
+    /// The answer to a statement the front end runs itself.
+    fn answer_local(&self, local: &Local, format: &Format) -> Result<Response, SqlError> {
+        let user_error = |m: String| SqlError::other("22023", m);
         Ok(match local {
-            Local::Begin(tag) => Response::TransactionStart(Tag::new(tag)),
-            Local::Commit => Response::TransactionEnd(Tag::new("COMMIT")),
-            Local::Rollback => Response::TransactionEnd(Tag::new("ROLLBACK")),
+            Local::Begin(tag) => {
+                self.tx.lock().begin();
+                Response::TransactionStart(Tag::new(tag))
+            }
+            Local::Commit => Response::TransactionEnd(Tag::new(self.tx.lock().end(true))),
+            Local::Rollback => Response::TransactionEnd(Tag::new(self.tx.lock().end(false))),
+            Local::Savepoint(name) => {
+                self.tx.lock().savepoint(name)?;
+                Response::Execution(Tag::new("SAVEPOINT"))
+            }
+            Local::Release(name) => {
+                self.tx.lock().release(name)?;
+                Response::Execution(Tag::new("RELEASE"))
+            }
+            Local::RollbackTo(name) => {
+                self.tx.lock().rollback_to(name)?;
+                Response::Execution(Tag::new("ROLLBACK"))
+            }
             Local::Set { name, value } => {
                 self.vars.set(name, value.clone()).map_err(user_error)?;
                 Response::Execution(Tag::new("SET"))
@@ -253,22 +287,14 @@ impl Conn {
                 let batch = RecordBatch::try_new(
                     schema.clone(),
                     vec![Arc::new(StringArray::from(vec![value]))],
-                )
-                .map_err(|e| pg_error(&e.into()))?;
-                let stream = MemoryStream::try_new(vec![batch], schema.clone(), None)
-                    .map_err(|e| pg_error(&e.into()))?;
-                let mut resp = query_response(&schema, Box::pin(stream), format, Stop::default())?;
+                )?;
+                let stream = MemoryStream::try_new(vec![batch], schema.clone(), None)?;
+                let mut resp = query_response(&schema, Box::pin(stream), format, Stop::default())
+                    .map_err(|e| SqlError::other("XX000", e.to_string()))?;
                 resp.set_command_tag("SHOW");
                 Response::Query(resp)
             }
             Local::Noop(tag) => Response::Execution(Tag::new(tag)),
-            Local::Unsupported(what) => {
-                return Err(pg_error(&SqlError::unsupported(format!(
-                    "{what} is not supported: Cairn has no multi-statement transactions yet \
-                     (every statement commits on its own), so there is no work to roll back \
-                     to a savepoint"
-                ))));
-            }
         })
     }
 
@@ -283,6 +309,12 @@ impl Conn {
     ) -> PgWireResult<Response> {
         Ok(match result {
             QueryResult::Rows { schema, stream } => {
+                // An error while rows stream fails the transaction block too.
+                let tx = self.tx.clone();
+                let stream = Box::pin(RecordBatchStreamAdapter::new(
+                    schema.clone(),
+                    stream.inspect_err(move |_| tx.lock().failed(false)),
+                ));
                 let schema = match described {
                     Some(d) if d.fields().len() == schema.fields().len() => d,
                     _ => schema.as_ref(),
@@ -337,24 +369,42 @@ impl Conn {
         if let Some(local) = self.local(sql) {
             return Ok(vec![self.run_local(&local, &Format::UnifiedText)?]);
         }
+        self.tx.lock().check(false).map_err(|e| pg_error(&e))?;
         let stop = self.stop(cancel);
-        let results = with_deadline(stop.deadline, self.execute(sql))
-            .await?
-            .map_err(|e| pg_error(&e))?;
+        let read_only = read_only(sql);
+        let results = match with_deadline(stop.deadline, self.execute(sql)).await {
+            Ok(Ok(results)) => results,
+            Ok(Err(e)) => return Err(self.failed(read_only, e)),
+            Err(e) => {
+                self.tx.lock().failed(!read_only);
+                return Err(e);
+            }
+        };
         let n = results.len();
         let mut out = Vec::with_capacity(n);
         for (i, r) in results.into_iter().enumerate() {
+            if wrote(&r) {
+                self.tx.lock().wrote();
+            }
             let r = if last && i + 1 == n {
                 r
             } else if matches!(r, QueryResult::CopyIn(_)) {
-                return Err(pg_error(&SqlError::other(
-                    "0A000",
-                    "COPY ... FROM STDIN must be the last statement of a query string",
-                )));
+                return Err(self.failed(
+                    true,
+                    SqlError::other(
+                        "0A000",
+                        "COPY ... FROM STDIN must be the last statement of a query string",
+                    ),
+                ));
             } else {
-                with_deadline(stop.deadline, materialize(r))
-                    .await?
-                    .map_err(|e| pg_error(&e))?
+                match with_deadline(stop.deadline, materialize(r)).await {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(e)) => return Err(self.failed(true, e)),
+                    Err(e) => {
+                        self.tx.lock().failed(false);
+                        return Err(e);
+                    }
+                }
             };
             out.push(self.response(r, &Format::UnifiedText, stop.clone(), None)?);
         }
@@ -362,6 +412,22 @@ impl Conn {
             out.push(Response::EmptyQuery);
         }
         Ok(out)
+    }
+
+    /// Notes a failed engine statement in the transaction block and returns its
+    /// wire error. `read_only`: the statement only reads.
+    fn failed(&self, read_only: bool, e: SqlError) -> PgWireError {
+        self.tx.lock().failed(!wrote_nothing(read_only, &e));
+        pg_error(&e)
+    }
+}
+
+/// Whether a statement's result says it changed something (rows, tables, users).
+fn wrote(r: &QueryResult) -> bool {
+    match r {
+        QueryResult::Count { .. } | QueryResult::CopyIn(_) => true,
+        QueryResult::Done { tag } => !matches!(tag.as_str(), "" | "SET" | "RESET" | "SHOW"),
+        QueryResult::Rows { .. } | QueryResult::CopyOut { .. } => false,
     }
 }
 
@@ -490,7 +556,12 @@ impl QueryParser for CairnParser {
         if let Some(local) = self.conn.local(sql) {
             return Ok(Some(PgStatement::Local(local)));
         }
-        let prepared = self.conn.prepare(sql).await.map_err(|e| pg_error(&e))?;
+        self.conn.tx.lock().check(false).map_err(|e| pg_error(&e))?;
+        let prepared = self
+            .conn
+            .prepare(sql)
+            .await
+            .map_err(|e| self.conn.failed(true, e))?;
         Ok(Some(PgStatement::Engine {
             rows: prepared.returns_rows(),
             prepared: Arc::new(prepared),
@@ -626,19 +697,30 @@ impl ExtendedQueryHandler for ConnHandler {
         match &portal.statement.statement {
             PgStatement::Local(local) => self.conn.run_local(local, &portal.result_column_format),
             PgStatement::Engine { prepared, rows } => {
+                self.conn.tx.lock().check(false).map_err(|e| pg_error(&e))?;
                 let params = decode_params(
                     &portal.parameters,
                     &portal.parameter_format,
                     &portal.statement.parameter_types,
                     &prepared.param_types,
                 )
-                .map_err(|e| pg_error(&e))?;
-                let result = with_deadline(
+                .map_err(|e| self.conn.failed(true, e))?;
+                let result = match with_deadline(
                     stop.deadline,
                     self.conn.session.execute_prepared(prepared, params),
                 )
-                .await?
-                .map_err(|e| pg_error(&e))?;
+                .await
+                {
+                    Ok(Ok(result)) => result,
+                    Ok(Err(e)) => return Err(self.conn.failed(*rows, e)),
+                    Err(e) => {
+                        self.conn.tx.lock().failed(!*rows);
+                        return Err(e);
+                    }
+                };
+                if wrote(&result) {
+                    self.conn.tx.lock().wrote();
+                }
                 let described = rows.then_some(prepared.schema.as_ref());
                 self.conn
                     .response(result, &portal.result_column_format, stop, described)

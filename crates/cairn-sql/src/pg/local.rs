@@ -11,17 +11,27 @@
 //!   dates, UTC). `client_encoding` accepts only UTF8.
 //! - `SHOW` of a well-known PostgreSQL variable (or one set before), or of a session
 //!   setting (`cairn.…`, `datafusion.…`), is answered with one text column.
-//! - Transactions are accepted: every statement commits on its own (autocommit), so
-//!   `BEGIN` … `COMMIT` only changes the transaction status reported to the client and
-//!   `ROLLBACK` undoes nothing. `SAVEPOINT`, `ROLLBACK TO` and `RELEASE` are refused
-//!   (0A000): a client that rolls back to a savepoint expects the work after it undone.
+//! - Transaction blocks and savepoints are kept by [`super::txn::TxBlock`]: every
+//!   statement commits on its own (autocommit), so `ROLLBACK` undoes nothing, and
+//!   `ROLLBACK TO SAVEPOINT` is refused (0A000) when there would be work to undo.
 //!
 //! `SET` and `RESET` of `cairn.…` / `datafusion.…` settings, `SHOW ALL`, and everything
 //! else go to the engine.
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, StringArray};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{DataFusionError, ScalarValue};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
+};
 use parking_lot::Mutex;
+
+use crate::error::SqlError;
 
 use super::sqltext::{Tok, rest_after, tokens};
 
@@ -48,8 +58,33 @@ pub(crate) enum Local {
     /// A statement accepted without effect, with its command tag (`SET` of
     /// transaction characteristics, `DISCARD ALL`, ...).
     Noop(&'static str),
-    /// A statement refused as unsupported (0A000), with its name.
-    Unsupported(&'static str),
+    /// `SAVEPOINT name`.
+    Savepoint(String),
+    /// `RELEASE [SAVEPOINT] name`.
+    Release(String),
+    /// `ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name`.
+    RollbackTo(String),
+}
+
+impl Local {
+    /// Whether the statement may run in a failed transaction block: it ends the
+    /// block or rolls back within it.
+    pub(crate) fn ends_block(&self) -> bool {
+        matches!(self, Local::Commit | Local::Rollback | Local::RollbackTo(_))
+    }
+}
+
+/// The savepoint name after token `i` (skipping the word `savepoint`); `None` if
+/// there is none.
+fn savepoint_name(toks: &[Tok], mut i: usize) -> Option<String> {
+    if matches!(toks.get(i), Some(t) if t.is_word("savepoint")) {
+        i += 1;
+    }
+    match toks.get(i)? {
+        Tok::Word(w) => Some(w.clone()),
+        Tok::Quoted(q) => Some(q.clone()),
+        _ => None,
+    }
 }
 
 /// Namespaces of settings that belong to the engine.
@@ -82,14 +117,15 @@ pub(crate) fn classify(sql: &str) -> Option<Local> {
         "rollback" => {
             if word(1) == "prepared" {
                 None
-            } else if toks.iter().skip(1).any(|t| t.is_word("to")) {
-                Some(Local::Unsupported("ROLLBACK TO SAVEPOINT"))
+            } else if let Some(to) = toks.iter().position(|t| t.is_word("to")) {
+                // A missing name is left to the engine, which reports the syntax error.
+                savepoint_name(&toks, to + 1).map(Local::RollbackTo)
             } else {
                 Some(Local::Rollback)
             }
         }
-        "savepoint" => Some(Local::Unsupported("SAVEPOINT")),
-        "release" => Some(Local::Unsupported("RELEASE SAVEPOINT")),
+        "savepoint" => savepoint_name(&toks, 1).map(Local::Savepoint),
+        "release" => savepoint_name(&toks, 1).map(Local::Release),
         "discard" => Some(Local::Noop(match word(1) {
             "plans" => "DISCARD PLANS",
             "sequences" => "DISCARD SEQUENCES",
@@ -348,6 +384,84 @@ impl Vars {
     }
 }
 
+/// `current_setting(name [, missing_ok])`: a variable of the connection, as `SHOW`
+/// reports it. An unknown name fails with 42704, or is NULL with `missing_ok`.
+#[derive(Debug)]
+pub(crate) struct CurrentSetting {
+    vars: Arc<Vars>,
+    signature: Signature,
+}
+
+impl CurrentSetting {
+    /// The function for one connection's variables.
+    pub(crate) fn udf(vars: Arc<Vars>) -> ScalarUDF {
+        ScalarUDF::new_from_impl(CurrentSetting {
+            vars,
+            signature: Signature::one_of(
+                vec![
+                    TypeSignature::Exact(vec![DataType::Utf8]),
+                    TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
+                ],
+                Volatility::Stable,
+            ),
+        })
+    }
+}
+
+impl PartialEq for CurrentSetting {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.vars, &other.vars)
+    }
+}
+impl Eq for CurrentSetting {}
+impl std::hash::Hash for CurrentSetting {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.vars).hash(state);
+    }
+}
+
+impl ScalarUDFImpl for CurrentSetting {
+    fn name(&self) -> &str {
+        "current_setting"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _args: &[DataType]) -> datafusion::common::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::common::Result<ColumnarValue> {
+        let missing_ok = matches!(
+            args.args.get(1),
+            Some(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))
+        );
+        let names = args.args[0].to_array(args.number_rows)?;
+        let Some(names) = names.as_any().downcast_ref::<StringArray>() else {
+            return Err(DataFusionError::Plan("current_setting takes text".into()));
+        };
+        let mut out = Vec::with_capacity(names.len());
+        for name in names.iter() {
+            out.push(match name {
+                None => None,
+                Some(n) => match self.vars.get(&canonical(n)) {
+                    Some(v) => Some(v),
+                    None if missing_ok => None,
+                    None => {
+                        return Err(DataFusionError::External(Box::new(SqlError::other(
+                            "42704",
+                            format!("unrecognized configuration parameter \"{n}\""),
+                        ))));
+                    }
+                },
+            });
+        }
+        Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+    }
+}
+
 /// A PostgreSQL time setting in milliseconds: a bare number is milliseconds, or a
 /// number with a unit (`us`, `ms`, `s`, `min`, `h`, `d`), as in `SET
 /// statement_timeout = '5s'`. Fractions round down to whole milliseconds.
@@ -399,15 +513,20 @@ mod tests {
         assert_eq!(classify("abort"), Some(Local::Rollback));
         assert_eq!(
             classify("ROLLBACK TO SAVEPOINT s1"),
-            Some(Local::Unsupported("ROLLBACK TO SAVEPOINT"))
+            Some(Local::RollbackTo("s1".into()))
         );
         assert_eq!(
-            classify("savepoint s1"),
-            Some(Local::Unsupported("SAVEPOINT"))
+            classify("rollback work to \"S 2\""),
+            Some(Local::RollbackTo("S 2".into()))
         );
+        assert_eq!(
+            classify("savepoint S1"),
+            Some(Local::Savepoint("s1".into()))
+        );
+        assert_eq!(classify("RELEASE s1"), Some(Local::Release("s1".into())));
         assert_eq!(
             classify("RELEASE SAVEPOINT s1"),
-            Some(Local::Unsupported("RELEASE SAVEPOINT"))
+            Some(Local::Release("s1".into()))
         );
         assert_eq!(classify("COMMIT PREPARED 'x'"), None);
         assert_eq!(classify("DISCARD ALL"), Some(Local::Noop("DISCARD ALL")));

@@ -12,15 +12,15 @@
 //!   Parameters and results may be text or binary, per the client's format codes;
 //!   `Execute` with a row limit suspends the portal.
 //! - **Session statements** (`SET application_name …`, `SET extra_float_digits …`,
-//!   `SHOW TRANSACTION ISOLATION LEVEL`, `BEGIN`/`COMMIT`/`ROLLBACK`, `DISCARD
-//!   ALL`; `SAVEPOINT` is refused) are answered by the front end itself. `SET` of PostgreSQL
-//!   variables is accepted and shown by `SHOW`; of them only `statement_timeout`
-//!   changes anything: a statement (its rows streaming included) that runs past it
-//!   ends with SQLSTATE 57014, as in PostgreSQL. Cairn has no
+//!   `SHOW TRANSACTION ISOLATION LEVEL`, `BEGIN`/`COMMIT`/`ROLLBACK`, savepoints,
+//!   `DISCARD ALL`) are answered by the front end itself. `SET` of PostgreSQL
+//!   variables is accepted and shown by `SHOW` and `current_setting()`; of them only
+//!   `statement_timeout` changes anything: a statement (its rows streaming included)
+//!   that runs past it ends with SQLSTATE 57014, as in PostgreSQL. Cairn has no
 //!   multi-statement transactions: every statement commits on its own, and `ROLLBACK`
-//!   undoes nothing. The transaction status reported to the client follows
-//!   PostgreSQL's (in a transaction, failed after an error until `ROLLBACK`), but
-//!   statements after an error still run.
+//!   undoes nothing. The block itself follows PostgreSQL (`txn.rs`): after an error
+//!   every statement fails with 25P02 until `ROLLBACK`, and `ROLLBACK TO SAVEPOINT`
+//!   is honoured when there is nothing to undo and refused (0A000) when there is.
 //! - **Catalog queries** of psql (`\dt`, `\d t`, `\l`) and drivers (pgJDBC's
 //!   `getTables`, `pg_type` lookups) read the `pg_catalog` the engine installs, after
 //!   `datafusion-pg-catalog`'s compatibility rewrite (`::regclass`,
@@ -49,6 +49,7 @@ mod handlers;
 mod local;
 mod params;
 mod sqltext;
+mod txn;
 
 use std::future::Future;
 use std::io;

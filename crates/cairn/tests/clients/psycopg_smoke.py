@@ -6,7 +6,8 @@ Run: python psycopg_smoke.py [PORT]   (default: $CAIRN_PG_PORT, then 5433)
 Checks parameters (text and binary), executemany, the Python types of fetched values
 (int, float, str, Decimal, date, datetime, None) in text and binary results, row
 counts, SQLSTATEs of errors (23505 duplicate key, 42P01 unknown table, 22001 value too
-long, 23502 NULL in a NOT NULL column), transactions, conn.cancel() of a long query
+long, 23502 NULL in a NOT NULL column), transactions (25P02 after an error, savepoints
+around reads, ROLLBACK TO refused after a write), conn.cancel() of a long query
 and statement_timeout (57014), and COPY: cursor.copy() FROM STDIN in text and CSV
 (write_row and raw blocks, awkward values, a failed load, an aborted one) and TO
 STDOUT. Tables get unique names and are dropped at the end. Exits non-zero on the
@@ -194,14 +195,47 @@ def basic(table):
         cur.execute(f"SELECT count(*) FROM {table}")
         check(cur.fetchone() == (3,), "count after rollback")
         conn.commit()
-        # A savepoint would promise an undo that autocommit cannot keep: refused.
+        # An error fails the transaction block: 25P02 until ROLLBACK.
+        try:
+            cur.execute("SELECT 1/0")
+            raise AssertionError("expected division by zero")
+        except errors.DivisionByZero:
+            pass
+        e = expect_error(cur, "SELECT 1", None, "25P02")
+        check(isinstance(e, errors.InFailedSqlTransaction), f"failed block: {type(e)}")
+        conn.rollback()
+        # A nested transaction (SAVEPOINT) around reads: a failure inside rolls back to
+        # the savepoint, and the outer transaction goes on, as in PostgreSQL.
+        with conn.transaction():
+            cur.execute(f"SELECT count(*) FROM {table}")
+            try:
+                with conn.transaction():
+                    cur.execute("SELECT * FROM no_such_table_psycopg_smoke")
+            except errors.UndefinedTable:
+                pass
+            cur.execute(f"SELECT count(*) FROM {table}")
+            check(cur.fetchone() == (3,), "reads after ROLLBACK TO SAVEPOINT")
+        # ... but after a write, rolling back to the savepoint would promise an undo
+        # that autocommit cannot keep: refused (0A000), and the row stays.
+        cur.execute("BEGIN")
+        cur.execute("SAVEPOINT s1")
+        cur.execute(f"INSERT INTO {table} (id, name) VALUES (%s, %s)", (11, "sp"))
+        e = expect_error(cur, "ROLLBACK TO SAVEPOINT s1", None, "0A000")
+        check("ROLLBACK TO SAVEPOINT" in str(e), f"ROLLBACK TO refusal: {e}")
+        conn.rollback()
+        # psycopg's nested transaction() logs the refusal and raises the error that
+        # caused the rollback.
         try:
             with conn.transaction():
                 with conn.transaction():
-                    raise AssertionError("a nested transaction (SAVEPOINT) was accepted")
-        except errors.FeatureNotSupported as e:
-            check("SAVEPOINT" in str(e), f"SAVEPOINT refusal: {e}")
-        conn.rollback()
+                    cur.execute(f"UPDATE {table} SET name = %s WHERE id = %s", ("sp", 11))
+                    raise RuntimeError("undo the update")
+        except RuntimeError:
+            pass
+        cur.execute(f"SELECT name FROM {table} WHERE id = 11")
+        check(cur.fetchone() == ("sp",), "the write before the refused ROLLBACK TO")
+        cur.execute(f"DELETE FROM {table} WHERE id = 11")
+        conn.commit()
 
 
 def copy(table):
