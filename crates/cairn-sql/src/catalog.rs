@@ -49,6 +49,9 @@ pub struct CairnSchema {
     names: Mutex<(Option<Instant>, Vec<String>)>,
     opened: Mutex<HashMap<String, (Instant, Arc<CairnTable>)>>,
     stats: Mutex<StatsCache>,
+    /// `pg_catalog`, where unqualified `pg_…` names resolve first (as PostgreSQL's
+    /// search path puts it first).
+    system: std::sync::OnceLock<Arc<dyn SchemaProvider>>,
 }
 
 impl CairnSchema {
@@ -59,7 +62,14 @@ impl CairnSchema {
             names: Mutex::new((None, vec![])),
             opened: Mutex::new(HashMap::new()),
             stats: Mutex::new(HashMap::new()),
+            system: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets the `pg_catalog` schema that unqualified `pg_…` names resolve to first.
+    pub fn set_system_catalog(&self, system: Arc<dyn SchemaProvider>) {
+        // Set once, by the engine that made this schema.
+        let _ = self.system.set(system);
     }
 
     /// Fetches the table list from the master if it is older than a second (or
@@ -129,6 +139,12 @@ impl SchemaProvider for CairnSchema {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
+        if name.starts_with("pg_")
+            && let Some(system) = self.system.get()
+            && let Some(t) = system.table(name).await?
+        {
+            return Ok(Some(t));
+        }
         if let Some((at, t)) = self.opened.lock().get(name)
             && at.elapsed() < TABLE_CACHE_TTL
         {

@@ -37,6 +37,7 @@ pub mod provider;
 pub mod pushdown;
 pub mod scan;
 pub mod session;
+pub mod system;
 pub mod types;
 pub mod write;
 

@@ -41,6 +41,7 @@ use datafusion::sql::sqlparser::tokenizer::{
 };
 
 mod copy;
+mod functions;
 
 pub use copy::{CopyFormat, CopyFrom, CopyInput, CopyOptions, CopyTo};
 
@@ -704,6 +705,7 @@ fn finish_query(
     };
     let as_of = strip_as_of(&mut statement)?;
     normalize_update_targets(&mut statement);
+    functions::rewrite_functions(&mut statement);
     Ok(CairnStatement::Query {
         statement,
         insert_mode,

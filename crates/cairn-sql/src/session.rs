@@ -213,6 +213,17 @@ impl SqlEngine {
             .build();
         let ctx = SessionContext::new_with_state(state);
         datafusion_pg_catalog::setup_pg_catalog(&ctx, CATALOG, PgContext).map_err(|e| *e)?;
+        // The library's pg_catalog, completed with Cairn's primary keys.
+        if let Some(catalog) = ctx.catalog(CATALOG)
+            && let Some(library) = catalog.schema("pg_catalog")
+        {
+            let system = Arc::new(crate::system::SystemCatalog::new(library, client.clone()));
+            for f in system.functions() {
+                ctx.register_udf(f);
+            }
+            catalog.register_schema("pg_catalog", system.clone())?;
+            schema.set_system_catalog(system);
+        }
         Ok(SqlEngine {
             inner: Arc::new(EngineInner {
                 users: Arc::new(crate::authz::UserDirectory::new(client.clone())),

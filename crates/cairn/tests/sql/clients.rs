@@ -121,6 +121,11 @@ async fn psql_psycopg_jdbc_and_adbc() {
                 &[dir.join("psycopg_smoke.py").to_str().unwrap(), &port],
             ) as usize;
             ran += run_client(
+                "SQLAlchemy and pandas",
+                py,
+                &[dir.join("sqlalchemy_smoke.py").to_str().unwrap(), &port],
+            ) as usize;
+            ran += run_client(
                 "ADBC Flight SQL",
                 py,
                 &[
@@ -131,8 +136,79 @@ async fn psql_psycopg_jdbc_and_adbc() {
         }
         None => assert!(
             std::env::var("CI").is_err(),
-            "no Python venv with psycopg and adbc-driver-flightsql (see .ci/run)"
+            "no Python venv with psycopg, SQLAlchemy, pandas and adbc-driver-flightsql (see .ci/run)"
         ),
     }
     eprintln!("{ran} clients ran");
+}
+
+/// psql's describe commands find Cairn's primary keys (in `pg_index`, `pg_constraint`
+/// and the key's index relation in `pg_class`), and a savepoint around a failed read
+/// rolls back as in PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn psql_describe_shows_primary_keys() {
+    if !available(Path::new("psql")) {
+        assert!(
+            std::env::var("CI").is_err(),
+            "psql is not installed (CI must install it: see .ci/run)"
+        );
+        eprintln!("skipping: psql is not installed");
+        return;
+    }
+    let (_cl, engine) = sql_cluster(1).await;
+    let pg_port = reserve_port();
+    let pg = tokio::net::TcpListener::bind(("127.0.0.1", pg_port))
+        .await
+        .unwrap();
+    tokio::spawn(cairn_sql::pg::serve(
+        engine.clone(),
+        pg,
+        cairn_sql::pg::PgOptions::default(),
+        std::future::pending(),
+    ));
+    let port = pg_port.to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &port, "-U", "cairn", "-X", "-v"])
+            .arg("ON_ERROR_STOP=1")
+            .args([
+                "-c",
+                "CREATE TABLE described (region TEXT, id BIGINT, v DOUBLE PRECISION, \
+                 PRIMARY KEY (id, region))",
+                "-c",
+                "\\d described",
+                "-c",
+                "\\di",
+                "-c",
+                "SELECT conname, conkey, pg_get_constraintdef(oid) FROM pg_constraint \
+                 WHERE conrelid = 'described'::regclass",
+                "-c",
+                "BEGIN",
+                "-c",
+                "SAVEPOINT a",
+                "-c",
+                "ROLLBACK TO SAVEPOINT a",
+                "-c",
+                "COMMIT",
+                "cairn",
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "psql failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "\"described_pkey\" PRIMARY KEY, btree (id, region)",
+        "described_pkey | index",
+        "described_pkey | {2,1}  | PRIMARY KEY (id, region)",
+        "ROLLBACK",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} not in:\n{stdout}");
+    }
 }

@@ -1,0 +1,385 @@
+//! PostgreSQL functions spelled the way DataFusion can run them.
+//!
+//! Catalog queries of drivers and ORMs use set-returning functions DataFusion does not
+//! have. They are rewritten in the syntax tree before planning:
+//!
+//! - `pg_catalog.f(…)` → `f(…)`: PostgreSQL's functions live in `pg_catalog`, which is
+//!   always on the search path; DataFusion knows them by their bare names.
+//! - `generate_subscripts(a, d)` → `unnest(generate_series(1, array_length(a, d)))`:
+//!   the subscripts of dimension `d`, one row each. DataFusion zips several `unnest`s
+//!   of one SELECT list as PostgreSQL zips its set-returning functions, so SQLAlchemy's
+//!   `unnest(indkey) AS attnum, generate_subscripts(indkey, 1) AS ord` pairs each key
+//!   column with its position.
+//! - `pg_get_serial_sequence(…)` → `NULL`: no Cairn column draws from a sequence.
+//!   Written as a constant, a subquery that looks the sequence up is no longer
+//!   correlated through it, which DataFusion could not plan (SQLAlchemy's column
+//!   reflection does this).
+//! - A scalar subquery over `pg_sequence` alone → `NULL`: Cairn has no sequences, so
+//!   it finds no row. (SQLAlchemy looks up identity columns' sequences in a subquery
+//!   under a CASE, which DataFusion cannot plan.)
+//! - A scalar subquery over catalog tables (`pg_…`) whose one column is not an
+//!   aggregate is aggregated with `max(…)`: DataFusion runs a correlated scalar
+//!   subquery only when it is aggregated, and such lookups (`(SELECT pg_get_expr(…)
+//!   FROM pg_attrdef WHERE adrelid = … AND adnum = …)`) find at most one row, where
+//!   `max` is the row itself. User tables are left alone, so a subquery of theirs
+//!   that finds two rows is still an error. Conditions of such a subquery that only
+//!   test the outer row (`WHERE pg_attribute.atthasdef AND …`) move out in front of
+//!   it (`CASE WHEN pg_attribute.atthasdef THEN (SELECT …) END`, the same value):
+//!   DataFusion cannot decorrelate them when the outer row comes from an outer join.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{
+    self, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments,
+    Ident, ObjectName, ObjectNamePart, Value, visit_expressions_mut,
+};
+
+/// Rewrites the PostgreSQL functions of a statement (see the module doc).
+pub(crate) fn rewrite_functions(statement: &mut DFStatement) {
+    if let DFStatement::Statement(s) = statement {
+        let _ = visit_expressions_mut(s.as_mut(), |expr| {
+            rewrite(expr);
+            ControlFlow::<()>::Continue(())
+        });
+    }
+}
+
+/// The name of a function call, lower case, without a `pg_catalog.` qualifier.
+fn function_name(f: &Function) -> Option<String> {
+    let parts = &f.name.0;
+    let last = match parts.as_slice() {
+        [one] => one,
+        [schema, one] if schema.as_ident()?.value.eq_ignore_ascii_case("pg_catalog") => one,
+        _ => return None,
+    };
+    Some(last.as_ident()?.value.to_lowercase())
+}
+
+/// A call of `name(args…)`.
+fn call(name: &str, args: Vec<Expr>) -> Expr {
+    Expr::Function(Function {
+        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: args
+                .into_iter()
+                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                .collect(),
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+/// The plain positional arguments of a call, if that is all it has.
+fn plain_args(f: &Function) -> Option<Vec<Expr>> {
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    list.args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Aggregate functions a catalog subquery's column may already use.
+const AGGREGATES: &[&str] = &[
+    "max",
+    "min",
+    "count",
+    "sum",
+    "avg",
+    "array_agg",
+    "bool_and",
+    "bool_or",
+    "string_agg",
+    "first_value",
+    "last_value",
+];
+
+/// The bare, lower-case name of a table factor that names a table.
+fn table_name(t: &ast::TableFactor) -> Option<String> {
+    let ast::TableFactor::Table { name, .. } = t else {
+        return None;
+    };
+    Some(name.0.last()?.as_ident()?.value.to_lowercase())
+}
+
+/// Whether a table factor names a catalog table (`pg_…`, maybe `pg_catalog.`-qualified).
+fn is_catalog_table(t: &ast::TableFactor) -> bool {
+    table_name(t).is_some_and(|n| n.starts_with("pg_"))
+}
+
+/// Whether a query reads `pg_sequence` and nothing else.
+fn only_sequences(query: &ast::Query) -> bool {
+    let ast::SetExpr::Select(select) = query.body.as_ref() else {
+        return false;
+    };
+    matches!(select.from.as_slice(), [only] if only.joins.is_empty()
+        && table_name(&only.relation).as_deref() == Some("pg_sequence"))
+}
+
+/// Wraps the column of a scalar subquery over catalog tables in `max(…)` (see the
+/// module doc).
+fn aggregate_catalog_lookup(query: &mut ast::Query) {
+    let ast::SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
+    let grouped = !matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
+    if grouped || select.projection.len() != 1 {
+        return;
+    }
+    let catalog = !select.from.is_empty()
+        && select.from.iter().all(|f| {
+            is_catalog_table(&f.relation) && f.joins.iter().all(|j| is_catalog_table(&j.relation))
+        });
+    if !catalog {
+        return;
+    }
+    let column = match &mut select.projection[0] {
+        ast::SelectItem::UnnamedExpr(e) => e,
+        ast::SelectItem::ExprWithAlias { expr, .. } => expr,
+        _ => return,
+    };
+    if let Expr::Function(f) = column
+        && function_name(&*f).is_some_and(|n| AGGREGATES.contains(&n.as_str()))
+    {
+        return;
+    }
+    let inner = std::mem::replace(column, Expr::value(Value::Null));
+    *column = call("max", vec![inner]);
+}
+
+/// The names a query's FROM clause gives its tables: full names, bare names and
+/// aliases, lower case.
+fn from_names(select: &ast::Select) -> Vec<String> {
+    let mut names = Vec::new();
+    let factors = select
+        .from
+        .iter()
+        .flat_map(|f| std::iter::once(&f.relation).chain(f.joins.iter().map(|j| &j.relation)));
+    for factor in factors {
+        if let ast::TableFactor::Table { name, alias, .. } = factor {
+            names.push(name.to_string().to_lowercase());
+            if let Some(bare) = table_name(factor) {
+                names.push(bare);
+            }
+            if let Some(a) = alias {
+                names.push(a.name.value.to_lowercase());
+            }
+        }
+    }
+    names
+}
+
+/// Whether a condition reads only columns of tables outside `inner` (all its column
+/// references qualified, none by an inner table).
+fn outer_only(condition: &Expr, inner: &[String]) -> bool {
+    let mut outer = false;
+    let mut other = false;
+    let _ = ast::visit_expressions(condition, |e| {
+        match e {
+            Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
+                let qualifier: Vec<String> = parts[..parts.len() - 1]
+                    .iter()
+                    .map(|p| p.value.to_lowercase())
+                    .collect();
+                let full = qualifier.join(".");
+                let last = qualifier.last().cloned().unwrap_or_default();
+                if inner.contains(&full) || inner.contains(&last) {
+                    other = true;
+                } else {
+                    outer = true;
+                }
+            }
+            Expr::Identifier(_) | Expr::Subquery(_) | Expr::Exists { .. } => other = true,
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    outer && !other
+}
+
+/// Splits `e` into its AND-ed conditions.
+fn conjuncts(e: Expr, out: &mut Vec<Expr>) {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::And,
+            right,
+        } => {
+            conjuncts(*left, out);
+            conjuncts(*right, out);
+        }
+        Expr::Nested(inner)
+            if matches!(
+                inner.as_ref(),
+                Expr::BinaryOp {
+                    op: ast::BinaryOperator::And,
+                    ..
+                }
+            ) =>
+        {
+            conjuncts(*inner, out)
+        }
+        other => out.push(other),
+    }
+}
+
+/// The conditions joined with AND.
+fn and_all(conditions: Vec<Expr>) -> Option<Expr> {
+    conditions.into_iter().reduce(|l, r| Expr::BinaryOp {
+        left: Box::new(l),
+        op: ast::BinaryOperator::And,
+        right: Box::new(r),
+    })
+}
+
+/// Takes the outer-only conditions out of a catalog subquery's WHERE (see the module
+/// doc), returning them AND-ed.
+fn take_outer_conditions(query: &mut ast::Query) -> Option<Expr> {
+    let ast::SetExpr::Select(select) = query.body.as_mut() else {
+        return None;
+    };
+    let catalog = !select.from.is_empty()
+        && select.from.iter().all(|f| {
+            is_catalog_table(&f.relation) && f.joins.iter().all(|j| is_catalog_table(&j.relation))
+        });
+    if !catalog {
+        return None;
+    }
+    let inner = from_names(select);
+    let mut all = Vec::new();
+    conjuncts(select.selection.take()?, &mut all);
+    let (outer, rest): (Vec<Expr>, Vec<Expr>) =
+        all.into_iter().partition(|c| outer_only(c, &inner));
+    select.selection = and_all(rest);
+    and_all(outer)
+}
+
+fn rewrite(expr: &mut Expr) {
+    if let Expr::Subquery(query) = expr {
+        if only_sequences(query) {
+            *expr = Expr::value(Value::Null);
+            return;
+        }
+        aggregate_catalog_lookup(query);
+        if let Some(condition) = take_outer_conditions(query) {
+            let subquery = std::mem::replace(expr, Expr::value(Value::Null));
+            *expr = Expr::Case {
+                case_token: ast::helpers::attached_token::AttachedToken::empty(),
+                end_token: ast::helpers::attached_token::AttachedToken::empty(),
+                operand: None,
+                conditions: vec![ast::CaseWhen {
+                    condition,
+                    result: subquery,
+                }],
+                else_result: None,
+            };
+        }
+        return;
+    }
+    let Expr::Function(f) = expr else {
+        return;
+    };
+    if f.name.0.len() == 2
+        && let Some(name) = function_name(f)
+    {
+        f.name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]);
+    }
+    if function_name(f).as_deref() == Some("pg_get_serial_sequence") {
+        *expr = Expr::value(Value::Null);
+        return;
+    }
+    if function_name(f).as_deref() != Some("generate_subscripts") {
+        return;
+    }
+    let Some(args) = plain_args(f) else {
+        return;
+    };
+    // Other arities are left for the planner to reject.
+    let Ok([array, dimension]) = <[Expr; 2]>::try_from(args) else {
+        return;
+    };
+    let one = Expr::value(Value::Number("1".into(), false));
+    let length = call("array_length", vec![array, dimension]);
+    *expr = call("unnest", vec![call("generate_series", vec![one, length])]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::parser::DFParser;
+
+    fn rewritten(sql: &str) -> String {
+        let mut statements = DFParser::parse_sql(sql).unwrap();
+        let mut s = statements.pop_front().unwrap();
+        rewrite_functions(&mut s);
+        s.to_string()
+    }
+
+    #[test]
+    fn catalog_lookups_are_aggregated() {
+        assert_eq!(
+            rewritten(
+                "SELECT (SELECT pg_get_expr(d.adbin, d.adrelid) AS e FROM pg_catalog.pg_attrdef d \
+                 WHERE d.adrelid = a.attrelid) FROM pg_attribute a"
+            ),
+            "SELECT (SELECT max(pg_get_expr(d.adbin, d.adrelid)) AS e FROM pg_catalog.pg_attrdef \
+             d WHERE d.adrelid = a.attrelid) FROM pg_attribute a"
+        );
+        assert_eq!(
+            rewritten("SELECT CASE WHEN x THEN (SELECT s.seqstart FROM pg_sequence s) END FROM a"),
+            "SELECT CASE WHEN x THEN NULL END FROM a"
+        );
+        assert_eq!(
+            rewritten(
+                "SELECT (SELECT max(d.x) FROM pg_attrdef d WHERE a.has AND d.r = a.r AND (a.n > 0)) FROM pg_attribute a"
+            ),
+            "SELECT CASE WHEN a.has AND (a.n > 0) THEN (SELECT max(d.x) FROM pg_attrdef d \
+             WHERE d.r = a.r) END FROM pg_attribute a"
+        );
+        // Already aggregated, or over a user table: untouched.
+        for sql in [
+            "SELECT (SELECT count(*) FROM pg_type WHERE oid = a.x) FROM a",
+            "SELECT (SELECT b.y FROM b WHERE b.x = a.x) FROM a",
+            "SELECT (SELECT b.y FROM pg_type JOIN b ON true) FROM a",
+        ] {
+            assert_eq!(rewritten(sql), sql);
+        }
+    }
+
+    #[test]
+    fn generate_subscripts_becomes_an_unnest() {
+        assert_eq!(
+            rewritten("SELECT unnest(k) AS a, pg_catalog.generate_subscripts(k, 1) AS o FROM t"),
+            "SELECT unnest(k) AS a, unnest(generate_series(1, array_length(k, 1))) AS o FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT pg_catalog.format_type(t, m), s.f(x) FROM t"),
+            "SELECT format_type(t, m), s.f(x) FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT pg_catalog.pg_get_serial_sequence('t', 'c')"),
+            "SELECT NULL"
+        );
+        // Elsewhere, and other functions, untouched.
+        assert_eq!(
+            rewritten("SELECT generate_series(1, 3), f(generate_subscripts(k, 1)) FROM t"),
+            "SELECT generate_series(1, 3), f(unnest(generate_series(1, array_length(k, 1)))) FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT generate_subscripts(k) FROM t"),
+            "SELECT generate_subscripts(k) FROM t"
+        );
+    }
+}
