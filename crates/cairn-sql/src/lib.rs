@@ -39,6 +39,7 @@ pub mod scan;
 pub mod session;
 pub mod system;
 pub mod types;
+mod upsert;
 pub mod write;
 
 pub use error::{Result, SqlError};

@@ -462,6 +462,23 @@ impl SqlSession {
                     schema,
                 })
             }
+            CairnStatement::InsertOnConflictUpdate(insert) => {
+                // The parameters are those of the plain INSERT (and the SET list's).
+                let mut plain = insert.as_ref().clone();
+                plain.on = None;
+                plain.table_alias = None;
+                let text = ast::Statement::Insert(plain).to_string();
+                let param_types = Box::pin(self.prepare(&text)).await?.param_types;
+                Ok(Prepared {
+                    sql: sql.to_string(),
+                    statement: Some(CairnStatement::InsertOnConflictUpdate(insert)),
+                    plan: None,
+                    insert_mode: InsertMode::Insert,
+                    fixed_snapshot: None,
+                    param_types,
+                    schema: empty,
+                })
+            }
             other => Ok(Prepared {
                 sql: sql.to_string(),
                 statement: Some(other),
@@ -480,6 +497,9 @@ impl SqlSession {
         p: &Prepared,
         params: Vec<ScalarValue>,
     ) -> Result<QueryResult> {
+        if let Some(CairnStatement::InsertOnConflictUpdate(insert)) = &p.statement {
+            return crate::upsert::run(self, insert, &params).await;
+        }
         if let Some(s) = &p.statement {
             return self.run(s.clone()).await;
         }
@@ -585,6 +605,37 @@ impl SqlSession {
         Ok((state, plan))
     }
 
+    /// Plans and runs one write statement given as SQL, with parameter values for
+    /// its `$n`; returns the rows written. Privileges are checked as for any
+    /// statement.
+    pub(crate) async fn run_write(
+        &self,
+        sql: &str,
+        mode: InsertMode,
+        params: &[ScalarValue],
+    ) -> Result<u64> {
+        let mut statements = parser::parse_sql(sql)?;
+        let (Some(CairnStatement::Query { statement, .. }), None) =
+            (statements.pop(), statements.pop())
+        else {
+            return Err(SqlError::other(
+                "XX000",
+                format!("expected one statement: {sql}"),
+            ));
+        };
+        let (state, plan) = self.plan_statement(statement, None, mode).await?;
+        let plan = if params.is_empty() {
+            plan
+        } else {
+            plan.with_param_values(ParamValues::from(params.to_vec()))?
+        };
+        crate::authz::check_plan(&self.principal().await?, &plan, mode)?;
+        match self.run_plan(state, plan).await? {
+            QueryResult::Count { rows, .. } => Ok(rows),
+            _ => Ok(0),
+        }
+    }
+
     fn statement_state(&self, fixed: Option<u64>, mode: InsertMode) -> SessionState {
         let mut state = self.ctx.state();
         state
@@ -619,6 +670,9 @@ impl SqlSession {
                 self.run_plan(state, plan).await
             }
             CairnStatement::Dcl(d) => self.run_dcl(d).await,
+            CairnStatement::InsertOnConflictUpdate(insert) => {
+                crate::upsert::run(self, &insert, &[]).await
+            }
             CairnStatement::CreateTable(ct) => {
                 self.authorize(cairn_proto::auth::Action::CreateTable)
                     .await?;

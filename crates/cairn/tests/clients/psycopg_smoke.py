@@ -5,8 +5,9 @@ Run: python psycopg_smoke.py [PORT]   (default: $CAIRN_PG_PORT, then 5433)
 
 Checks parameters (text and binary), executemany, the Python types of fetched values
 (int, float, str, Decimal, date, datetime, None) in text and binary results, row
-counts, SQLSTATEs of errors (23505 duplicate key, 42P01 unknown table, 22001 value too
-long, 23502 NULL in a NOT NULL column), transactions (25P02 after an error, savepoints
+counts, INSERT ... ON CONFLICT DO UPDATE with parameters, SQLSTATEs of errors (23505
+duplicate key, 42P01 unknown table, 22001 value too long, 23502 NULL in a NOT NULL
+column, 42P10 a conflict target that is not the key), transactions (25P02 after an error, savepoints
 around reads, ROLLBACK TO refused after a write), conn.cancel() of a long query
 and statement_timeout (57014), and COPY: cursor.copy() FROM STDIN in text and CSV
 (write_row and raw blocks, awkward values, a failed load, an aborted one) and TO
@@ -147,6 +148,24 @@ def basic(table):
         check(cur.fetchone() == (9.5,), "UPDATE result")
         cur.execute(f"DELETE FROM {table} WHERE id = %s", (3,))
         check(cur.rowcount == 1, f"DELETE rowcount {cur.rowcount}")
+
+        # INSERT ... ON CONFLICT (key) DO UPDATE with bound parameters and EXCLUDED.
+        upsert = (f"INSERT INTO {table} AS t (id, name, small) VALUES (%s, %s, %s) "
+                  "ON CONFLICT (id) DO UPDATE SET small = t.small + EXCLUDED.small, "
+                  "name = EXCLUDED.name")
+        cur.execute(f"CREATE TABLE {table}_up (id BIGINT PRIMARY KEY, name VARCHAR, small INT)")
+        try:
+            up = upsert.replace(f"{table} AS t", f"{table}_up AS t")
+            cur.execute(up, (1, "new", 5))
+            check(cur.rowcount == 1, f"upsert of a new key: {cur.rowcount}")
+            cur.executemany(up, [(1, "again", 2), (2, "other", 1)])
+            cur.execute(f"SELECT id, name, small FROM {table}_up ORDER BY id")
+            check(cur.fetchall() == [(1, "again", 7), (2, "other", 1)],
+                  "upsert with EXCLUDED and a bound parameter")
+            expect_error(cur, f"INSERT INTO {table}_up VALUES (1, 'x', 1) "
+                         "ON CONFLICT (name) DO UPDATE SET small = 0", None, "42P10")
+        finally:
+            cur.execute(f"DROP TABLE {table}_up")
 
         # SQLSTATEs.
         e = expect_error(cur, f"INSERT INTO {table} (id, name) VALUES (%s, %s)", (1, "again"), "23505")

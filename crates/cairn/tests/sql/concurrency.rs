@@ -3,6 +3,9 @@
 //! - `UPDATE … SET c = c + 1` from many sessions at once counts every increment, on
 //!   one tablet server (as `cairn local`) and on three with replicas 3;
 //! - a DELETE racing an UPDATE decides on the row's latest values;
+//! - `INSERT … ON CONFLICT (k) DO UPDATE SET n = t.n + EXCLUDED.n` from many sessions,
+//!   starting on keys that do not exist yet, counts every row once (replicated, with
+//!   DELETEs of other keys racing it);
 //! - pgbench's TPC-B-like script from 8 clients keeps the balances consistent.
 
 use std::sync::Arc;
@@ -54,6 +57,69 @@ async fn concurrent_increments_count_every_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_increments_count_every_one_replicated() {
     increments(3, 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_upserts_count_every_row() {
+    let (_cl, engine) = sql_cluster(3).await;
+    let s = engine.session();
+    q(
+        &s,
+        "CREATE TABLE tallies (k TEXT PRIMARY KEY, n BIGINT NOT NULL, last BIGINT) \
+         PARTITION BY HASH (k) PARTITIONS 3 WITH (replicas = 3)",
+    )
+    .await;
+    const WORKERS: u64 = 6;
+    const EACH: u64 = 20;
+    let mut tasks = vec![];
+    for w in 0..WORKERS {
+        let s = engine.session();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                // Two hot keys created by whichever worker comes first, and one
+                // row per worker that another worker keeps deleting.
+                let n = count(
+                    &s,
+                    &format!(
+                        "INSERT INTO tallies AS t VALUES ('hot{}', 1, {w}), ('w{w}', 1, {i}) \
+                         ON CONFLICT (k) DO UPDATE SET n = t.n + EXCLUDED.n, last = EXCLUDED.last",
+                        i % 2
+                    ),
+                )
+                .await;
+                assert_eq!(n, 2, "each row is inserted or updated");
+                if i % 5 == 4 {
+                    count(
+                        &s,
+                        &format!("DELETE FROM tallies WHERE k = 'w{}'", (w + 1) % WORKERS),
+                    )
+                    .await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        q(&s, "SELECT sum(n) FROM tallies WHERE k LIKE 'hot%'").await,
+        vec![vec![(WORKERS * EACH).to_string()]],
+        "every upsert of a hot key is counted once"
+    );
+    // A DO UPDATE WHERE that is false leaves the row, and counts nothing.
+    assert_eq!(
+        count(
+            &s,
+            "INSERT INTO tallies AS t VALUES ('hot0', 0, 0) ON CONFLICT (k) DO UPDATE \
+             SET n = 0 WHERE t.n < 0",
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        q(&s, "SELECT n FROM tallies WHERE k = 'hot0'").await,
+        vec![vec![(WORKERS * EACH / 2).to_string()]]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
