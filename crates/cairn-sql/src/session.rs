@@ -134,6 +134,41 @@ pub struct Prepared {
     /// The schema of the rows it returns (empty for statements without rows; the
     /// one-column `count` schema for DML).
     pub schema: SchemaRef,
+    /// The tables the plan reads and writes, as it saw them: name, id and schema
+    /// version. An ALTER TABLE (or a DROP and CREATE) since makes the plan stale.
+    tables: Vec<PlannedTable>,
+}
+
+/// A table as a prepared plan saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PlannedTable {
+    name: String,
+    id: String,
+    version: u32,
+}
+
+/// The Cairn tables `plan` reads or writes (subqueries included).
+fn planned_tables(plan: &LogicalPlan) -> Vec<PlannedTable> {
+    let mut out: Vec<PlannedTable> = Vec::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        let source = match node {
+            LogicalPlan::TableScan(s) => Some(&s.source),
+            LogicalPlan::Dml(d) => Some(&d.target),
+            _ => None,
+        };
+        if let Some(t) = source.and_then(crate::authz::cairn_table) {
+            let seen = PlannedTable {
+                name: t.name.clone(),
+                id: t.id.clone(),
+                version: t.schema.version(),
+            };
+            if !out.contains(&seen) {
+                out.push(seen);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    out
 }
 
 impl Prepared {
@@ -415,6 +450,7 @@ impl SqlSession {
                 fixed_snapshot: None,
                 param_types: vec![],
                 schema: empty,
+                tables: vec![],
             });
         };
         match statement {
@@ -455,6 +491,7 @@ impl SqlSession {
                 Ok(Prepared {
                     sql: sql.to_string(),
                     statement: None,
+                    tables: planned_tables(&plan),
                     plan: Some(plan),
                     insert_mode: mode,
                     fixed_snapshot: fixed,
@@ -477,6 +514,7 @@ impl SqlSession {
                     fixed_snapshot: None,
                     param_types,
                     schema: empty,
+                    tables: vec![],
                 })
             }
             other => Ok(Prepared {
@@ -487,6 +525,7 @@ impl SqlSession {
                 fixed_snapshot: None,
                 param_types: vec![],
                 schema: empty,
+                tables: vec![],
             }),
         }
     }
@@ -502,6 +541,32 @@ impl SqlSession {
         }
         if let Some(s) = &p.statement {
             return self.run(s.clone()).await;
+        }
+        if self.stale(&p.tables).await? {
+            // A table changed since the statement was prepared: plan it again, as
+            // PostgreSQL re-plans cached statements after DDL.
+            let fresh = self.prepare(&p.sql).await?;
+            if !fresh.tables.is_empty() && self.stale(&fresh.tables).await? {
+                return Err(SqlError::other(
+                    "40001",
+                    "a table changed twice while this statement was planned again: retry it",
+                ));
+            }
+            let same_rows = fresh.schema.fields().len() == p.schema.fields().len()
+                && fresh
+                    .schema
+                    .fields()
+                    .iter()
+                    .zip(p.schema.fields())
+                    .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+            if !same_rows || fresh.param_types.len() != p.param_types.len() {
+                return Err(SqlError::other(
+                    "0A000",
+                    "cached plan must not change result type: a table this prepared \
+                     statement uses was altered; prepare it again",
+                ));
+            }
+            return Box::pin(self.execute_prepared(&fresh, params)).await;
         }
         let Some(plan) = &p.plan else {
             return Ok(QueryResult::Done { tag: String::new() });
@@ -525,6 +590,23 @@ impl SqlSession {
         crate::authz::check_plan(&who, &plan, p.insert_mode)?;
         let state = self.statement_state(p.fixed_snapshot, p.insert_mode);
         self.run_plan(state, plan).await
+    }
+
+    /// Whether any of `tables` was altered, dropped or replaced since it was planned.
+    async fn stale(&self, tables: &[PlannedTable]) -> Result<bool> {
+        let schema = &self.engine.inner.schema;
+        for t in tables {
+            let now = datafusion::catalog::SchemaProvider::table(schema.as_ref(), &t.name)
+                .await?
+                .and_then(|p| {
+                    p.downcast_ref::<crate::provider::CairnTable>()
+                        .map(|c| (c.table().id.clone(), c.table().schema.version()))
+                });
+            if now.as_ref() != Some(&(t.id.clone(), t.version)) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The snapshot fixed by `AS OF` or `cairn.read_timestamp`, if any.

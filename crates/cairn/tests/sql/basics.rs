@@ -342,6 +342,66 @@ async fn transaction_statements_answer_with_their_tags() {
     }
 }
 
+/// Executes a prepared statement; its rows as strings.
+async fn run_prepared(
+    s: &cairn_sql::SqlSession,
+    p: &cairn_sql::Prepared,
+    params: Vec<datafusion::common::ScalarValue>,
+) -> Result<Vec<Vec<String>>, cairn_sql::SqlError> {
+    match s.execute_prepared(p, params).await? {
+        cairn_sql::QueryResult::Rows { stream, .. } => {
+            let batches: Vec<_> = futures::TryStreamExt::try_collect(stream).await?;
+            Ok(crate::strings(&batches))
+        }
+        _ => Ok(vec![]),
+    }
+}
+
+/// A prepared statement is planned again after ALTER TABLE, as PostgreSQL re-plans
+/// cached plans: an INSERT writes the new column, a SELECT of unchanged columns keeps
+/// working, `SELECT *` whose result would change fails with 0A000, and a SELECT of a
+/// dropped column with 42703.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prepared_statements_are_planned_again_after_alter_table() {
+    use datafusion::common::ScalarValue;
+    let (_cl, engine) = sql_cluster(1).await;
+    let s = engine.session();
+    q(&s, "CREATE TABLE p (id BIGINT PRIMARY KEY, name TEXT)").await;
+    let insert = s
+        .prepare("INSERT INTO p (id, name) VALUES ($1, $2)")
+        .await
+        .unwrap();
+    let select_all = s.prepare("SELECT * FROM p WHERE id = $1").await.unwrap();
+    let select_name = s.prepare("SELECT name FROM p WHERE id = $1").await.unwrap();
+    let int = |i| ScalarValue::Int64(Some(i));
+    let text = |t: &str| ScalarValue::Utf8(Some(t.into()));
+    run_prepared(&s, &insert, vec![int(1), text("one")])
+        .await
+        .unwrap();
+    q(&s, "ALTER TABLE p ADD COLUMN extra TEXT").await;
+    // The INSERT now writes three columns (the new one NULL), planned again.
+    run_prepared(&s, &insert, vec![int(2), text("two")])
+        .await
+        .unwrap();
+    assert_eq!(
+        q(&s, "SELECT id, name, extra IS NULL FROM p ORDER BY id").await,
+        vec![row(&["1", "one", "true"]), row(&["2", "two", "true"])]
+    );
+    assert_eq!(
+        run_prepared(&s, &select_name, vec![int(2)]).await.unwrap(),
+        vec![row(&["two"])]
+    );
+    let e = run_prepared(&s, &select_all, vec![int(1)])
+        .await
+        .unwrap_err();
+    assert_eq!(e.sqlstate(), "0A000", "{e}");
+    q(&s, "ALTER TABLE p DROP COLUMN name").await;
+    let e = run_prepared(&s, &select_name, vec![int(1)])
+        .await
+        .unwrap_err();
+    assert_eq!(e.sqlstate(), "42703", "{e}");
+}
+
 /// The statements go-ycsb's PostgreSQL driver sends (YCSB through pgwire): upper-case
 /// column names in `UPDATE … SET`, `LIMIT $2` typed as an integer for drivers that send
 /// untyped text, and `WHERE key >= $1 LIMIT $2` answered in key order — a range scan —
