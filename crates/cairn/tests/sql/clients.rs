@@ -49,23 +49,29 @@ fn run_client(what: &str, program: &Path, args: &[&str]) -> bool {
     true
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn psql_psycopg_jdbc_and_adbc() {
-    let (_cl, engine) = sql_cluster(1).await;
-    let pg_port = reserve_port();
-    let flight_port = reserve_port();
-    let pg = tokio::net::TcpListener::bind(("127.0.0.1", pg_port))
-        .await
-        .unwrap();
-    let flight = tokio::net::TcpListener::bind(("127.0.0.1", flight_port))
+/// Serves PostgreSQL clients on a fresh port; returns it.
+async fn serve_pg(engine: &cairn_sql::SqlEngine) -> u16 {
+    let port = reserve_port();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
     tokio::spawn(cairn_sql::pg::serve(
         engine.clone(),
-        pg,
+        listener,
         cairn_sql::pg::PgOptions::default(),
         std::future::pending(),
     ));
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn psql_psycopg_jdbc_and_adbc() {
+    let (_cl, engine) = sql_cluster(1).await;
+    let pg_port = serve_pg(&engine).await;
+    let flight_port = reserve_port();
+    let flight = tokio::net::TcpListener::bind(("127.0.0.1", flight_port))
+        .await
+        .unwrap();
     tokio::spawn(cairn_sql::flight::serve(
         engine.clone(),
         flight,
@@ -156,16 +162,7 @@ async fn psql_describe_shows_primary_keys() {
         return;
     }
     let (_cl, engine) = sql_cluster(1).await;
-    let pg_port = reserve_port();
-    let pg = tokio::net::TcpListener::bind(("127.0.0.1", pg_port))
-        .await
-        .unwrap();
-    tokio::spawn(cairn_sql::pg::serve(
-        engine.clone(),
-        pg,
-        cairn_sql::pg::PgOptions::default(),
-        std::future::pending(),
-    ));
+    let pg_port = serve_pg(&engine).await;
     let port = pg_port.to_string();
     let out = tokio::task::spawn_blocking(move || {
         Command::new("psql")
