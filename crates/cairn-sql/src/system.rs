@@ -109,6 +109,10 @@ impl SystemCatalog {
             ScalarUDF::new_from_impl(DefinitionFn::new("pg_get_constraintdef", self.defs.clone())),
             to_regtype(),
             visible("pg_collation_is_visible"),
+            no_function_text("pg_get_function_result"),
+            no_function_text("pg_get_function_arguments"),
+            no_function_text("pg_get_function_identity_arguments"),
+            pg_size_pretty(),
             visible("pg_function_is_visible"),
             visible("pg_type_is_visible"),
             ScalarUDF::new_from_impl(JsonBuildObject::default()),
@@ -671,6 +675,63 @@ fn visible(name: &str) -> ScalarUDF {
     )
 }
 
+/// `pg_get_function_…(oid)`: NULL. Cairn has no user-defined functions, and psql's
+/// `\df` lists only those (it leaves out `pg_catalog`).
+fn no_function_text(name: &str) -> ScalarUDF {
+    datafusion::logical_expr::create_udf(
+        name,
+        vec![ArrowType::Int32],
+        ArrowType::Utf8,
+        Volatility::Stable,
+        Arc::new(|_: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
+    )
+}
+
+/// A byte count as PostgreSQL's `pg_size_pretty` writes it: bytes below 10 kB, then
+/// the largest unit (kB, MB, GB, TB) that keeps the number below 20,480 halves,
+/// rounded half away from zero.
+fn size_pretty(bytes: i64) -> String {
+    if bytes.abs() < 10 * 1024 {
+        return format!("{bytes} bytes");
+    }
+    // The size in halves of the unit, as PostgreSQL counts it.
+    let mut half = bytes / 512;
+    let units = ["kB", "MB", "GB", "TB", "PB"];
+    let mut unit = 0;
+    while half.abs() >= 20 * 1024 - 1 && unit + 1 < units.len() {
+        half /= 1024;
+        unit += 1;
+    }
+    let rounded = (half + if half < 0 { -1 } else { 1 }) / 2;
+    format!("{rounded} {}", units[unit])
+}
+
+/// `pg_size_pretty(bigint)`, as psql's `\dt+` calls it.
+fn pg_size_pretty() -> ScalarUDF {
+    datafusion::logical_expr::create_udf(
+        "pg_size_pretty",
+        vec![ArrowType::Int64],
+        ArrowType::Utf8,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let Some(arg) = args.first() else {
+                return exec_err!("pg_size_pretty needs a size");
+            };
+            let sizes = cast(&arg.to_array(1)?, &ArrowType::Int64)?;
+            let Some(sizes) = sizes.as_any().downcast_ref::<arrow::array::Int64Array>() else {
+                return exec_err!("pg_size_pretty takes bigint");
+            };
+            let out: StringArray = sizes.iter().map(|s| s.map(size_pretty)).collect();
+            Ok(match arg {
+                ColumnarValue::Scalar(_) => {
+                    ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+                }
+                ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(out)),
+            })
+        }),
+    )
+}
+
 /// `json_build_object(key, value, ...)`: a JSON object as text.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct JsonBuildObject {
@@ -860,6 +921,15 @@ mod tests {
         assert_eq!(v(ScalarValue::Boolean(Some(true))), "true");
         assert_eq!(v(ScalarValue::Utf8(Some("a\"b".into()))), "\"a\\\"b\"");
         assert_eq!(v(ScalarValue::Int32(None)), "null");
+    }
+
+    #[test]
+    fn sizes_print_as_postgres_prints_them() {
+        assert_eq!(size_pretty(0), "0 bytes");
+        assert_eq!(size_pretty(8192), "8192 bytes");
+        assert_eq!(size_pretty(10 * 1024), "10 kB");
+        assert_eq!(size_pretty(1_000_000), "977 kB");
+        assert_eq!(size_pretty(50 * 1024 * 1024), "50 MB");
     }
 
     #[test]

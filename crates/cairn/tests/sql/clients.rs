@@ -177,6 +177,8 @@ async fn psql_describe_shows_primary_keys() {
                 "-c",
                 "\\di",
                 "-c",
+                "\\df",
+                "-c",
                 "SELECT conname, conkey, pg_get_constraintdef(oid) FROM pg_constraint \
                  WHERE conrelid = 'described'::regclass",
                 "-c",
@@ -203,6 +205,7 @@ async fn psql_describe_shows_primary_keys() {
     for expected in [
         "\"described_pkey\" PRIMARY KEY, btree (id, region)",
         "described_pkey | index",
+        "List of functions",
         "described_pkey | {2,1}  | PRIMARY KEY (id, region)",
         "ROLLBACK",
     ] {
