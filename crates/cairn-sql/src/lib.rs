@@ -33,6 +33,7 @@ pub mod options;
 pub mod parser;
 pub mod partitioning;
 pub mod pg;
+mod point;
 pub mod provider;
 pub mod pushdown;
 pub mod scan;

@@ -32,6 +32,11 @@ extensions_options! {
         /// A statement writes each tablet's share of its rows as one all-or-nothing
         /// request up to this many rows; a larger share is written in several.
         pub max_atomic_rows: usize, default = 100000
+        /// Run prepared statements that name rows by their whole primary key
+        /// (`WHERE k = $1` reads, updates and deletes, `INSERT … VALUES`) as direct
+        /// keyed reads and writes instead of DataFusion plans. Takes effect for
+        /// statements prepared after it is set; off is for comparison only.
+        pub keyed_fast_path: bool, default = true
     }
 }
 

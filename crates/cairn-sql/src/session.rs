@@ -33,6 +33,7 @@ use crate::ddl;
 use crate::error::{Result, SqlError};
 use crate::options::{CairnOptions, InsertMode, StatementContext, parse_read_timestamp};
 use crate::parser::{self, CairnStatement};
+use crate::point::PointPlan;
 use crate::write::{WriteKind, write_rows};
 
 /// The catalog name Cairn tables live in (also the PostgreSQL database name).
@@ -137,6 +138,9 @@ pub struct Prepared {
     /// The tables the plan reads and writes, as it saw them: name, id and schema
     /// version. An ALTER TABLE (or a DROP and CREATE) since makes the plan stale.
     tables: Vec<PlannedTable>,
+    /// The keyed fast path for this statement, if it names rows by their whole
+    /// primary key (see `crate::point`).
+    point: Option<Arc<PointPlan>>,
 }
 
 /// A table as a prepared plan saw it.
@@ -172,6 +176,12 @@ fn planned_tables(plan: &LogicalPlan) -> Vec<PlannedTable> {
 }
 
 impl Prepared {
+    /// Whether executions take the keyed fast path (a read or write of rows named by
+    /// their whole primary key, without a DataFusion plan).
+    pub fn keyed(&self) -> bool {
+        self.point.is_some()
+    }
+
     /// Whether executing it yields rows ([`QueryResult::Rows`]) rather than a count
     /// or a command tag.
     pub fn returns_rows(&self) -> bool {
@@ -451,6 +461,7 @@ impl SqlSession {
                 param_types: vec![],
                 schema: empty,
                 tables: vec![],
+                point: None,
             });
         };
         match statement {
@@ -492,6 +503,11 @@ impl SqlSession {
                     sql: sql.to_string(),
                     statement: None,
                     tables: planned_tables(&plan),
+                    point: self
+                        .options()
+                        .keyed_fast_path
+                        .then(|| PointPlan::recognize(&plan, mode).map(Arc::new))
+                        .flatten(),
                     plan: Some(plan),
                     insert_mode: mode,
                     fixed_snapshot: fixed,
@@ -515,6 +531,7 @@ impl SqlSession {
                     param_types,
                     schema: empty,
                     tables: vec![],
+                    point: None,
                 })
             }
             other => Ok(Prepared {
@@ -526,6 +543,7 @@ impl SqlSession {
                 param_types: vec![],
                 schema: empty,
                 tables: vec![],
+                point: None,
             }),
         }
     }
@@ -580,6 +598,15 @@ impl SqlSession {
                     params.len()
                 ),
             ));
+        }
+        if let Some(point) = &p.point {
+            crate::authz::check_plan(&self.principal().await?, plan, p.insert_mode)?;
+            if let Some(result) = point
+                .run(self.engine.client(), &params, p.fixed_snapshot)
+                .await
+            {
+                return result;
+            }
         }
         let plan = if params.is_empty() {
             plan.clone()

@@ -381,7 +381,12 @@ impl StatementWrite {
         }
         match round.fatal {
             None => Ok(written),
-            Some(first) => Err(self.row_failure(first, written)),
+            Some(first) => Err(row_failure(
+                &self.table,
+                matches!(self.kind, WriteKind::Insert(_)),
+                first,
+                written,
+            )),
         }
     }
 
@@ -429,31 +434,7 @@ impl StatementWrite {
             }
         }
         row_errors.extend(session.flush().await?);
-        let mut round = Round::default();
-        let mut failed = 0u64;
-        for e in row_errors {
-            failed += 1;
-            match e.kind {
-                // A row that vanished between the scan and its UPDATE/DELETE is not an
-                // error (its condition names it first, as a conflict, normally).
-                RowErrorKind::NotFound if conditional => {}
-                RowErrorKind::Conflict | RowErrorKind::Aborted if conditional => {
-                    round.retry.push(
-                        keys.iter()
-                            .map(|&i| e.op.values[i].clone().unwrap_or(Value::Null))
-                            .collect(),
-                    );
-                }
-                RowErrorKind::Aborted => {}
-                _ => {
-                    if round.fatal.as_ref().is_none_or(|f| e.op_index < f.op_index) {
-                        round.fatal = Some(e);
-                    }
-                }
-            }
-        }
-        round.written = sent - failed;
-        Ok(round)
+        Ok(classify(row_errors, sent, conditional, &keys))
     }
 
     /// The operations of one input batch.
@@ -530,40 +511,116 @@ impl StatementWrite {
         }
         Ok(out)
     }
+}
 
-    /// The statement's error for a rejected row.
-    fn row_failure(&self, first: RowErrorInfo, written: u64) -> SqlError {
-        let what = match first.kind {
-            RowErrorKind::AlreadyPresent => {
-                "duplicate key value violates the primary key (use UPSERT INTO or \
-                 INSERT ... ON CONFLICT DO NOTHING to replace or skip existing rows)"
-                    .to_string()
+/// Sorts the rows a write round could not write: rows whose condition failed (or
+/// whose tablet's request was aborted for another row) are read again when the
+/// write is `conditional` (UPDATE, DELETE); a row that vanished before its UPDATE or
+/// DELETE is not an error; anything else fails the statement (the first such row in
+/// statement order). `sent` rows were applied; `keys` are the key columns' positions.
+fn classify(row_errors: Vec<RowErrorInfo>, sent: u64, conditional: bool, keys: &[usize]) -> Round {
+    let mut round = Round::default();
+    let mut failed = 0u64;
+    for e in row_errors {
+        failed += 1;
+        match e.kind {
+            // A row that vanished between the scan and its UPDATE/DELETE is not an
+            // error (its condition names it first, as a conflict, normally).
+            RowErrorKind::NotFound if conditional => {}
+            RowErrorKind::Conflict | RowErrorKind::Aborted if conditional => {
+                round.retry.push(
+                    keys.iter()
+                        .map(|&i| e.op.values[i].clone().unwrap_or(Value::Null))
+                        .collect(),
+                );
             }
-            _ => first.message.clone(),
-        };
-        let schema = &self.table.schema;
-        let key: Vec<String> = schema
-            .key_indexes()
-            .iter()
-            .filter_map(|&i| match &self.kind {
-                WriteKind::Insert(_) => first.op.values.get(i).cloned().flatten(),
-                _ => None,
-            })
-            .map(|v| v.to_string())
-            .collect();
-        let key = if key.is_empty() {
-            String::new()
-        } else {
-            format!(" (key {})", key.join(", "))
-        };
-        SqlError::Row {
-            kind: first.kind,
-            message: format!(
-                "{what}{key}; nothing of this statement was written to that row's tablet, \
+            RowErrorKind::Aborted => {}
+            _ => {
+                if round.fatal.as_ref().is_none_or(|f| e.op_index < f.op_index) {
+                    round.fatal = Some(e);
+                }
+            }
+        }
+    }
+    round.written = sent - failed;
+    round
+}
+
+/// Writes the row operations of one keyed statement (the fast path of
+/// [`crate::point`]) as one all-or-nothing request per tablet, and returns the rows
+/// written. `insert`: the operations insert (or upsert) rows; otherwise they update
+/// or delete one row named by its key, without a condition, and a missing row is
+/// simply not written, as in PostgreSQL.
+pub(crate) async fn write_keyed(
+    client: &Client,
+    table: &Table,
+    ops: Vec<Operation>,
+    insert: bool,
+) -> Result<u64, SqlError> {
+    let mut session = client.new_session(table);
+    session.set_flush_mode(FlushMode::Manual);
+    session.set_atomic(true);
+    let sent = ops.len() as u64;
+    for op in ops {
+        session.apply(op).await?;
+    }
+    let row_errors = session.flush().await?;
+    let keys: Vec<usize> = table.schema.key_indexes().to_vec();
+    let round = classify(row_errors, sent, !insert, &keys);
+    if let Some(first) = round.fatal {
+        return Err(row_failure(table, insert, first, round.written));
+    }
+    if !round.retry.is_empty() {
+        // Unconditional writes of one row are not retried by the tablet's rules;
+        // a conflict here means the statement lost a race it cannot redo alone.
+        return Err(SqlError::other(
+            "40001",
+            format!(
+                "could not serialize access due to concurrent update of '{}': retry the \
+                 statement",
+                table.name
+            ),
+        ));
+    }
+    Ok(round.written)
+}
+
+/// The statement's error for a rejected row. `insert`: the statement inserts rows
+/// (the error then names the row's key).
+fn row_failure(table: &Table, insert: bool, first: RowErrorInfo, written: u64) -> SqlError {
+    let what = match first.kind {
+        RowErrorKind::AlreadyPresent => {
+            "duplicate key value violates the primary key (use UPSERT INTO or \
+                 INSERT ... ON CONFLICT DO NOTHING to replace or skip existing rows)"
+                .to_string()
+        }
+        _ => first.message.clone(),
+    };
+    let schema = &table.schema;
+    let key: Vec<String> = schema
+        .key_indexes()
+        .iter()
+        .filter_map(|&i| {
+            if insert {
+                first.op.values.get(i).cloned().flatten()
+            } else {
+                None
+            }
+        })
+        .map(|v| v.to_string())
+        .collect();
+    let key = if key.is_empty() {
+        String::new()
+    } else {
+        format!(" (key {})", key.join(", "))
+    };
+    SqlError::Row {
+        kind: first.kind,
+        message: format!(
+            "{what}{key}; nothing of this statement was written to that row's tablet, \
                  {written} row(s) were written to other tablets (a statement is atomic per \
                  tablet, not across tablets)"
-            ),
-            written,
-        }
+        ),
+        written,
     }
 }

@@ -223,7 +223,7 @@ impl TabletService {
         } else {
             req.batch_rows as usize
         };
-        let mut scanner = if req.scanner_id.is_empty() {
+        let (scanner, batches, has_more) = if req.scanner_id.is_empty() {
             let open = self.scanners.lock().len();
             if open >= self.limits.max_open_scanners {
                 return Err(TserverError::LimitExceeded {
@@ -254,47 +254,41 @@ impl TabletService {
                 read_mode: mode,
                 limit: (req.limit > 0).then_some(req.limit as usize),
                 ordered: req.ordered,
-                batch_size: target_rows.clamp(1, 8192),
+                // No larger than the limit: a point read builds one-row batches.
+                batch_size: target_rows
+                    .min(if req.limit > 0 {
+                        req.limit as usize
+                    } else {
+                        usize::MAX
+                    })
+                    .clamp(1, 8192),
                 lower_key: (!req.lower_key.is_empty()).then(|| req.lower_key.to_vec()),
                 upper_key: (!req.upper_key.is_empty()).then(|| req.upper_key.to_vec()),
             };
+            // Opening the scanner and reading its first rows are one blocking task:
+            // a point read is then one hop to the blocking pool, not two.
             let tablet = replica.tablet();
-            tokio::task::spawn_blocking(move || tablet.scan(spec))
+            tokio::task::spawn_blocking(move || read_batches(tablet.scan(spec)?, target_rows))
                 .await
                 .map_err(|e| TserverError::Internal(e.to_string()))??
         } else {
-            let mut scanners = self.scanners.lock();
-            match scanners.get(&req.scanner_id) {
-                // A scanner continues only with the tablet it was opened on (whose
-                // privileges the caller was checked for).
-                Some(s) if s.tablet_id == req.tablet_id => {}
-                _ => return Err(TserverError::ScannerNotFound(req.scanner_id.clone())),
-            }
-            scanners
-                .remove(&req.scanner_id)
-                .ok_or_else(|| TserverError::ScannerNotFound(req.scanner_id.clone()))?
-                .scanner
-        };
-        let (scanner, batches, has_more) = tokio::task::spawn_blocking(move || {
-            let mut batches = Vec::new();
-            let mut rows = 0;
-            let mut has_more = true;
-            while rows < target_rows {
-                match scanner.next_batch()? {
-                    Some(b) => {
-                        rows += b.num_rows();
-                        batches.push(b);
-                    }
-                    None => {
-                        has_more = false;
-                        break;
-                    }
+            let scanner = {
+                let mut scanners = self.scanners.lock();
+                match scanners.get(&req.scanner_id) {
+                    // A scanner continues only with the tablet it was opened on (whose
+                    // privileges the caller was checked for).
+                    Some(s) if s.tablet_id == req.tablet_id => {}
+                    _ => return Err(TserverError::ScannerNotFound(req.scanner_id.clone())),
                 }
-            }
-            Ok::<_, TserverError>((scanner, batches, has_more))
-        })
-        .await
-        .map_err(|e| TserverError::Internal(e.to_string()))??;
+                scanners
+                    .remove(&req.scanner_id)
+                    .ok_or_else(|| TserverError::ScannerNotFound(req.scanner_id.clone()))?
+                    .scanner
+            };
+            tokio::task::spawn_blocking(move || read_batches(scanner, target_rows))
+                .await
+                .map_err(|e| TserverError::Internal(e.to_string()))??
+        };
         let schema = scanner.schema();
         let snapshot = scanner.snapshot().0;
         let last_key = scanner.last_key().map(|k| k.to_vec()).unwrap_or_default();
@@ -727,4 +721,25 @@ impl pb::InProcessTabletServer for TabletService {
         let svc = self.clone();
         Box::pin(async move { Ok(svc.bulk_insert_rows(req, rows, default_deadline()).await?) })
     }
+}
+
+/// Reads batches from `scanner` until `target_rows` rows or its end; returns the
+/// scanner, the batches and whether rows remain.
+/// REQUIRES: a blocking context (the scanner reads files).
+fn read_batches(
+    mut scanner: Scanner,
+    target_rows: usize,
+) -> Result<(Scanner, Vec<arrow::record_batch::RecordBatch>, bool)> {
+    let mut batches = Vec::new();
+    let mut rows = 0;
+    while rows < target_rows {
+        match scanner.next_batch()? {
+            Some(b) => {
+                rows += b.num_rows();
+                batches.push(b);
+            }
+            None => return Ok((scanner, batches, false)),
+        }
+    }
+    Ok((scanner, batches, true))
 }

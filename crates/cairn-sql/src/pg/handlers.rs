@@ -46,7 +46,7 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
-use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::extendedquery::{Bind, BindComplete, Describe, TARGET_TYPE_BYTE_STATEMENT};
 use tokio::sync::watch;
 
 use super::PgOptions;
@@ -678,6 +678,46 @@ impl ExtendedQueryHandler for ConnHandler {
             }
         }
         self._on_describe(client, message).await
+    }
+
+    /// Binds parameters to a prepared statement as pgwire's default does, but queues
+    /// `BindComplete` instead of flushing it: the protocol sends nothing before the
+    /// client's Sync or Flush needs it, and each flush is a system call and a TCP
+    /// segment of its own on the keyed fast path's hot loop.
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = PgStatement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.statement_name.as_deref().unwrap_or(DEFAULT_NAME);
+        match client.portal_store().get_statement(name) {
+            Some(Entry::Value(statement)) => {
+                let portal = Portal::try_new(&message, statement)?;
+                client.portal_store().put_portal(Arc::new(portal));
+            }
+            // An empty query string: an empty portal, which takes no parameters.
+            Some(Entry::Empty) if message.parameters.is_empty() => {
+                let portal = message.portal_name.as_deref().unwrap_or(DEFAULT_NAME);
+                client.portal_store().put_empty_portal(portal);
+            }
+            Some(Entry::Empty) => {
+                return Err(pg_error(&SqlError::other(
+                    "08P01",
+                    format!(
+                        "bind message supplies {} parameters, but prepared statement \
+                         \"{name}\" requires 0",
+                        message.parameters.len()
+                    ),
+                )));
+            }
+            None => return Err(PgWireError::StatementNotFound(name.to_owned())),
+        }
+        client
+            .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
+            .await?;
+        Ok(())
     }
 
     async fn do_query<C>(

@@ -15,6 +15,7 @@ mod concurrency;
 mod copy;
 mod hostile;
 mod limits;
+mod point;
 mod security;
 mod slt;
 mod tpch;
