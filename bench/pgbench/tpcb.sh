@@ -4,14 +4,15 @@
 # a check that sum(account) = sum(teller) = sum(branch) = sum(history.delta).
 #
 #   bench/pgbench/tpcb.sh [--host H] [--port P] [--replicas N] [--clients C]
-#                         [--transactions T]
+#                         [--transactions T] [--postgres]
 #
 # Defaults: 127.0.0.1:5433 (`cairn local`), replicas 1, 8 clients, 200 transactions
-# per client. It drops and recreates the pgbench_* tables. Exit status 0 only if every
-# transaction ran without an error and the balances add up.
+# per client. --postgres: the server is PostgreSQL (the same tables without Cairn's
+# partitioning and replication clauses). It drops and recreates the pgbench_* tables.
+# Exit status 0 only if every transaction ran without an error and the balances add up.
 set -euo pipefail
 
-host=127.0.0.1 port=5433 replicas=1 clients=8 transactions=200
+host=127.0.0.1 port=5433 replicas=1 clients=8 transactions=200 postgres=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --host) host=$2; shift 2 ;;
@@ -19,7 +20,8 @@ while [ $# -gt 0 ]; do
     --replicas) replicas=$2; shift 2 ;;
     --clients) clients=$2; shift 2 ;;
     --transactions) transactions=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --postgres) postgres=1; shift ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -30,17 +32,18 @@ command -v psql >/dev/null || { echo "psql not found: install postgresql-client"
 export PGHOST=$host PGPORT=$port PGUSER=${PGUSER:-cairn} PGDATABASE=${PGDATABASE:-cairn}
 sql() { psql -X -q -v ON_ERROR_STOP=1 -At -c "$1"; }
 
-with="WITH (replicas = $replicas)"
+with="WITH (replicas = $replicas)" hash="PARTITION BY HASH (aid) PARTITIONS 3"
+if [ "$postgres" = 1 ]; then with="" hash=""; fi
 for t in pgbench_history pgbench_accounts pgbench_tellers pgbench_branches; do
   sql "DROP TABLE IF EXISTS $t"
 done
 sql "CREATE TABLE pgbench_branches (bid INT PRIMARY KEY, bbalance INT NOT NULL, filler TEXT) $with"
 sql "CREATE TABLE pgbench_tellers (tid INT PRIMARY KEY, bid INT, tbalance INT NOT NULL, filler TEXT) $with"
-sql "CREATE TABLE pgbench_accounts (aid INT PRIMARY KEY, bid INT, abalance INT NOT NULL, filler TEXT) PARTITION BY HASH (aid) PARTITIONS 3 $with"
+sql "CREATE TABLE pgbench_accounts (aid INT PRIMARY KEY, bid INT, abalance INT NOT NULL, filler TEXT) $hash $with"
 sql "CREATE TABLE pgbench_history (hid BIGINT PRIMARY KEY, tid INT, bid INT, aid INT, delta INT, mtime TIMESTAMP) $with"
 sql "INSERT INTO pgbench_branches VALUES (1, 0, '')"
-sql "INSERT INTO pgbench_tellers SELECT CAST(value AS INT), 1, 0, '' FROM generate_series(1, 10)"
-sql "INSERT INTO pgbench_accounts SELECT CAST(value AS INT), 1, 0, '' FROM generate_series(1, 1000)"
+sql "INSERT INTO pgbench_tellers SELECT CAST(g AS INT), 1, 0, '' FROM generate_series(1, 10) AS s(g)"
+sql "INSERT INTO pgbench_accounts SELECT CAST(g AS INT), 1, 0, '' FROM generate_series(1, 1000) AS s(g)"
 
 # The TPC-B-like transaction (the history table needs a primary key in Cairn).
 script="$(dirname "$0")/tpcb.sql"

@@ -7,17 +7,18 @@ regenerates bench/results/REPORT.md and its charts.
 import argparse
 import sys
 
-from . import common, report, storage, tlscost, tpch, ycsb
+from . import common, pgbench, report, storage, tlscost, tpch, ycsb
 
 EPILOG = """examples:
   bench/run tpch --quick                     # SF 0.01, all 7 systems, a few minutes
   bench/run tpch --sf 1 --systems cairn-local,duckdb-parquet --queries 1,6
   bench/run storage --quick
   bench/run tls-cost                         # TLS + auth off vs on: TPC-H SF 1, YCSB C
+  bench/run pgbench                          # pgbench TPC-B-like: Cairn vs PostgreSQL
   bench/run all --quick                      # tpch, ycsb, storage, then the report
   bench/run report                           # REPORT.md from the JSON lines
 
-Results: bench/results/{tpch,ycsb,storage,tls-cost}.jsonl, bench/results/REPORT.md, charts in
+Results: bench/results/{tpch,ycsb,pgbench,storage,tls-cost}.jsonl, bench/results/REPORT.md, charts in
 bench/results/charts/. Servers, data and logs go to --work-dir (default /tmp/cairn-bench)."""
 
 
@@ -35,6 +36,9 @@ def parser():
     ycsb.add_arguments(sub.add_parser(
         "ycsb", help="YCSB workloads A-F with go-ycsb: Cairn vs PostgreSQL",
         description=ycsb.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    pgbench.add_arguments(sub.add_parser(
+        "pgbench", help="pgbench's TPC-B-like transaction: Cairn vs PostgreSQL",
+        description=pgbench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     storage.add_arguments(sub.add_parser(
         "storage", help="storage micro-benchmarks (cairn-bench storage)",
         description=storage.__doc__))
@@ -71,7 +75,7 @@ def main():
     if args.command == "all":
         failed = run_all(args.quick)
     elif args.command != "report":
-        {"tpch": tpch, "ycsb": ycsb, "storage": storage,
+        {"tpch": tpch, "ycsb": ycsb, "pgbench": pgbench, "storage": storage,
          "tls-cost": tlscost}[args.command].run(args)
     print(f"report: {report.generate()}", file=sys.stderr)
     if failed:
