@@ -41,7 +41,7 @@ use datafusion::sql::sqlparser::tokenizer::{
 };
 
 mod copy;
-mod functions;
+pub(crate) mod functions;
 
 pub use copy::{CopyFormat, CopyFrom, CopyInput, CopyOptions, CopyTo};
 

@@ -26,6 +26,18 @@
 //!   test the outer row (`WHERE pg_attribute.atthasdef AND …`) move out in front of
 //!   it (`CASE WHEN pg_attribute.atthasdef THEN (SELECT …) END`, the same value):
 //!   DataFusion cannot decorrelate them when the outer row comes from an outer join.
+//! - pgJDBC's `getPrimaryKeys` pairs key columns with their positions through
+//!   `information_schema._pg_expandarray(indkey)`, a set-returning function of
+//!   composite rows `(x, n)`: a derived table selects `(_pg_expandarray(E)).n AS seq`,
+//!   `_pg_expandarray(E) AS keys` and `att AS a`, and the outer query keeps the rows
+//!   where `a = (keys).x`. That is the rows where `att` is in `E`, at position
+//!   `array_position(E, att)`: the derived table computes exactly that (`seq` becomes
+//!   the position, `keys` the array, `array_has(E, att)` joins its WHERE), and the
+//!   outer condition becomes TRUE.
+//! - `'name'::regproc` → `'name'` without its schema ([`regproc_names`], applied to
+//!   catalog queries before `datafusion-pg-catalog` turns `regproc` into an integer):
+//!   the catalog's `regproc` columns (`pg_type.typinput`) hold function names, and
+//!   pgJDBC's type cache compares `typinput = 'pg_catalog.array_in'::regproc`.
 
 use std::ops::ControlFlow;
 
@@ -38,6 +50,7 @@ use datafusion::sql::sqlparser::ast::{
 /// Rewrites the PostgreSQL functions of a statement (see the module doc).
 pub(crate) fn rewrite_functions(statement: &mut DFStatement) {
     if let DFStatement::Statement(s) = statement {
+        let _ = ast::VisitMut::visit(s.as_mut(), &mut ExpandArrays);
         let _ = visit_expressions_mut(s.as_mut(), |expr| {
             rewrite(expr);
             ControlFlow::<()>::Continue(())
@@ -315,6 +328,164 @@ fn rewrite(expr: &mut Expr) {
     *expr = call("unnest", vec![call("generate_series", vec![one, length])]);
 }
 
+/// Rewrites `_pg_expandarray` pairs in every query (see the module doc).
+struct ExpandArrays;
+
+impl ast::VisitorMut for ExpandArrays {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut ast::Query) -> ControlFlow<()> {
+        expand_array_pairs(query);
+        ControlFlow::Continue(())
+    }
+}
+
+/// The `_pg_expandarray` rewrite of one query whose FROM is one derived table (see the
+/// module doc); leaves any other query alone.
+fn expand_array_pairs(query: &mut ast::Query) -> Option<()> {
+    let ast::SetExpr::Select(outer) = query.body.as_mut() else {
+        return None;
+    };
+    let [only] = outer.from.as_mut_slice() else {
+        return None;
+    };
+    let ast::TableFactor::Derived {
+        subquery,
+        alias: Some(alias),
+        ..
+    } = &mut only.relation
+    else {
+        return None;
+    };
+    let derived = alias.name.value.to_lowercase();
+    let ast::SetExpr::Select(inner) = subquery.body.as_mut() else {
+        return None;
+    };
+    // `_pg_expandarray(E) AS keys`, and `(_pg_expandarray(E)).n AS seq`.
+    let named = |item: &ast::SelectItem| match item {
+        ast::SelectItem::ExprWithAlias { expr, alias } => {
+            Some((expr.clone(), alias.value.to_lowercase()))
+        }
+        _ => None,
+    };
+    let (keys_at, array, keys) = inner.projection.iter().enumerate().find_map(|(i, item)| {
+        let (expr, alias) = named(item)?;
+        let Expr::Function(f) = &expr else {
+            return None;
+        };
+        let last = f.name.0.last()?.as_ident()?.value.to_lowercase();
+        match (last.as_str(), plain_args(f)?.as_slice()) {
+            ("_pg_expandarray", [array]) => Some((i, array.clone(), alias)),
+            _ => None,
+        }
+    })?;
+    let call_text = inner.projection[keys_at].to_string();
+    let call_text = call_text
+        .rsplit_once(" AS ")
+        .map_or(call_text.as_str(), |(c, _)| c)
+        .to_lowercase();
+    let seq_at = inner.projection.iter().position(|item| {
+        named(item).is_some_and(|(e, _)| e.to_string().to_lowercase() == format!("({call_text}).n"))
+    })?;
+    // The outer `derived.a = (derived.keys).x`.
+    let wanted = format!("({derived}.{keys}).x");
+    let mut conditions = vec![];
+    conjuncts(outer.selection.take()?, &mut conditions);
+    let mut member = None;
+    for c in conditions.iter_mut() {
+        let Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Eq,
+            right,
+        } = c
+        else {
+            continue;
+        };
+        let other = if right.to_string().to_lowercase() == wanted {
+            left
+        } else if left.to_string().to_lowercase() == wanted {
+            right
+        } else {
+            continue;
+        };
+        let Expr::CompoundIdentifier(parts) = other.as_ref() else {
+            continue;
+        };
+        let [table, column] = parts.as_slice() else {
+            continue;
+        };
+        if table.value.to_lowercase() != derived {
+            continue;
+        }
+        let column = column.value.to_lowercase();
+        member = inner
+            .projection
+            .iter()
+            .find_map(|item| named(item).filter(|(_, a)| *a == column).map(|(e, _)| e));
+        if member.is_some() {
+            *c = Expr::Value(Value::Boolean(true).into());
+            break;
+        }
+    }
+    outer.selection = and_all(conditions);
+    let member = member?;
+    let with_alias = |expr: Expr, alias: &str| ast::SelectItem::ExprWithAlias {
+        expr,
+        alias: Ident::new(alias),
+    };
+    let seq_alias = named(&inner.projection[seq_at])?.1;
+    inner.projection[seq_at] = with_alias(
+        call("array_position", vec![array.clone(), member.clone()]),
+        &seq_alias,
+    );
+    inner.projection[keys_at] = with_alias(array.clone(), &keys);
+    let has = call("array_has", vec![array, member]);
+    inner.selection = Some(match inner.selection.take() {
+        Some(w) => Expr::BinaryOp {
+            left: Box::new(Expr::Nested(Box::new(w))),
+            op: ast::BinaryOperator::And,
+            right: Box::new(has),
+        },
+        None => has,
+    });
+    Some(())
+}
+
+/// `sql` with every `'schema.name'::regproc` literal replaced by `'name'` (see the
+/// module doc), or `None` when it has none (or does not parse).
+pub(crate) fn regproc_names(sql: &str) -> Option<String> {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    if !sql.to_ascii_lowercase().contains("regproc") {
+        return None;
+    }
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
+    let mut changed = false;
+    let _ = visit_expressions_mut(&mut statements, |expr| {
+        if let Expr::Cast {
+            expr: inner,
+            data_type,
+            ..
+        } = expr
+            && data_type.to_string().eq_ignore_ascii_case("regproc")
+            && let Expr::Value(v) = inner.as_ref()
+            && let Value::SingleQuotedString(name) = &v.value
+        {
+            let bare = name.rsplit('.').next().unwrap_or(name).to_string();
+            *expr = Expr::value(Value::SingleQuotedString(bare));
+            changed = true;
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    changed.then(|| {
+        statements
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,5 +552,37 @@ mod tests {
             rewritten("SELECT generate_subscripts(k) FROM t"),
             "SELECT generate_subscripts(k) FROM t"
         );
+    }
+
+    #[test]
+    fn pg_expandarray_pairs_become_array_positions() {
+        // pgJDBC's getPrimaryKeys, shortened.
+        let sql = "SELECT result.COLUMN_NAME, result.KEY_SEQ FROM (SELECT a.attname AS \
+                   COLUMN_NAME, (information_schema._pg_expandarray(i.indkey)).n AS KEY_SEQ, \
+                   information_schema._pg_expandarray(i.indkey) AS KEYS, a.attnum AS A_ATTNUM \
+                   FROM pg_attribute a JOIN pg_index i ON (a.attrelid = i.indrelid) WHERE \
+                   i.indisprimary) result WHERE result.A_ATTNUM = (result.KEYS).x ORDER BY \
+                   result.key_seq";
+        assert_eq!(
+            rewritten(sql),
+            "SELECT result.COLUMN_NAME, result.KEY_SEQ FROM (SELECT a.attname AS COLUMN_NAME, \
+             array_position(i.indkey, a.attnum) AS key_seq, i.indkey AS keys, a.attnum AS \
+             A_ATTNUM FROM pg_attribute a JOIN pg_index i ON (a.attrelid = i.indrelid) WHERE \
+             (i.indisprimary) AND array_has(i.indkey, a.attnum)) result WHERE true ORDER BY \
+             result.key_seq"
+        );
+        // Without the outer pairing condition: untouched.
+        let alone = "SELECT r.k FROM (SELECT _pg_expandarray(x) AS k FROM t) AS r";
+        assert_eq!(rewritten(alone), alone);
+    }
+
+    #[test]
+    fn regproc_literals_lose_their_schema() {
+        assert_eq!(
+            regproc_names("SELECT typinput = 'pg_catalog.array_in'::regproc FROM pg_type")
+                .as_deref(),
+            Some("SELECT typinput = 'array_in' FROM pg_type")
+        );
+        assert_eq!(regproc_names("SELECT 'x'::text"), None);
     }
 }

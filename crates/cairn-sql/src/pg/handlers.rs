@@ -450,7 +450,8 @@ fn rewrite_sql(compat: &PostgresCompatibilityParser, sql: &str) -> Option<String
     if !read_only(sql) {
         return None;
     }
-    let statements = compat.parse(sql).ok()?;
+    let bare = crate::parser::functions::regproc_names(sql);
+    let statements = compat.parse(bare.as_deref().unwrap_or(sql)).ok()?;
     let [statement] = statements.as_slice() else {
         return None;
     };

@@ -5,7 +5,8 @@
 //
 // Checks PreparedStatement parameters (past pgJDBC's prepareThreshold, where it switches
 // to named server-side statements and binary results), executeUpdate and batch counts,
-// SQLSTATEs (23505, 42P01), DatabaseMetaData.getTables, transactions and the
+// SQLSTATEs (23505, 42P01), DatabaseMetaData getTables/getPrimaryKeys/getColumns/
+// getTypeInfo, transactions and the
 // isolation level. The table name is unique per run; the table is dropped at the end.
 // Exits non-zero on the first failure.
 
@@ -171,6 +172,31 @@ public class JdbcSmoke {
             check(table.equals(rs.getString("TABLE_NAME")), "TABLE_NAME " + rs.getString("TABLE_NAME"));
             check("TABLE".equals(rs.getString("TABLE_TYPE")), "TABLE_TYPE " + rs.getString("TABLE_TYPE"));
             check(!rs.next(), "getTables returns one table");
+        }
+
+        // The metadata ORMs and tools read: the primary key, the columns, the types.
+        try (ResultSet rs = md.getPrimaryKeys(null, null, table)) {
+            check(rs.next(), "getPrimaryKeys finds the key");
+            check("id".equals(rs.getString("COLUMN_NAME")), "key column " + rs.getString("COLUMN_NAME"));
+            check(rs.getInt("KEY_SEQ") == 1, "KEY_SEQ " + rs.getInt("KEY_SEQ"));
+            check((table + "_pkey").equals(rs.getString("PK_NAME")), "PK_NAME " + rs.getString("PK_NAME"));
+            check(!rs.next(), "one key column");
+        }
+        try (ResultSet rs = md.getColumns(null, null, table, null)) {
+            String[] want = {"id", "name", "score", "price", "born"};
+            for (int i = 0; i < want.length; i++) {
+                check(rs.next(), "getColumns row " + i);
+                check(want[i].equals(rs.getString("COLUMN_NAME")), "column " + rs.getString("COLUMN_NAME"));
+                check(rs.getInt("ORDINAL_POSITION") == i + 1, "ORDINAL_POSITION " + rs.getInt("ORDINAL_POSITION"));
+            }
+            check(!rs.next(), "five columns");
+        }
+        try (ResultSet rs = md.getTypeInfo()) {
+            boolean int8 = false;
+            while (rs.next()) {
+                int8 |= "int8".equals(rs.getString("TYPE_NAME"));
+            }
+            check(int8, "getTypeInfo lists int8");
         }
     }
 }
