@@ -176,6 +176,26 @@ fn planned_tables(plan: &LogicalPlan) -> Vec<PlannedTable> {
 }
 
 impl Prepared {
+    /// A statement Cairn runs itself at each execute (no DataFusion plan, no rows):
+    /// `statement`, or nothing for an empty query string.
+    fn unplanned(
+        sql: &str,
+        statement: Option<CairnStatement>,
+        param_types: Vec<Option<ArrowType>>,
+    ) -> Prepared {
+        Prepared {
+            sql: sql.to_string(),
+            statement,
+            plan: None,
+            insert_mode: InsertMode::Insert,
+            fixed_snapshot: None,
+            param_types,
+            schema: Arc::new(arrow::datatypes::Schema::empty()),
+            tables: vec![],
+            point: None,
+        }
+    }
+
     /// Whether executions take the keyed fast path (a read or write of rows named by
     /// their whole primary key, without a DataFusion plan).
     pub fn keyed(&self) -> bool {
@@ -450,19 +470,8 @@ impl SqlSession {
                 "cannot prepare several statements at once: send them one by one",
             ));
         }
-        let empty = Arc::new(arrow::datatypes::Schema::empty());
         let Some(statement) = statements.pop() else {
-            return Ok(Prepared {
-                sql: sql.to_string(),
-                statement: None,
-                plan: None,
-                insert_mode: InsertMode::Insert,
-                fixed_snapshot: None,
-                param_types: vec![],
-                schema: empty,
-                tables: vec![],
-                point: None,
-            });
+            return Ok(Prepared::unplanned(sql, None, vec![]));
         };
         match statement {
             CairnStatement::Query {
@@ -497,7 +506,7 @@ impl SqlSession {
                 let schema = match &plan {
                     LogicalPlan::Dml(_) => crate::write::count_schema(),
                     p if returns_rows(p) => Arc::new(p.schema().as_arrow().clone()),
-                    _ => empty,
+                    _ => Arc::new(arrow::datatypes::Schema::empty()),
                 };
                 Ok(Prepared {
                     sql: sql.to_string(),
@@ -522,29 +531,13 @@ impl SqlSession {
                 plain.table_alias = None;
                 let text = ast::Statement::Insert(plain).to_string();
                 let param_types = Box::pin(self.prepare(&text)).await?.param_types;
-                Ok(Prepared {
-                    sql: sql.to_string(),
-                    statement: Some(CairnStatement::InsertOnConflictUpdate(insert)),
-                    plan: None,
-                    insert_mode: InsertMode::Insert,
-                    fixed_snapshot: None,
+                Ok(Prepared::unplanned(
+                    sql,
+                    Some(CairnStatement::InsertOnConflictUpdate(insert)),
                     param_types,
-                    schema: empty,
-                    tables: vec![],
-                    point: None,
-                })
+                ))
             }
-            other => Ok(Prepared {
-                sql: sql.to_string(),
-                statement: Some(other),
-                plan: None,
-                insert_mode: InsertMode::Insert,
-                fixed_snapshot: None,
-                param_types: vec![],
-                schema: empty,
-                tables: vec![],
-                point: None,
-            }),
+            other => Ok(Prepared::unplanned(sql, Some(other), vec![])),
         }
     }
 
