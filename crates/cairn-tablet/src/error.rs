@@ -88,6 +88,18 @@ pub enum TabletError {
     /// An invalid request that is not about a particular value.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A write or commit named a transaction that already ended here (or, for a
+    /// write, is already preparing to commit).
+    #[error(
+        "transaction {txn} is no longer open on this tablet ({state}); start a new \
+         transaction"
+    )]
+    TxnNotOpen {
+        /// The transaction.
+        txn: crate::ops::TxnId,
+        /// What became of it.
+        state: String,
+    },
 }
 
 impl TabletError {

@@ -14,6 +14,8 @@
 //!   records, reads, and the maintenance ops (flush, delta flush, compactions, GC,
 //!   ALTER), split into one file per job.
 //! - [`local`]: [`LocalTablet`], a tablet with a log of its own (tests, tools, demo).
+//! - [`txn`]: multi-row transactions — provisional writes owned by their transaction
+//!   until it commits (at one timestamp on every tablet) or aborts.
 //! - [`results`]: answers of applied client requests, for exactly-once retries.
 //! - [`bulk`]: bulk inserts — checked Arrow batches written straight into new
 //!   DiskRowSets.
@@ -53,6 +55,7 @@ pub mod rowsets;
 pub mod scan;
 pub mod skipcache;
 pub mod tablet;
+pub mod txn;
 pub mod writer;
 
 /// The log fsync policy (re-exported from `cairn-wal`).
@@ -60,9 +63,10 @@ pub use cairn_wal::FsyncPolicy;
 pub use error::{Result, TabletError};
 pub use local::LocalTablet;
 pub use maintenance::MaintenanceManager;
-pub use ops::{OpKind, RequestId, RequestRecord, RowCondition, RowError, RowOp};
+pub use ops::{OpKind, RequestId, RequestRecord, RowCondition, RowError, RowOp, TxnId};
 pub use scan::{ScanSpec, Scanner};
 pub use tablet::{
-    AlterOp, PreparedBulk, PreparedWrite, ReadMode, Tablet, TabletOptions, WriteResult,
+    AlterOp, PreparedBulk, PreparedWrite, ReadMode, Tablet, TabletOptions, TxnDecision, WriteResult,
 };
+pub use txn::{TxnInfo, TxnOutcome};
 pub use writer::Codec;

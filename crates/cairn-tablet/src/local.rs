@@ -13,18 +13,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use cairn_common::{HybridClock, Schema};
+use cairn_common::{HybridClock, HybridTime, Schema};
 use cairn_wal::{Log, LogOptions};
 use parking_lot::Mutex;
 
 use crate::error::{Result, TabletError};
 use crate::maintenance::MaintenanceManager;
-use crate::ops::{RowError, RowOp};
+use crate::ops::{RowError, RowOp, TxnId};
 use crate::scan::{ScanSpec, Scanner};
-use crate::tablet::{AlterOp, Tablet, TabletOptions, WriteResult};
+use crate::tablet::{AlterOp, Tablet, TabletOptions, TxnDecision, WriteResult};
 
-/// How long a local write waits for its checks (it never waits for other writers: they
-/// run one at a time).
+/// How long a local write waits for its checks and for keys an open transaction owns
+/// (other single writes run one at a time).
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A tablet and its own log.
@@ -123,10 +123,22 @@ impl LocalTablet {
     }
 
     fn write_batch(&self, ops: Vec<RowOp>, atomic: bool) -> Result<WriteResult> {
-        let mut p = self.tablet.prepare_write(ops)?;
+        let p = self.tablet.prepare_write(ops)?;
+        self.log_checked(p, atomic)
+    }
+
+    /// Locks, checks, logs and applies a prepared batch (a transaction's or not).
+    fn log_checked(
+        &self,
+        mut p: crate::tablet::PreparedWrite,
+        atomic: bool,
+    ) -> Result<WriteResult> {
+        let deadline = Instant::now() + CHECK_TIMEOUT;
+        // Keys an open transaction owns are waited for before the log lock: their
+        // owner's commit needs it.
+        let _locks = self.tablet.lock_rows(&p, deadline)?;
         let mut log = self.log.lock();
-        self.tablet
-            .check_write(&mut p, atomic, Instant::now() + CHECK_TIMEOUT)?;
+        self.tablet.check_write(&mut p, atomic, deadline)?;
         if p.is_empty() {
             return Ok(WriteResult {
                 ts: self.tablet.safe_time(),
@@ -140,6 +152,40 @@ impl LocalTablet {
         row_errors.extend(res?.into_iter().map(|(i, e)| (p.batch_position(i), e)));
         row_errors.sort_by_key(|(i, _)| *i);
         Ok(WriteResult { ts, row_errors })
+    }
+
+    /// Writes `ops` provisionally for transaction `txn` ([`crate::txn`]): the rows'
+    /// checks see the transaction's earlier writes, the keys become the
+    /// transaction's until it finishes, and nobody else sees the rows before the
+    /// commit. With `atomic`, all or none of the batch.
+    pub fn txn_write(&self, txn: TxnId, ops: Vec<RowOp>, atomic: bool) -> Result<WriteResult> {
+        let p = self.tablet.prepare_txn_write(txn, ops)?;
+        self.log_checked(p, atomic)
+    }
+
+    /// Prepares `txn` to commit; returns the prepare timestamp.
+    pub fn txn_begin_commit(&self, txn: TxnId) -> Result<HybridTime> {
+        let mut log = self.log.lock();
+        let (ts, rec) = self.tablet.start_begin_commit(txn)?;
+        let res = self.log_and_apply(&mut log, &rec);
+        self.tablet.finish_write(ts);
+        res.map(|_| ts)
+    }
+
+    /// Commits or aborts `txn`; returns the commit timestamp of a commit.
+    pub fn txn_finish(&self, txn: TxnId, decision: TxnDecision) -> Result<Option<HybridTime>> {
+        let mut log = self.log.lock();
+        let Some((ts, rec)) = self.tablet.start_finish(txn, decision)? else {
+            return Ok(match self.tablet.txns().outcome(txn) {
+                Some(crate::txn::TxnOutcome::Committed(t)) => Some(t),
+                _ => None,
+            });
+        };
+        let res = self.log_and_apply(&mut log, &rec);
+        if let Some(ts) = ts {
+            self.tablet.finish_write(ts);
+        }
+        res.map(|_| ts)
     }
 
     /// Inserts a batch of new rows (columns named like the table's) straight into

@@ -94,6 +94,11 @@ pub struct TabletMeta {
     /// Answers of applied client requests (see [`crate::results`]).
     #[serde(default)]
     pub results: Vec<crate::results::ClientAnswers>,
+    /// The durable mark open transactions allow (see [`crate::txn::TxnTable`]): the
+    /// log index before the oldest open transaction's first record, and a timestamp
+    /// below that record's. A restart applies the log again from there.
+    #[serde(default)]
+    pub txn_floor: Option<(u64, u64)>,
 }
 
 impl TabletMeta {
@@ -107,6 +112,7 @@ impl TabletMeta {
             next_rowset_id: 1,
             rowsets: vec![],
             results: vec![],
+            txn_floor: None,
         }
     }
 

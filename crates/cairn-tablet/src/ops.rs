@@ -455,6 +455,54 @@ pub enum LogRecord {
         /// The client request it answers, if the client gave an id.
         request: Option<RequestRecord>,
     },
+    /// Provisional writes of transaction `txn` ([`crate::txn`]): the leader checked
+    /// them against the committed rows and the transaction's earlier writes; applying
+    /// the record makes the transaction own their keys, and nobody else sees them
+    /// until a [`LogRecord::TxnFinish`] commits them.
+    TxnWrite {
+        /// The transaction.
+        txn: TxnId,
+        /// The record's timestamp (log order is timestamp order); not the commit time.
+        ts: HybridTime,
+        /// The ops, in the order the transaction wrote them.
+        ops: Vec<LoggedOp>,
+        /// The client request it answers, if the client gave an id.
+        request: Option<RequestRecord>,
+    },
+    /// The participant's "prepare" (Kudu's BEGIN_COMMIT): from here until the
+    /// transaction finishes, snapshots at or after `ts` wait, so its commit — at a
+    /// timestamp at or after `ts` — is never half seen.
+    TxnBeginCommit {
+        /// The transaction.
+        txn: TxnId,
+        /// The prepare timestamp, held in flight until the transaction finishes.
+        ts: HybridTime,
+    },
+    /// The end of transaction `txn` on this tablet: with `commit_ts`, its provisional
+    /// writes become rows at that timestamp; without, they are discarded.
+    TxnFinish {
+        /// The transaction.
+        txn: TxnId,
+        /// The commit timestamp, or `None` for an abort.
+        commit_ts: Option<HybridTime>,
+        /// A commit's provisional writes, grouped by key in key order (each key's in
+        /// the order written), so the record stands alone: once it is applied the
+        /// durable index may pass the transaction's earlier records, and a restart
+        /// that applies it again must not need them.
+        ops: Vec<LoggedOp>,
+    },
+}
+
+/// A multi-row transaction's id, chosen at random by its coordinator.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct TxnId(pub u64);
+
+impl std::fmt::Display for TxnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "txn-{:016x}", self.0)
+    }
 }
 
 // Record tags. 1 and 3 are the forms before conditions and request ids; they are still
@@ -464,6 +512,45 @@ const TAG_ALTER: u8 = 2;
 const TAG_BULK_V1: u8 = 3;
 const TAG_WRITE: u8 = 4;
 const TAG_BULK: u8 = 5;
+const TAG_TXN_WRITE: u8 = 6;
+const TAG_TXN_BEGIN_COMMIT: u8 = 7;
+const TAG_TXN_FINISH: u8 = 8;
+
+/// Appends a list of logged ops.
+fn put_ops(out: &mut Vec<u8>, ops: &[LoggedOp]) {
+    codec::put_u32(out, ops.len() as u32);
+    for op in ops {
+        out.push(op.kind.tag());
+        codec::put_u32(out, op.cells.len() as u32);
+        for (id, v) in &op.cells {
+            codec::put_u32(out, *id);
+            codec::put_value(out, v);
+        }
+    }
+}
+
+/// Reads a list written by [`put_ops`].
+fn read_ops(r: &mut Reader<'_>) -> cairn_common::Result<Vec<LoggedOp>> {
+    let n = r.u32()? as usize;
+    if n > r.remaining() {
+        return Err(bad_record("op count exceeds the data"));
+    }
+    let mut ops = Vec::with_capacity(n);
+    for _ in 0..n {
+        let kind = OpKind::from_tag(r.u8()?).ok_or_else(|| bad_record("unknown op kind"))?;
+        let m = r.u32()? as usize;
+        if m > r.remaining() {
+            return Err(bad_record("cell count exceeds the data"));
+        }
+        let mut cells = Vec::with_capacity(m);
+        for _ in 0..m {
+            let id = r.u32()?;
+            cells.push((id, r.value()?));
+        }
+        ops.push(LoggedOp { kind, cells });
+    }
+    Ok(ops)
+}
 
 impl LogRecord {
     /// Builds a write record from ops validated against `schema`.
@@ -493,15 +580,38 @@ impl LogRecord {
                 if let Some(r) = request {
                     r.encode(&mut out);
                 }
-                codec::put_u32(&mut out, ops.len() as u32);
-                for op in ops {
-                    out.push(op.kind.tag());
-                    codec::put_u32(&mut out, op.cells.len() as u32);
-                    for (id, v) in &op.cells {
-                        codec::put_u32(&mut out, *id);
-                        codec::put_value(&mut out, v);
-                    }
+                put_ops(&mut out, ops);
+            }
+            LogRecord::TxnWrite {
+                txn,
+                ts,
+                ops,
+                request,
+            } => {
+                out.push(TAG_TXN_WRITE);
+                codec::put_u64(&mut out, txn.0);
+                codec::put_u64(&mut out, ts.0);
+                out.push(request.is_some() as u8);
+                if let Some(r) = request {
+                    r.encode(&mut out);
                 }
+                put_ops(&mut out, ops);
+            }
+            LogRecord::TxnBeginCommit { txn, ts } => {
+                out.push(TAG_TXN_BEGIN_COMMIT);
+                codec::put_u64(&mut out, txn.0);
+                codec::put_u64(&mut out, ts.0);
+            }
+            LogRecord::TxnFinish {
+                txn,
+                commit_ts,
+                ops,
+            } => {
+                out.push(TAG_TXN_FINISH);
+                codec::put_u64(&mut out, txn.0);
+                out.push(commit_ts.is_some() as u8);
+                codec::put_u64(&mut out, commit_ts.map_or(0, |t| t.0));
+                put_ops(&mut out, ops);
             }
             LogRecord::AlterSchema { schema } => {
                 out.push(TAG_ALTER);
@@ -544,25 +654,7 @@ impl LogRecord {
                 } else {
                     (false, None)
                 };
-                let n = r.u32()? as usize;
-                if n > r.remaining() {
-                    return Err(bad_record("op count exceeds the data"));
-                }
-                let mut ops = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let kind =
-                        OpKind::from_tag(r.u8()?).ok_or_else(|| bad_record("unknown op kind"))?;
-                    let m = r.u32()? as usize;
-                    if m > r.remaining() {
-                        return Err(bad_record("cell count exceeds the data"));
-                    }
-                    let mut cells = Vec::with_capacity(m);
-                    for _ in 0..m {
-                        let id = r.u32()?;
-                        cells.push((id, r.value()?));
-                    }
-                    ops.push(LoggedOp { kind, cells });
-                }
+                let ops = read_ops(&mut r)?;
                 Ok(LogRecord::Write {
                     ts,
                     ops,
@@ -585,6 +677,37 @@ impl LogRecord {
                 };
                 let ipc = r.bytes()?.to_vec();
                 Ok(LogRecord::BulkInsert { ts, ipc, request })
+            }
+            TAG_TXN_WRITE => {
+                let txn = TxnId(r.u64()?);
+                let ts = HybridTime(r.u64()?);
+                let request = if r.u8()? == 1 {
+                    Some(RequestRecord::decode(&mut r)?)
+                } else {
+                    None
+                };
+                let ops = read_ops(&mut r)?;
+                Ok(LogRecord::TxnWrite {
+                    txn,
+                    ts,
+                    ops,
+                    request,
+                })
+            }
+            TAG_TXN_BEGIN_COMMIT => Ok(LogRecord::TxnBeginCommit {
+                txn: TxnId(r.u64()?),
+                ts: HybridTime(r.u64()?),
+            }),
+            TAG_TXN_FINISH => {
+                let txn = TxnId(r.u64()?);
+                let commit = r.u8()? == 1;
+                let ts = HybridTime(r.u64()?);
+                let ops = read_ops(&mut r)?;
+                Ok(LogRecord::TxnFinish {
+                    txn,
+                    commit_ts: commit.then_some(ts),
+                    ops,
+                })
             }
             t => Err(bad_record(&format!("unknown record type {t}"))),
         }
@@ -673,6 +796,37 @@ mod tests {
             request: None,
         };
         assert_eq!(LogRecord::decode(&bulk.encode()).unwrap(), bulk);
+        let txn_records = [
+            LogRecord::TxnWrite {
+                txn: TxnId(77),
+                ts: HybridTime(10),
+                ops: vec![LoggedOp {
+                    kind: OpKind::Upsert,
+                    cells: vec![(0, Value::Int64(5))],
+                }],
+                request: None,
+            },
+            LogRecord::TxnBeginCommit {
+                txn: TxnId(77),
+                ts: HybridTime(11),
+            },
+            LogRecord::TxnFinish {
+                txn: TxnId(77),
+                commit_ts: Some(HybridTime(12)),
+                ops: vec![LoggedOp {
+                    kind: OpKind::Delete,
+                    cells: vec![(0, Value::Int64(5))],
+                }],
+            },
+            LogRecord::TxnFinish {
+                txn: TxnId(78),
+                commit_ts: None,
+                ops: vec![],
+            },
+        ];
+        for rec in txn_records {
+            assert_eq!(LogRecord::decode(&rec.encode()).unwrap(), rec);
+        }
         let errs = vec![(3, RowError::Conflict), (9, RowError::Invalid("m".into()))];
         assert_eq!(decode_row_errors(&encode_row_errors(&errs)).unwrap(), errs);
         assert!(LogRecord::decode(&[1, 2, 3]).is_err());

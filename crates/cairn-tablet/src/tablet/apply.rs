@@ -78,6 +78,24 @@ impl Tablet {
                 self.apply_alter(index, schema)?;
                 Ok(Vec::new())
             }
+            LogRecord::TxnWrite {
+                txn,
+                ts,
+                ops,
+                request,
+            } => self.apply_txn_write(index, txn, ts, ops, request.as_ref()),
+            LogRecord::TxnBeginCommit { txn, ts } => {
+                self.apply_begin_commit(index, txn, ts);
+                Ok(Vec::new())
+            }
+            LogRecord::TxnFinish {
+                txn,
+                commit_ts,
+                ops,
+            } => {
+                self.apply_txn_finish(index, txn, commit_ts, ops)?;
+                Ok(Vec::new())
+            }
         }
     }
 

@@ -116,7 +116,7 @@ impl Tablet {
     /// REQUIRES: the maintenance lock.
     fn compact_locked(&self, inputs: Vec<Arc<DiskRowSet>>) -> Result<bool> {
         let (cut, snap) = {
-            let _g = self.gate.write();
+            let _g = self.cut_gate()?;
             for rs in &inputs {
                 let mut d = rs.deltas();
                 if !d.dms.is_empty() {

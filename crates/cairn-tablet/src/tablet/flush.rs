@@ -42,7 +42,7 @@ impl Tablet {
         &self,
         hold_gate: bool,
     ) -> Result<(bool, Option<RwLockWriteGuard<'_, ()>>)> {
-        let gate = self.gate.write();
+        let gate = self.cut_gate()?;
         let comps = self.components();
         if comps.mrs.is_empty() {
             return Ok((false, hold_gate.then_some(gate)));
@@ -166,7 +166,7 @@ impl Tablet {
     /// Flushes one rowset's DeltaMemStore. REQUIRES: the maintenance lock.
     pub(crate) fn flush_dms_locked(&self, rs: &Arc<DiskRowSet>) -> Result<bool> {
         let (frozen, cut, snap) = {
-            let _g = self.gate.write();
+            let _g = self.cut_gate()?;
             let mut d = rs.deltas();
             if d.dms.is_empty() {
                 return Ok(false);
@@ -231,7 +231,7 @@ impl Tablet {
         // Stores with nothing in memory hold everything up to the current cut: advance
         // their marks too, or an idle store would pin the log forever.
         let _m = self.maint_lock()?;
-        let _g = self.gate.write();
+        let _g = self.cut_gate()?;
         let cut = self.applied_index();
         let snap = self.cut_snapshot();
         let comps = self.components();

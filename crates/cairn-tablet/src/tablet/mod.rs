@@ -41,6 +41,7 @@ mod bulk;
 mod compact;
 mod flush;
 mod gc;
+mod txn;
 mod write;
 
 use std::ops::Bound;
@@ -53,6 +54,7 @@ use cairn_common::{ColumnStatistics, HybridClock, HybridTime, Schema, Value};
 use parking_lot::{Mutex, RwLock};
 
 pub use self::bulk::PreparedBulk;
+pub use self::txn::TxnDecision;
 pub use self::write::PreparedWrite;
 use crate::cache::BlockCache;
 use crate::diskrowset::{DiskRowSet, ScanCounters};
@@ -203,6 +205,8 @@ pub struct Tablet {
     persisting: Mutex<()>,
     cache: Arc<BlockCache>,
     results: ResultTracker,
+    /// Open multi-row transactions and their provisional writes ([`crate::txn`]).
+    txns: crate::txn::TxnTable,
     /// What scans skipped.
     pub counters: ScanCounters,
     shut_down: AtomicBool,
@@ -228,6 +232,7 @@ fn meta_durable(meta: &TabletMeta) -> (u64, u64) {
             meta.mrs_flushed_index,
             meta.mrs_flushed_ts,
         )))
+        .chain(meta.txn_floor)
         .min()
         .unwrap_or((0, 0))
 }
@@ -322,6 +327,7 @@ impl Tablet {
             persisting: Mutex::new(()),
             cache,
             results: ResultTracker::from_persisted(meta.results),
+            txns: crate::txn::TxnTable::default(),
             counters: ScanCounters::default(),
             shut_down: AtomicBool::new(false),
             failed: Mutex::new(None),
@@ -368,6 +374,12 @@ impl Tablet {
     pub fn snapshot_for(&self, mode: ReadMode) -> Result<HybridTime> {
         self.check_healthy()?;
         match mode {
+            // A prepared transaction holds its prepare timestamp in flight until it
+            // commits, possibly at a timestamp below writes acknowledged since: reading
+            // below it would miss those. Wait for it instead (a commit round trip).
+            ReadMode::Latest if self.txns.committing() > 0 => {
+                self.snapshot_for(ReadMode::Snapshot(self.clock.now()))
+            }
             ReadMode::Latest => Ok(self.mvcc.snapshot_now(&self.clock)),
             ReadMode::Snapshot(ts) => {
                 let oldest = self.ancient_history_mark();
@@ -486,6 +498,38 @@ impl Tablet {
 
     // ----- persistence ------------------------------------------------------------
 
+    /// Exclusive hold of the write gate for a maintenance *cut*, once no transaction is
+    /// prepared: a prepared transaction commits at a timestamp that may lie below
+    /// records applied after its prepare, and a cut between the two would count its
+    /// commit as already included (see [`crate::txn`]). Prepared transactions finish
+    /// within a commit round trip, or are resolved once their coordinator is gone.
+    /// REQUIRES: the maintenance lock.
+    pub(crate) fn cut_gate(&self) -> Result<parking_lot::RwLockWriteGuard<'_, ()>> {
+        let mut waited = std::time::Duration::ZERO;
+        loop {
+            let g = self.gate.write();
+            if self.txns.committing() == 0 {
+                return Ok(g);
+            }
+            drop(g);
+            self.check_healthy()?;
+            let step = std::time::Duration::from_millis(200);
+            if !self
+                .txns
+                .wait_none_committing(std::time::Instant::now() + step)
+            {
+                waited += step;
+                if waited.as_millis().is_multiple_of(10_000) {
+                    tracing::warn!(
+                        tablet = %self.dir.display(),
+                        secs = waited.as_secs(),
+                        "maintenance is waiting for prepared transactions to finish"
+                    );
+                }
+            }
+        }
+    }
+
     /// Exclusive hold of the write gate (maintenance installs).
     pub(crate) fn write_gate(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
         self.gate.write()
@@ -514,6 +558,7 @@ impl Tablet {
             next_rowset_id: self.next_rowset_id.load(Ordering::Acquire),
             rowsets: comps.disk.iter().map(|r| r.meta()).collect(),
             results: self.results.to_persist(),
+            txn_floor: self.txns.floor(),
         };
         edit(&mut meta);
         let stored = (|| -> Result<()> {

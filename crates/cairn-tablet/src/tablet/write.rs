@@ -24,9 +24,11 @@ use crate::rowsets::Components;
 /// A leader's validated write batch, not yet replicated ([`Tablet::prepare_write`]).
 #[derive(Debug)]
 pub struct PreparedWrite {
-    schema: std::sync::Arc<Schema>,
+    pub(super) schema: std::sync::Arc<Schema>,
     /// (position in the caller's batch, validated op, encoded key).
-    rows: Vec<(usize, RowOp, Vec<u8>)>,
+    pub(super) rows: Vec<(usize, RowOp, Vec<u8>)>,
+    /// The transaction it writes for ([`Tablet::prepare_txn_write`]), if any.
+    pub(super) txn: Option<crate::ops::TxnId>,
     /// Rows that failed validation, by position in the caller's batch.
     pub row_errors: Vec<(usize, RowError)>,
 }
@@ -35,6 +37,10 @@ impl PreparedWrite {
     /// Whether no row passed validation (nothing to replicate).
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+    }
+    /// The transaction the batch writes for, if any.
+    pub fn txn(&self) -> Option<crate::ops::TxnId> {
+        self.txn
     }
     /// Number of rows to replicate.
     pub fn len(&self) -> usize {
@@ -137,16 +143,35 @@ impl Tablet {
             schema,
             rows,
             row_errors,
+            txn: None,
         })
     }
 
     /// Locks the rows of a prepared batch until the returned guard is dropped (after
     /// the batch is applied), so writers of one key take turns. Waits until `deadline`
     /// at most.
+    /// Keys an open transaction owns ([`crate::txn`]) are waited for first — until it
+    /// commits or aborts — unless the batch writes for that transaction.
     pub fn lock_rows(&self, p: &PreparedWrite, deadline: Instant) -> Result<RowLocks> {
-        self.locks
-            .lock_all(p.rows.iter().map(|(_, _, k)| k.as_slice()), Some(deadline))
-            .ok_or(TabletError::LockTimeout)
+        let keys: Vec<&[u8]> = p.rows.iter().map(|(_, _, k)| k.as_slice()).collect();
+        loop {
+            if !self.txns.wait_unowned(&keys, p.txn, deadline) {
+                return Err(TabletError::LockTimeout);
+            }
+            let locks = self
+                .locks
+                .lock_all(keys.iter().copied(), Some(deadline))
+                .ok_or(TabletError::LockTimeout)?;
+            // A key becomes owned only when a transaction's write is applied, and that
+            // write held the key's row lock until then: under the locks, ownership
+            // cannot change.
+            if keys
+                .iter()
+                .all(|k| self.txns.owner(k).is_none_or(|o| Some(o) == p.txn))
+            {
+                return Ok(locks);
+            }
+        }
     }
 
     /// The leader's checks of a locked batch against the rows' current state: each
@@ -188,14 +213,14 @@ impl Tablet {
         for (n, (pos, op, key)) in p.rows.iter().enumerate() {
             let (live, last_change) = match in_batch.get(key) {
                 Some(&live) => (live, HybridTime::MAX),
-                None => self.row_status(&comps, key),
+                None => self.status_in(p.txn, &comps, key),
             };
             let verdict = if let Some(since) = op.condition.unchanged_since
                 && (!live || last_change > since)
             {
                 Err(RowError::Conflict)
             } else if !op.condition.predicates.is_empty()
-                && !self.predicates_hold(&schema, &comps, key, op, live, &in_batch)?
+                && !self.predicates_hold(p.txn, &schema, &comps, key, op, live, &in_batch)?
             {
                 Err(RowError::ConditionFailed)
             } else if atomic {
@@ -241,8 +266,10 @@ impl Tablet {
 
     /// Whether `op`'s predicates hold on the row with `key` (live, not changed earlier
     /// in the same batch, and matching each of them).
+    #[allow(clippy::too_many_arguments)]
     fn predicates_hold(
         &self,
+        txn: Option<crate::ops::TxnId>,
         schema: &Schema,
         comps: &Components,
         key: &[u8],
@@ -253,7 +280,7 @@ impl Tablet {
         if !live || in_batch.contains_key(key) {
             return Ok(false);
         }
-        let Some(row) = self.current_row(schema, comps, key)? else {
+        let Some(row) = self.current_row_in(txn, comps, key)? else {
             return Ok(false);
         };
         Ok(op.condition.predicates.iter().all(|pr| {
@@ -288,9 +315,12 @@ impl Tablet {
     }
 
     /// Takes the batch's timestamp (registered in flight until
-    /// [`Tablet::finish_write`]) and encodes the record to replicate. With `atomic`,
-    /// the batch is all or nothing when applied; with `request`, applying it records
-    /// the answer for retries of the request.
+    /// [`Tablet::finish_write`]) and encodes the record to replicate: a
+    /// [`LogRecord::Write`], or for a transaction's batch
+    /// ([`Tablet::prepare_txn_write`]) a [`LogRecord::TxnWrite`] of provisional
+    /// writes. With `atomic`, the batch is all or nothing when applied (a
+    /// transaction's batch was checked whole already); with `request`, applying it
+    /// records the answer for retries of the request.
     /// REQUIRES: the caller's proposal-order lock, so log order is timestamp order.
     pub fn start_write(
         &self,
@@ -304,11 +334,19 @@ impl Tablet {
             .iter()
             .map(|(_, op, _)| logged_op(&p.schema, op))
             .collect();
-        let rec = LogRecord::Write {
-            ts,
-            ops,
-            atomic,
-            request,
+        let rec = match p.txn {
+            Some(txn) => LogRecord::TxnWrite {
+                txn,
+                ts,
+                ops,
+                request,
+            },
+            None => LogRecord::Write {
+                ts,
+                ops,
+                atomic,
+                request,
+            },
         };
         (ts, rec.encode())
     }

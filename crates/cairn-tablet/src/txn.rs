@@ -1,0 +1,425 @@
+//! A tablet's side of multi-row transactions: provisional writes that only their
+//! transaction sees, held until the transaction commits or aborts.
+//!
+//! The design is Kudu's (1.15+, "multi-row transactions"): a transaction's coordinator
+//! sends each participant tablet its writes as they happen ([`LogRecord::TxnWrite`]),
+//! then, to commit, asks every participant to prepare ([`LogRecord::TxnBeginCommit`],
+//! Kudu's BEGIN_COMMIT, which answers a prepare timestamp), picks the commit timestamp
+//! as the largest of them, and finishes the transaction everywhere
+//! ([`LogRecord::TxnFinish`]). A transaction with one participant commits in one phase:
+//! the finish record takes a fresh timestamp of its own.
+//!
+//! [`TxnTable`] is what applying those records builds, identically on every replica:
+//!
+//! - **Provisional writes.** Each open transaction keeps its ops per encoded key, in
+//!   the order written. Nothing reaches the stores (MemRowSet, deltas) before the
+//!   commit, so scans, flushes and compactions never meet an uncommitted row.
+//! - **Ownership.** The first provisional write to a key makes the transaction its
+//!   owner until it finishes. Any other writer of the key — another transaction or a
+//!   single-statement write — waits for it ([`TxnTable::wait_unowned`]): this is the
+//!   row lock a PostgreSQL transaction holds to its end, and because it is state
+//!   rebuilt from the log rather than a leader's memory, a new leader keeps it.
+//! - **Prepare holds snapshots back.** A prepared transaction's timestamp stays in
+//!   flight in the tablet's MVCC until it finishes, so a snapshot at or after it waits
+//!   instead of reading around a commit that is about to land below it. A maintenance
+//!   cut also waits while a transaction is prepared ([`TxnTable::wait_none_committing`]):
+//!   the commit's timestamp may be lower than records applied after the prepare, and
+//!   a cut in between would take that commit for one already included.
+//! - **Durability.** Provisional writes live in memory; their records stay in the log.
+//!   The metadata file records the log position of the oldest open transaction's
+//!   first record ([`TxnTable::floor`]) and the tablet's durable index stays below
+//!   it, so a restart re-applies those records and finds the transaction again.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Instant;
+
+use cairn_common::{HybridTime, Schema, Value};
+use parking_lot::{Condvar, Mutex};
+
+use crate::history::Row;
+use crate::ops::{LoggedOp, OpKind, TxnId};
+
+/// How many finished transactions a tablet remembers the outcome of.
+const REMEMBERED_OUTCOMES: usize = 65_536;
+
+/// How a transaction ended on this tablet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnOutcome {
+    /// Committed at this timestamp.
+    Committed(HybridTime),
+    /// Aborted: its provisional writes were discarded.
+    Aborted,
+}
+
+/// One open transaction on this tablet.
+#[derive(Debug, Clone)]
+pub(crate) struct OpenTxn {
+    /// Log index of its first record here.
+    pub(crate) first_index: u64,
+    /// Timestamp of its first record here.
+    pub(crate) first_ts: HybridTime,
+    /// Its ops per encoded key, in the order written.
+    pub(crate) keys: BTreeMap<Vec<u8>, Vec<LoggedOp>>,
+    /// The prepare timestamp, once prepared (held in flight until it finishes).
+    pub(crate) prepared: Option<HybridTime>,
+    /// When the last record of the transaction was applied here (for the detection of
+    /// abandoned transactions).
+    pub(crate) last_active: Instant,
+}
+
+/// What a tablet's tools and its server's resolver see of an open transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnInfo {
+    /// The transaction.
+    pub txn: TxnId,
+    /// Keys it has written here.
+    pub keys: usize,
+    /// Its prepare timestamp, once prepared.
+    pub prepared: Option<HybridTime>,
+    /// Milliseconds since its last record here was applied.
+    pub idle_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    open: HashMap<TxnId, OpenTxn>,
+    owners: HashMap<Vec<u8>, TxnId>,
+    outcomes: HashMap<TxnId, TxnOutcome>,
+    outcome_order: VecDeque<TxnId>,
+    committing: usize,
+}
+
+/// The open transactions of one tablet (see the module docs).
+#[derive(Debug, Default)]
+pub struct TxnTable {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl TxnTable {
+    /// The owner of `key`, if an open transaction wrote it.
+    pub(crate) fn owner(&self, key: &[u8]) -> Option<TxnId> {
+        self.state.lock().owners.get(key).copied()
+    }
+
+    /// Waits until no transaction other than `me` owns any of `keys`. False if
+    /// `deadline` passed first.
+    pub(crate) fn wait_unowned(
+        &self,
+        keys: &[&[u8]],
+        me: Option<TxnId>,
+        deadline: Instant,
+    ) -> bool {
+        let mut g = self.state.lock();
+        loop {
+            let blocked = keys
+                .iter()
+                .any(|k| g.owners.get(*k).is_some_and(|o| Some(*o) != me));
+            if !blocked {
+                return true;
+            }
+            if self.changed.wait_until(&mut g, deadline).timed_out() {
+                return false;
+            }
+        }
+    }
+
+    /// Whether `txn` is open here and not prepared (it may still write).
+    pub(crate) fn writable(&self, txn: TxnId) -> Option<bool> {
+        let g = self.state.lock();
+        if let Some(t) = g.open.get(&txn) {
+            return Some(t.prepared.is_none());
+        }
+        if g.outcomes.contains_key(&txn) {
+            return Some(false);
+        }
+        None
+    }
+
+    /// A copy of `txn`'s state, if it is open here.
+    pub(crate) fn open_copy(&self, txn: TxnId) -> Option<OpenTxn> {
+        self.state.lock().open.get(&txn).cloned()
+    }
+
+    /// `txn`'s ops on `key`, if it wrote it.
+    pub(crate) fn ops_of(&self, txn: TxnId, key: &[u8]) -> Option<Vec<LoggedOp>> {
+        self.state.lock().open.get(&txn)?.keys.get(key).cloned()
+    }
+
+    /// Records the provisional op of a [`crate::ops::LogRecord::TxnWrite`]. Returns
+    /// false (and records nothing) if another transaction owns the key or `txn`
+    /// already finished or prepared.
+    pub(crate) fn add(
+        &self,
+        txn: TxnId,
+        index: u64,
+        ts: HybridTime,
+        key: Vec<u8>,
+        op: LoggedOp,
+    ) -> bool {
+        let mut g = self.state.lock();
+        if g.outcomes.contains_key(&txn) || g.owners.get(&key).is_some_and(|o| *o != txn) {
+            return false;
+        }
+        let t = g.open.entry(txn).or_insert_with(|| OpenTxn {
+            first_index: index,
+            first_ts: ts,
+            keys: BTreeMap::new(),
+            prepared: None,
+            last_active: Instant::now(),
+        });
+        if t.prepared.is_some() {
+            return false;
+        }
+        t.last_active = Instant::now();
+        t.keys.entry(key.clone()).or_default().push(op);
+        g.owners.insert(key, txn);
+        true
+    }
+
+    /// Marks `txn` prepared at `ts`. False if it is not open here or already prepared
+    /// (then nothing holds `ts`).
+    pub(crate) fn prepare(&self, txn: TxnId, ts: HybridTime) -> bool {
+        let mut g = self.state.lock();
+        let Some(t) = g.open.get_mut(&txn) else {
+            return false;
+        };
+        if t.prepared.is_some() {
+            return false;
+        }
+        t.prepared = Some(ts);
+        t.last_active = Instant::now();
+        g.committing += 1;
+        true
+    }
+
+    /// The prepare timestamp of `txn`, if it is open and prepared here.
+    pub(crate) fn prepared_at(&self, txn: TxnId) -> Option<HybridTime> {
+        self.state.lock().open.get(&txn)?.prepared
+    }
+
+    /// Removes `txn` (its keys are free again) and remembers how it ended. Returns its
+    /// state if it was open.
+    /// The caller wakes waiters with [`TxnTable::notify`] once the commit is applied.
+    pub(crate) fn finish(&self, txn: TxnId, outcome: TxnOutcome) -> Option<OpenTxn> {
+        let mut g = self.state.lock();
+        let t = g.open.remove(&txn);
+        if let Some(t) = &t {
+            for k in t.keys.keys() {
+                g.owners.remove(k);
+            }
+            if t.prepared.is_some() {
+                g.committing -= 1;
+            }
+        }
+        if g.outcomes.insert(txn, outcome).is_none() {
+            g.outcome_order.push_back(txn);
+            while g.outcome_order.len() > REMEMBERED_OUTCOMES {
+                if let Some(old) = g.outcome_order.pop_front() {
+                    g.outcomes.remove(&old);
+                }
+            }
+        }
+        t
+    }
+
+    /// Wakes everyone waiting for keys or for prepared transactions.
+    pub(crate) fn notify(&self) {
+        self.changed.notify_all();
+    }
+
+    /// How `txn` ended here, if this tablet still remembers.
+    pub fn outcome(&self, txn: TxnId) -> Option<TxnOutcome> {
+        self.state.lock().outcomes.get(&txn).copied()
+    }
+
+    /// Prepared transactions not yet finished.
+    pub fn committing(&self) -> usize {
+        self.state.lock().committing
+    }
+
+    /// Waits until no transaction is prepared; false if `deadline` passed first.
+    pub(crate) fn wait_none_committing(&self, deadline: Instant) -> bool {
+        let mut g = self.state.lock();
+        while g.committing > 0 {
+            if self.changed.wait_until(&mut g, deadline).timed_out() {
+                return g.committing == 0;
+            }
+        }
+        true
+    }
+
+    /// The durable mark open transactions allow: (the log index before the oldest open
+    /// transaction's first record, a timestamp below that record's), or `None`.
+    pub(crate) fn floor(&self) -> Option<(u64, u64)> {
+        self.state
+            .lock()
+            .open
+            .values()
+            .map(|t| (t.first_index.saturating_sub(1), t.first_ts.prev().0))
+            .min()
+    }
+
+    /// The open transactions, for tools and the resolver of abandoned ones.
+    pub fn list(&self) -> Vec<TxnInfo> {
+        let g = self.state.lock();
+        let mut v: Vec<TxnInfo> = g
+            .open
+            .iter()
+            .map(|(id, t)| TxnInfo {
+                txn: *id,
+                keys: t.keys.len(),
+                prepared: t.prepared,
+                idle_ms: t.last_active.elapsed().as_millis() as u64,
+            })
+            .collect();
+        v.sort_by_key(|i| i.txn);
+        v
+    }
+}
+
+/// A row after one provisional op: `row` is the row before it (`None`: absent or
+/// deleted). Cells are named by column id; a cell the op does not name keeps its
+/// value (updates) or is NULL (an insert whose defaults the leader already filled).
+pub(crate) fn fold_row(schema: &Schema, row: Option<Row>, op: &LoggedOp) -> Option<Row> {
+    let set = |mut r: Row, keys_too: bool| {
+        for (id, v) in &op.cells {
+            if let Some(i) = schema.index_of_id(*id)
+                && (keys_too || !schema.is_key_column(i))
+            {
+                r[i] = v.clone();
+            }
+        }
+        r
+    };
+    let fresh = || set(vec![Value::Null; schema.num_columns()], true);
+    match (op.kind, row) {
+        (OpKind::Insert | OpKind::InsertIgnore, Some(r)) => Some(r),
+        (OpKind::Insert | OpKind::InsertIgnore | OpKind::Upsert, None) => Some(fresh()),
+        (OpKind::Upsert | OpKind::Update | OpKind::UpdateIgnore, Some(r)) => Some(set(r, false)),
+        (OpKind::Update | OpKind::UpdateIgnore, None) => None,
+        (OpKind::Delete | OpKind::DeleteIgnore, _) => None,
+    }
+}
+
+/// Whether a row is live after `ops`, given whether it was live before them.
+pub(crate) fn live_after(mut live: bool, ops: &[LoggedOp]) -> bool {
+    for op in ops {
+        live = match op.kind {
+            OpKind::Insert | OpKind::InsertIgnore | OpKind::Upsert => true,
+            OpKind::Delete | OpKind::DeleteIgnore => false,
+            OpKind::Update | OpKind::UpdateIgnore => live,
+        };
+    }
+    live
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_common::{ColumnSpec, DataType};
+
+    fn schema() -> Schema {
+        Schema::new(
+            vec![
+                ColumnSpec::new("k", DataType::Int64),
+                ColumnSpec::new("v", DataType::Int64).nullable(),
+            ],
+            &["k"],
+        )
+        .unwrap()
+    }
+
+    fn op(kind: OpKind, k: i64, v: Option<i64>) -> LoggedOp {
+        let mut cells = vec![(0, Value::Int64(k))];
+        if let Some(v) = v {
+            cells.push((1, Value::Int64(v)));
+        }
+        LoggedOp { kind, cells }
+    }
+
+    #[test]
+    fn fold_follows_row_op_semantics() {
+        let s = schema();
+        let row = |v| Some(vec![Value::Int64(1), Value::Int64(v)]);
+        assert_eq!(fold_row(&s, None, &op(OpKind::Insert, 1, Some(5))), row(5));
+        assert_eq!(
+            fold_row(&s, row(5), &op(OpKind::Update, 1, Some(6))),
+            row(6)
+        );
+        assert_eq!(fold_row(&s, None, &op(OpKind::Update, 1, Some(6))), None);
+        assert_eq!(
+            fold_row(&s, row(5), &op(OpKind::Upsert, 1, Some(7))),
+            row(7)
+        );
+        assert_eq!(fold_row(&s, row(5), &op(OpKind::Delete, 1, None)), None);
+        assert_eq!(
+            fold_row(&s, row(5), &op(OpKind::InsertIgnore, 1, Some(9))),
+            row(5)
+        );
+        assert!(live_after(
+            false,
+            &[op(OpKind::Insert, 1, None), op(OpKind::Update, 1, None)]
+        ));
+        assert!(!live_after(
+            true,
+            &[op(OpKind::Delete, 1, None), op(OpKind::Update, 1, None)]
+        ));
+    }
+
+    #[test]
+    fn ownership_waits_and_floor() {
+        let t = std::sync::Arc::new(TxnTable::default());
+        assert!(t.add(
+            TxnId(1),
+            10,
+            HybridTime(100),
+            b"a".to_vec(),
+            op(OpKind::Insert, 1, None)
+        ));
+        assert!(!t.add(
+            TxnId(2),
+            11,
+            HybridTime(101),
+            b"a".to_vec(),
+            op(OpKind::Insert, 1, None)
+        ));
+        assert!(t.add(
+            TxnId(2),
+            12,
+            HybridTime(102),
+            b"b".to_vec(),
+            op(OpKind::Insert, 2, None)
+        ));
+        assert_eq!(t.floor(), Some((9, 99)));
+        let soon = Instant::now() + std::time::Duration::from_millis(20);
+        assert!(!t.wait_unowned(&[b"a"], Some(TxnId(2)), soon));
+        assert!(t.wait_unowned(&[b"a"], Some(TxnId(1)), soon));
+        assert!(t.prepare(TxnId(1), HybridTime(200)));
+        assert_eq!(t.committing(), 1);
+        let t2 = t.clone();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            t2.finish(TxnId(1), TxnOutcome::Committed(HybridTime(210)));
+            t2.notify();
+        });
+        let later = Instant::now() + std::time::Duration::from_secs(10);
+        assert!(t.wait_unowned(&[b"a"], None, later));
+        assert!(t.wait_none_committing(later));
+        h.join().unwrap();
+        assert_eq!(
+            t.outcome(TxnId(1)),
+            Some(TxnOutcome::Committed(HybridTime(210)))
+        );
+        // A finished transaction takes no more writes.
+        assert!(!t.add(
+            TxnId(1),
+            13,
+            HybridTime(103),
+            b"c".to_vec(),
+            op(OpKind::Insert, 3, None)
+        ));
+        assert_eq!(t.floor(), Some((11, 101)));
+        assert_eq!(t.list().len(), 1);
+    }
+}
