@@ -142,6 +142,10 @@ pub enum ClientError {
     /// Building or decoding Arrow data failed.
     #[error("arrow error: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
+    /// A transaction's step named a transaction that already ended (or, for a write,
+    /// is committing) on a tablet: start a new transaction.
+    #[error("{0}")]
+    TxnNotOpen(String),
     /// A bug in the client.
     #[error("internal client error: {0} (this is a bug; please report it)")]
     Internal(String),
@@ -208,6 +212,9 @@ impl Failure {
 pub(crate) fn classify(what: &str, addr: &str, status: &Status) -> Failure {
     let msg = status.message().to_string();
     match status.code() {
+        Code::FailedPrecondition if msg.contains("is no longer open") => {
+            Failure::Fatal(ClientError::TxnNotOpen(msg))
+        }
         Code::FailedPrecondition if msg.contains("not the leader") => Failure::NotLeader {
             hint: status
                 .metadata()

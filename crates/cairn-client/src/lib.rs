@@ -30,6 +30,10 @@
 //!   a timestamp, or predicates on the row), checked by the leader under the row lock,
 //!   and a session can write each tablet's share all or nothing
 //!   ([`WriteSession::set_atomic`]).
+//! - **Transactions.** A [`Transaction`] ([`Client::begin_transaction`]) writes
+//!   provisional rows across tablets and tables and commits them at one timestamp —
+//!   in one phase on a single tablet, by two-phase commit across several — or aborts
+//!   them everywhere; see [`txn`].
 //! - **Consistency.** The client tracks the highest HybridTime seen in responses
 //!   ([`Client::last_timestamp`]) and propagates it with every request, so a client's
 //!   reads with [`ReadMode::ReadYourWrites`] see its writes, and causality can be passed
@@ -71,6 +75,7 @@ mod retry;
 pub mod scan;
 pub mod session;
 pub mod table;
+pub mod txn;
 pub mod write;
 
 pub use bulk::{BulkLoadSummary, BulkLoader, BulkRowError};
@@ -80,6 +85,7 @@ pub use error::{ClientError, Result};
 pub use scan::{READ_AHEAD_BATCHES, ReadMode, ScanBuilder, ScanCursor, ScanResult};
 pub use session::{FlushMode, RowErrorInfo, WriteSession};
 pub use table::{CreateTableSpec, ReplicaInfo, Table, TabletLocationInfo, locate_tablet};
+pub use txn::Transaction;
 pub use write::{Condition, EncodedWrite, Operation, decode_ipc, encode_write};
 
 /// Raw gRPC stubs returned by [`Client::tablet_server`] and [`Client::master`].

@@ -99,6 +99,8 @@ pub struct WriteSession {
     buffered: usize,
     /// Each tablet's write is all or nothing.
     atomic: bool,
+    /// The transaction the writes belong to (provisional until it commits).
+    txn: Option<crate::txn::TxnLink>,
     next_index: usize,
     in_flight: JoinSet<Outcome>,
     /// Write in flight -> (its tablet, its number of operations). At most one per
@@ -121,11 +123,17 @@ impl WriteSession {
             buffers: HashMap::new(),
             buffered: 0,
             atomic: false,
+            txn: None,
             next_index: 0,
             in_flight: JoinSet::new(),
             in_flight_meta: HashMap::new(),
             collected: Outcome::default(),
         }
+    }
+
+    /// Makes the session write for a transaction ([`crate::Transaction::session`]).
+    pub(crate) fn set_txn(&mut self, link: crate::txn::TxnLink) {
+        self.txn = Some(link);
     }
 
     /// Sets the flush mode (default [`FlushMode::AutoFlushSync`]). Switching modes does
@@ -279,9 +287,12 @@ impl WriteSession {
         let table = self.table.clone();
         let deadline = Deadline::after(self.timeout);
         let tid = tablet_id.to_string();
-        let atomic = self.atomic;
+        let mode = WriteMode {
+            atomic: self.atomic,
+            txn: self.txn.clone(),
+        };
         let handle = self.in_flight.spawn(async move {
-            write_ops(&client, &table, Some(tid), ops, deadline, atomic).await
+            write_ops(&client, &table, Some(tid), ops, deadline, &mode).await
         });
         self.in_flight_meta
             .insert(handle.id(), (tablet_id.to_string(), n));
@@ -360,7 +371,7 @@ async fn write_ops(
     first_tablet: Option<String>,
     ops: Vec<(usize, Operation)>,
     deadline: Deadline,
-    atomic: bool,
+    mode: &WriteMode,
 ) -> Outcome {
     let mut out = Outcome::default();
     let mut todo: Vec<(String, Vec<(usize, Operation)>)> = Vec::new();
@@ -398,7 +409,7 @@ async fn write_ops(
         }
         let results = futures::future::join_all(
             todo.drain(..)
-                .map(|(t, ops)| write_tablet(client, table, t, ops, deadline, atomic)),
+                .map(|(t, ops)| write_tablet(client, table, t, ops, deadline, mode)),
         )
         .await;
         for r in results {
@@ -425,6 +436,12 @@ async fn write_ops(
     }
 }
 
+/// How a session's writes go: all or nothing per tablet, and for which transaction.
+struct WriteMode {
+    atomic: bool,
+    txn: Option<crate::txn::TxnLink>,
+}
+
 enum TabletWrite {
     Done(Vec<RowErrorInfo>),
     Failed(ClientError, Vec<(usize, Operation)>),
@@ -439,7 +456,7 @@ async fn write_tablet(
     tablet_id: String,
     ops: Vec<(usize, Operation)>,
     deadline: Deadline,
-    atomic: bool,
+    mode: &WriteMode,
 ) -> TabletWrite {
     let what = format!(
         "writing {} row(s) to tablet {tablet_id} of table '{}'",
@@ -450,6 +467,12 @@ async fn write_tablet(
         Ok(e) => e,
         Err(e) => return TabletWrite::Failed(e, ops),
     };
+    // A transaction must end on every tablet it may have written to, so the tablet is
+    // a participant before the first attempt.
+    if let Some(txn) = &mode.txn {
+        txn.join(&tablet_id, table);
+    }
+    let (atomic, txn_id) = (mode.atomic, mode.txn.as_ref().map(|t| t.id));
     // Every attempt carries the same request id: a retry after a lost answer gets the
     // first attempt's answer, never a second application.
     let request_id = client.start_request();
@@ -460,6 +483,7 @@ async fn write_tablet(
             propagated_timestamp: client.last_timestamp(),
             request_id: Some(request_id.id()),
             atomic,
+            txn_id,
         };
         async move {
             match server {
@@ -485,10 +509,28 @@ pub(crate) enum LeaderServer {
     Remote(crate::client::TabletServerStub),
 }
 
+/// An answer of a write-like call, which carries the server's timestamp.
+pub(crate) trait LeaderAnswer {
+    /// The timestamp the client observes (propagation).
+    fn timestamp(&self) -> u64;
+}
+
+impl LeaderAnswer for WriteResponse {
+    fn timestamp(&self) -> u64 {
+        self.timestamp
+    }
+}
+
+impl LeaderAnswer for cairn_proto::TxnControlResponse {
+    fn timestamp(&self) -> u64 {
+        self.timestamp
+    }
+}
+
 /// How a [`call_leader`] ended.
-pub(crate) enum LeaderCall {
+pub(crate) enum LeaderCall<R = WriteResponse> {
     /// The leader answered.
-    Done(WriteResponse),
+    Done(R),
     /// Final failure (refused, or out of time).
     Failed(ClientError),
     /// The tablet is gone from the table's locations (as fetched at the instant).
@@ -499,17 +541,18 @@ pub(crate) enum LeaderCall {
 /// leader, retrying transient failures until `deadline`: follows not-leader hints,
 /// asks other replicas while the leader is unreachable, refreshes the locations and
 /// backs off. `what` names the operation in errors.
-pub(crate) async fn call_leader<F, Fut>(
+pub(crate) async fn call_leader<F, Fut, R>(
     client: &Client,
     table: &Table,
     tablet_id: &str,
     what: &str,
     deadline: Deadline,
     mut call: F,
-) -> LeaderCall
+) -> LeaderCall<R>
 where
     F: FnMut(LeaderServer, Duration) -> Fut,
-    Fut: std::future::Future<Output = std::result::Result<WriteResponse, tonic::Status>>,
+    Fut: std::future::Future<Output = std::result::Result<R, tonic::Status>>,
+    R: LeaderAnswer,
 {
     let rpc_timeout = client.options().rpc_timeout;
     let mut backoff = Backoff::new();
@@ -573,7 +616,7 @@ where
         };
         match call(server, t).await {
             Ok(resp) => {
-                client.observe_timestamp(resp.timestamp);
+                client.observe_timestamp(resp.timestamp());
                 if !cached_leader {
                     client.note_leader(&table.id, tablet_id, &addr);
                 }

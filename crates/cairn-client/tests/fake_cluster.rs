@@ -385,6 +385,12 @@ impl TabletServer for FakeTs {
     async fn bulk_insert(&self, _: Request<cairn_proto::BulkInsertRequest>) -> Rpc<WriteResponse> {
         Err(Status::unimplemented("x"))
     }
+    async fn txn_control(
+        &self,
+        _: Request<cairn_proto::TxnControlRequest>,
+    ) -> Rpc<cairn_proto::TxnControlResponse> {
+        Err(Status::unimplemented("x"))
+    }
     async fn write(&self, r: Request<WriteRequest>) -> Rpc<WriteResponse> {
         let r = r.into_inner();
         if !self.leads.contains(&r.tablet_id) {

@@ -34,6 +34,11 @@ pub trait InProcessTabletServer: Send + Sync {
     fn scan(&self, req: ScanRequest) -> BoxFuture<'static, Result<InProcessScan, Status>>;
     /// The `Write` RPC.
     fn write(&self, req: WriteRequest) -> BoxFuture<'static, Result<WriteResponse, Status>>;
+    /// The `TxnControl` RPC.
+    fn txn_control(
+        &self,
+        req: crate::TxnControlRequest,
+    ) -> BoxFuture<'static, Result<crate::TxnControlResponse, Status>>;
     /// The `BulkInsert` RPC, with the rows as a batch (`req.arrow_ipc` is ignored).
     fn bulk_insert(
         &self,

@@ -97,6 +97,7 @@ impl From<TserverError> for tonic::Status {
             TserverError::Tablet(
                 T::ShutDown | T::Failed(_) | T::LockTimeout | T::SafeTimeTimeout { .. },
             ) => tonic::Status::unavailable(msg),
+            TserverError::Tablet(T::TxnNotOpen { .. }) => tonic::Status::failed_precondition(msg),
             _ => tonic::Status::internal(msg),
         }
     }

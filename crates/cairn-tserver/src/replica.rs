@@ -30,7 +30,8 @@ use cairn_common::{HybridClock, HybridTime, Partition, PartitionSchema, SchemaMe
 use cairn_consensus::{RaftGroup, SmError, StateMachine};
 use cairn_tablet::ops::{decode_row_errors, encode_row_errors};
 use cairn_tablet::{
-    MaintenanceManager, ReadMode, RequestId, RowError, RowOp, Tablet, TabletOptions,
+    MaintenanceManager, ReadMode, RequestId, RowError, RowOp, Tablet, TabletOptions, TxnDecision,
+    TxnId,
 };
 use parking_lot::{Mutex, RwLock};
 use tokio::time::Instant;
@@ -171,6 +172,17 @@ pub struct WriteOptions {
     pub request: Option<RequestId>,
     /// When the caller stops waiting.
     pub deadline: Instant,
+    /// The multi-row transaction the rows are provisional writes of, if any.
+    pub txn: Option<TxnId>,
+}
+
+/// A step of a transaction on one tablet ([`TabletReplica::txn_control`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnStep {
+    /// Prepare: the first phase of a two-phase commit.
+    BeginCommit,
+    /// Commit or abort.
+    Finish(TxnDecision),
 }
 
 /// A write's answer: its timestamp and row errors by position in the caller's batch.
@@ -300,9 +312,13 @@ impl TabletReplica {
         };
         let deadline = wo.deadline;
         let atomic = wo.atomic;
+        let txn = wo.txn;
         let t = tablet.clone();
         let (prepared, locks) = tokio::task::spawn_blocking(move || {
-            let mut p = t.prepare_write(ops)?;
+            let mut p = match txn {
+                Some(txn) => t.prepare_txn_write(txn, ops)?,
+                None => t.prepare_write(ops)?,
+            };
             let locks = t.lock_rows(&p, deadline.into_std())?;
             t.check_write(&mut p, atomic, deadline.into_std())?;
             Ok::<_, TserverError>((p, locks))
@@ -335,6 +351,64 @@ impl TabletReplica {
             move || t.start_write(&p, atomic, record),
         )
         .await
+    }
+
+    /// Prepares, commits or aborts transaction `txn` on this leader
+    /// ([`cairn_tablet::txn`]): under the proposal lock the tablet checks the step and
+    /// takes its timestamp, the record is submitted to Raft, and the answer waits for
+    /// it to be applied. Returns the prepare timestamp (`BeginCommit`) or the commit
+    /// timestamp (a commit); an abort, or a step the transaction already took,
+    /// answers at once with what the tablet knows.
+    pub async fn txn_control(
+        self: &Arc<Self>,
+        txn: TxnId,
+        step: TxnStep,
+        deadline: Instant,
+    ) -> Result<Option<HybridTime>> {
+        self.group.check_leader_ready()?;
+        let tablet = self.tablet();
+        let (ts, rx) = {
+            let _order = self.propose.lock().await;
+            let (ts, rec) = match step {
+                TxnStep::BeginCommit => {
+                    let (ts, rec) = tablet.start_begin_commit(txn)?;
+                    (Some(ts), rec)
+                }
+                TxnStep::Finish(d) => match tablet.start_finish(txn, d)? {
+                    Some(r) => r,
+                    None => {
+                        return Ok(match tablet.txns().outcome(txn) {
+                            Some(cairn_tablet::TxnOutcome::Committed(ts)) => Some(ts),
+                            _ => None,
+                        });
+                    }
+                },
+            };
+            match self.group.submit(rec).await {
+                Ok(rx) => (ts, rx),
+                Err(e) => {
+                    if let Some(ts) = ts {
+                        tablet.finish_write(ts);
+                    }
+                    return Err(e.into());
+                }
+            }
+        };
+        let me = self.clone();
+        let waiter = tokio::spawn(async move {
+            let res = me.group.wait_response(rx).await;
+            if let Some(ts) = ts {
+                tablet.finish_write(ts);
+            }
+            res
+        });
+        match tokio::time::timeout_at(deadline, waiter).await {
+            Ok(joined) => {
+                joined.map_err(|e| TserverError::Internal(format!("txn task failed: {e}")))??;
+                Ok(ts)
+            }
+            Err(_) => Err(deadline_passed()),
+        }
     }
 
     /// The leader's bulk-insert path: checks the rows, replicates them as one record

@@ -24,7 +24,8 @@ use tonic::{Request, Response, Status};
 use crate::convert::{decode_ipc, encode_ipc, request_id, row_error, row_ops};
 use crate::error::{Result, TserverError};
 use crate::manager::TabletManager;
-use crate::replica::{DEFAULT_DEADLINE, TabletReplica, WriteOptions};
+use crate::replica::{DEFAULT_DEADLINE, TabletReplica, TxnStep, WriteOptions};
+use cairn_tablet::TxnDecision;
 
 struct OpenScanner {
     scanner: Scanner,
@@ -350,11 +351,46 @@ impl TabletService {
             atomic: req.atomic,
             request: request_id(req.request_id.as_ref())?,
             deadline,
+            txn: req.txn_id.map(cairn_tablet::TxnId),
         };
         let (ts, errs) = replica.write(ops, wo).await?;
         Ok(pb::WriteResponse {
             row_errors: errs.iter().map(|(i, e)| row_error(*i, e)).collect(),
             timestamp: ts.0,
+        })
+    }
+}
+
+impl TabletService {
+    /// The `TxnControl` RPC after authorization: one step of a transaction on the
+    /// tablet's leader.
+    pub async fn txn_step(
+        &self,
+        req: pb::TxnControlRequest,
+        deadline: tokio::time::Instant,
+    ) -> Result<pb::TxnControlResponse> {
+        self.observe(req.propagated_timestamp)?;
+        let replica = self.leader_replica(&req.tablet_id)?;
+        let txn = cairn_tablet::TxnId(req.txn_id);
+        let step = match pb::TxnAction::try_from(req.action) {
+            Ok(pb::TxnAction::TxnBeginCommit) => TxnStep::BeginCommit,
+            Ok(pb::TxnAction::TxnCommit) => TxnStep::Finish(TxnDecision::Commit(
+                (req.commit_timestamp != 0).then_some(HybridTime(req.commit_timestamp)),
+            )),
+            Ok(pb::TxnAction::TxnAbort) => TxnStep::Finish(TxnDecision::Abort),
+            Err(_) => {
+                return Err(TserverError::InvalidArgument(format!(
+                    "unknown transaction action {}",
+                    req.action
+                )));
+            }
+        };
+        if let TxnStep::Finish(TxnDecision::Commit(Some(ts))) = step {
+            self.observe(ts.0)?;
+        }
+        let ts = replica.txn_control(txn, step, deadline).await?;
+        Ok(pb::TxnControlResponse {
+            timestamp: ts.map_or(0, |t| t.0),
         })
     }
 }
@@ -477,6 +513,26 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         self.check_table(&request, &request.get_ref().tablet_id, need)?;
         Ok(Response::new(
             self.write_ops(request.into_inner(), deadline).await?,
+        ))
+    }
+
+    async fn txn_control(
+        &self,
+        request: Request<pb::TxnControlRequest>,
+    ) -> Result<Response<pb::TxnControlResponse>, Status> {
+        let deadline = deadline_of(&request);
+        // Whoever may write the table in some way may end a transaction's writes to
+        // it (the transaction's writes themselves were checked one by one).
+        let mut allowed = Ok(());
+        for need in [Privileges::INSERT, Privileges::UPDATE, Privileges::DELETE] {
+            allowed = self.check_table(&request, &request.get_ref().tablet_id, need);
+            if allowed.is_ok() {
+                break;
+            }
+        }
+        allowed?;
+        Ok(Response::new(
+            self.txn_step(request.into_inner(), deadline).await?,
         ))
     }
 
@@ -711,6 +767,15 @@ impl pb::InProcessTabletServer for TabletService {
     ) -> futures::future::BoxFuture<'static, std::result::Result<pb::WriteResponse, Status>> {
         let svc = self.clone();
         Box::pin(async move { Ok(svc.write_ops(req, default_deadline()).await?) })
+    }
+
+    fn txn_control(
+        &self,
+        req: pb::TxnControlRequest,
+    ) -> futures::future::BoxFuture<'static, std::result::Result<pb::TxnControlResponse, Status>>
+    {
+        let svc = self.clone();
+        Box::pin(async move { Ok(svc.txn_step(req, default_deadline()).await?) })
     }
 
     fn bulk_insert(

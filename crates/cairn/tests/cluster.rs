@@ -693,6 +693,15 @@ impl cairn_proto::InProcessTabletServer for Counted {
         self.inner.write(req)
     }
 
+    fn txn_control(
+        &self,
+        req: cairn_proto::TxnControlRequest,
+    ) -> futures::future::BoxFuture<'static, Result<cairn_proto::TxnControlResponse, tonic::Status>>
+    {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.txn_control(req)
+    }
+
     fn bulk_insert(
         &self,
         req: cairn_proto::BulkInsertRequest,
@@ -845,6 +854,16 @@ async fn hostile_ids_are_refused_by_every_rpc() {
                 })
                 .await),
             "Write",
+            id,
+        );
+        refused(
+            err(raw
+                .txn_control(pb::TxnControlRequest {
+                    tablet_id: tid(),
+                    ..Default::default()
+                })
+                .await),
+            "TxnControl",
             id,
         );
         refused(
@@ -1269,4 +1288,188 @@ async fn t_ann_leader(c: &cairn_client::Client, t: &cairn_client::Table) -> (Str
         l.tablet_id.clone(),
         l.leader_addr().expect("a leader").to_string(),
     )
+}
+
+/// The `n` column of every row at `snapshot` (0: latest), by id.
+async fn balances(
+    c: &cairn_client::Client,
+    t: &cairn_client::Table,
+    snapshot: u64,
+) -> (u64, Vec<(i64, i64)>) {
+    let mode = if snapshot == 0 {
+        ReadMode::Latest
+    } else {
+        ReadMode::Snapshot(snapshot)
+    };
+    let r = c
+        .scan(t)
+        .projection(["id", "n"])
+        .read_mode(mode)
+        .execute()
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for b in &r.batches {
+        let ids = b
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .unwrap();
+        let ns = b
+            .column(1)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .unwrap();
+        for i in 0..b.num_rows() {
+            out.push((ids.value(i), ns.value(i)));
+        }
+    }
+    out.sort_unstable();
+    (r.snapshot_timestamp, out)
+}
+
+/// Multi-row transactions across the tablets of a replicated table: a rolled-back
+/// transaction leaves nothing; a committed one appears at one timestamp on every
+/// tablet; a single write to a key a transaction owns waits for its commit; and
+/// concurrent bank transfers (first committer wins) keep the total at every snapshot
+/// read, also while a tablet server is stopped and restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transactions_commit_atomically_across_tablets() {
+    let mut cl = InProc::start(3, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    c.create_table(table_spec("acct", 4, 3)).await.unwrap();
+    let t = c.open_table("acct").await.unwrap();
+    let schema = t.schema.clone();
+    let put =
+        |id: i64, n: i64| Operation::insert(vec![Value::Int64(id), Value::Null, Value::Int64(n)]);
+
+    // Rollback: nothing is left, on any tablet.
+    let txn = c.begin_transaction();
+    let mut s = txn.session(&t);
+    for id in 100..120 {
+        s.apply(put(id, 1)).await.unwrap();
+    }
+    assert!(s.flush().await.unwrap().is_empty());
+    assert!(txn.participants() > 1, "the rows should span tablets");
+    assert!(
+        all_ids(&c, &t).await.is_empty(),
+        "provisional rows are not visible"
+    );
+    txn.rollback().await.unwrap();
+    assert!(all_ids(&c, &t).await.is_empty());
+
+    // Commit: every row at one timestamp.
+    let txn = c.begin_transaction();
+    let mut s = txn.session(&t);
+    for id in 0..8 {
+        s.apply(put(id, 100)).await.unwrap();
+    }
+    assert!(s.flush().await.unwrap().is_empty());
+    let cts = txn.commit().await.unwrap();
+    assert_eq!(balances(&c, &t, cts.0).await.1.len(), 8);
+    assert!(balances(&c, &t, cts.prev().0).await.1.is_empty());
+
+    // A single write waits for the transaction that owns its key.
+    let txn = c.begin_transaction();
+    let mut s = txn.session(&t);
+    s.apply(Operation::update(&schema, &[Value::Int64(0)], &[("n", Value::Int64(90))]).unwrap())
+        .await
+        .unwrap();
+    s.apply(Operation::update(&schema, &[Value::Int64(1)], &[("n", Value::Int64(110))]).unwrap())
+        .await
+        .unwrap();
+    assert!(s.flush().await.unwrap().is_empty());
+    let (c2, t2, schema2) = (c.clone(), t.clone(), schema.clone());
+    let single = tokio::spawn(async move {
+        let mut s = c2.new_session(&t2);
+        s.apply(
+            Operation::update(&schema2, &[Value::Int64(0)], &[("n", Value::Int64(95))]).unwrap(),
+        )
+        .await
+        .unwrap();
+        s.flush().await.unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !single.is_finished(),
+        "the write must wait for the transaction"
+    );
+    txn.commit().await.unwrap();
+    assert!(single.await.unwrap().is_empty());
+    // Put the total back to 800 (0: 95, 1: 110 → 0: 90).
+    let mut s = c.new_session(&t);
+    s.apply(Operation::update(&schema, &[Value::Int64(0)], &[("n", Value::Int64(90))]).unwrap())
+        .await
+        .unwrap();
+    assert!(s.flush().await.unwrap().is_empty());
+    let total = |rows: &[(i64, i64)]| rows.iter().map(|(_, n)| n).sum::<i64>();
+    assert_eq!(total(&balances(&c, &t, 0).await.1), 800);
+
+    // Bank transfers, with a reader checking every snapshot it reads.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (c, t, stop) = (c.clone(), t.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut reads = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || reads == 0 {
+                let (snap, rows) = balances(&c, &t, 0).await;
+                assert_eq!(rows.len(), 8);
+                assert_eq!(total(&rows), 800, "balances at snapshot {snap}: {rows:?}");
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let mut workers = Vec::new();
+    for w in 0..3i64 {
+        let (c, t, schema) = (c.clone(), t.clone(), schema.clone());
+        workers.push(tokio::spawn(async move {
+            let mut done = 0;
+            let mut i = 0i64;
+            while done < 12 {
+                i += 1;
+                let from = (w * 3 + i) % 8;
+                let to = (from + 1 + i % 7) % 8;
+                if to == from {
+                    continue;
+                }
+                let (snap, rows) = balances(&c, &t, 0).await;
+                let bal = |id| rows.iter().find(|(k, _)| *k == id).unwrap().1;
+                let txn = c.begin_transaction();
+                let mut s = txn.session(&t);
+                s.set_atomic(true);
+                s.set_flush_mode(cairn_client::FlushMode::Manual);
+                for (id, n) in [(from, bal(from) - 3), (to, bal(to) + 3)] {
+                    let op =
+                        Operation::update(&schema, &[Value::Int64(id)], &[("n", Value::Int64(n))])
+                            .unwrap()
+                            .unchanged_since(snap);
+                    s.apply(op).await.unwrap();
+                }
+                if !s.flush().await.is_ok_and(|e| e.is_empty()) {
+                    // First committer wins (or a write failed over): read again and
+                    // retry.
+                    let _ = txn.rollback().await;
+                    continue;
+                }
+                // A commit that fails during the failover is retried as a new
+                // transfer: either way the total is unchanged.
+                if txn.commit().await.is_ok() {
+                    done += 1;
+                }
+            }
+        }));
+    }
+    // A tablet server stops and comes back while transfers run.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cl.stop_tserver(1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cl.start_tserver(1).await;
+    for w in workers {
+        w.await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.await.unwrap() > 0);
+    let rows = balances(&c, &t, 0).await.1;
+    assert_eq!(total(&rows), 800, "{rows:?}");
 }

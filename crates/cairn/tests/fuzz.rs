@@ -210,6 +210,16 @@ async fn rpc_handlers_survive_malformed_requests() {
             .encode_to_vec(),
         ),
         (
+            "/cairn.TabletServer/TxnControl",
+            pb::TxnControlRequest {
+                tablet_id: tablet.clone(),
+                txn_id: 7,
+                action: pb::TxnAction::TxnAbort as i32,
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        ),
+        (
             "/cairn.TabletServer/BulkInsert",
             pb::BulkInsertRequest {
                 tablet_id: fake.clone(),

@@ -1,0 +1,236 @@
+//! Multi-row transactions across tablets and tables: the coordinator's side.
+//!
+//! A [`Transaction`] hands out write sessions whose rows are *provisional*: each tablet
+//! keeps them apart from its committed rows, nobody else sees them, and the
+//! transaction owns their keys — any other writer of those keys waits — until it
+//! ends (`cairn_tablet::txn` has the tablet's side). The transaction remembers every
+//! tablet it sent rows to. [`Transaction::commit`] then
+//!
+//! - with one participant, commits there in one phase: the tablet takes the commit
+//!   timestamp itself, one round trip;
+//! - with several, runs two-phase commit as Kudu does: every participant prepares
+//!   (its prepare timestamp holds back snapshots at or after it), the commit timestamp
+//!   is the largest prepare timestamp, and every participant commits at it — so a
+//!   snapshot sees all of the transaction or none of it, on every tablet.
+//!
+//! [`Transaction::rollback`] (or a failed prepare) aborts everywhere.
+//!
+//! What this coordinator does not do yet: it keeps no durable record of its decision,
+//! so if it dies between the prepares and the last commit, prepared participants stay
+//! prepared (their keys owned, snapshots after them waiting) until an operator or a
+//! later resolver ends them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cairn_common::HybridTime;
+use cairn_proto::{TxnAction, TxnControlRequest, TxnControlResponse};
+use parking_lot::Mutex;
+
+use crate::client::Client;
+use crate::error::{ClientError, Result};
+use crate::retry::{Deadline, attempt, attempt_in_process, request};
+use crate::session::{LeaderCall, LeaderServer, WriteSession, call_leader};
+use crate::table::Table;
+
+/// What a session needs to write for a transaction: its id, and where to record the
+/// tablets it writes to.
+#[derive(Clone)]
+pub(crate) struct TxnLink {
+    pub(crate) id: u64,
+    participants: Arc<Mutex<BTreeMap<String, Table>>>,
+}
+
+impl TxnLink {
+    /// Records `tablet_id` (of `table`) as a participant.
+    pub(crate) fn join(&self, tablet_id: &str, table: &Table) {
+        self.participants
+            .lock()
+            .entry(tablet_id.to_string())
+            .or_insert_with(|| table.clone());
+    }
+}
+
+/// A multi-row transaction (see the module docs). Dropping it without `commit` or
+/// `rollback` leaves its provisional rows owned on their tablets: always end it.
+pub struct Transaction {
+    client: Client,
+    link: TxnLink,
+}
+
+impl std::fmt::Debug for Transaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Transaction({:016x})", self.link.id)
+    }
+}
+
+impl Client {
+    /// Starts a transaction with a random id.
+    pub fn begin_transaction(&self) -> Transaction {
+        Transaction {
+            client: self.clone(),
+            link: TxnLink {
+                id: rand::random::<u64>(),
+                participants: Arc::default(),
+            },
+        }
+    }
+}
+
+impl Transaction {
+    /// The transaction's id.
+    pub fn id(&self) -> u64 {
+        self.link.id
+    }
+
+    /// A write session on `table` whose rows belong to this transaction. Row errors
+    /// (duplicate key, conditions) are reported by the session as usual; the rows
+    /// that succeeded stay provisional until the transaction ends.
+    pub fn session(&self, table: &Table) -> WriteSession {
+        let mut s = self.client.new_session(table);
+        s.set_txn(self.link.clone());
+        s
+    }
+
+    /// How many tablets the transaction has written to.
+    pub fn participants(&self) -> usize {
+        self.link.participants.lock().len()
+    }
+
+    /// Commits: one phase on a single participant, two-phase commit across several.
+    /// Returns the commit timestamp (a read at or after it sees the whole
+    /// transaction); a transaction that wrote nothing commits at the client's current
+    /// timestamp. If a participant cannot prepare, the transaction is aborted
+    /// everywhere and the error returned.
+    pub async fn commit(self) -> Result<HybridTime> {
+        let parts = self.parts();
+        match parts.as_slice() {
+            [] => Ok(HybridTime(self.client.last_timestamp())),
+            [(tablet, table)] => {
+                let r = self.step(table, tablet, TxnAction::TxnCommit, 0).await;
+                match r {
+                    Ok(ts) => Ok(HybridTime(ts)),
+                    Err(e) => {
+                        // The commit may not have happened: make sure it never does.
+                        let _ = self.step(table, tablet, TxnAction::TxnAbort, 0).await;
+                        Err(e)
+                    }
+                }
+            }
+            _ => {
+                let prepares = futures::future::join_all(
+                    parts
+                        .iter()
+                        .map(|(t, tb)| self.step(tb, t, TxnAction::TxnBeginCommit, 0)),
+                )
+                .await;
+                let mut commit_ts = 0;
+                let mut failed = None;
+                for p in prepares {
+                    match p {
+                        Ok(ts) => commit_ts = commit_ts.max(ts),
+                        Err(e) => failed = failed.or(Some(e)),
+                    }
+                }
+                if let Some(e) = failed {
+                    // Best effort: the prepare error is what the caller needs.
+                    let _ = self.abort_all(&parts).await;
+                    return Err(e);
+                }
+                // Every participant is prepared: the decision is commit, and each
+                // participant is told until it answers (a participant's leader may
+                // change meanwhile; the new one holds the prepared state).
+                let commits = futures::future::join_all(
+                    parts
+                        .iter()
+                        .map(|(t, tb)| self.step(tb, t, TxnAction::TxnCommit, commit_ts)),
+                )
+                .await;
+                if let Some(e) = commits.into_iter().find_map(|r| r.err()) {
+                    return Err(ClientError::Internal(format!(
+                        "transaction {:016x} was committed at {commit_ts} but a participant \
+                         did not confirm: {e}",
+                        self.link.id
+                    )));
+                }
+                self.client.observe_timestamp(commit_ts);
+                Ok(HybridTime(commit_ts))
+            }
+        }
+    }
+
+    /// Aborts: every participant discards the transaction's rows.
+    pub async fn rollback(self) -> Result<()> {
+        let parts = self.parts();
+        self.abort_all(&parts).await
+    }
+
+    /// The participants: tablet ids with their tables.
+    fn parts(&self) -> Vec<(String, Table)> {
+        self.link
+            .participants
+            .lock()
+            .iter()
+            .map(|(t, tb)| (t.clone(), tb.clone()))
+            .collect()
+    }
+
+    /// Aborts on every participant; the first error, if any.
+    async fn abort_all(&self, parts: &[(String, Table)]) -> Result<()> {
+        let res = futures::future::join_all(
+            parts
+                .iter()
+                .map(|(t, tb)| self.step(tb, t, TxnAction::TxnAbort, 0)),
+        )
+        .await;
+        res.into_iter().find_map(|r| r.err()).map_or(Ok(()), Err)
+    }
+
+    /// One step on one participant's leader, retried until the operation timeout.
+    async fn step(
+        &self,
+        table: &Table,
+        tablet_id: &str,
+        action: TxnAction,
+        commit_ts: u64,
+    ) -> Result<u64> {
+        let client = &self.client;
+        let what = format!(
+            "{} transaction {:016x} on tablet {tablet_id} of table '{}'",
+            match action {
+                TxnAction::TxnBeginCommit => "preparing",
+                TxnAction::TxnCommit => "committing",
+                TxnAction::TxnAbort => "aborting",
+            },
+            self.link.id,
+            table.name
+        );
+        let deadline = Deadline::after(client.options().operation_timeout);
+        let call = |server: LeaderServer, t| {
+            let req = TxnControlRequest {
+                tablet_id: tablet_id.to_string(),
+                txn_id: self.link.id,
+                action: action as i32,
+                commit_timestamp: commit_ts,
+                propagated_timestamp: client.last_timestamp(),
+            };
+            async move {
+                match server {
+                    LeaderServer::InProcess(s) => attempt_in_process(t, s.txn_control(req)).await,
+                    LeaderServer::Remote(mut s) => attempt(t, s.txn_control(request(req, t))).await,
+                }
+            }
+        };
+        match call_leader::<_, _, TxnControlResponse>(
+            client, table, tablet_id, &what, deadline, call,
+        )
+        .await
+        {
+            LeaderCall::Done(r) => Ok(r.timestamp),
+            LeaderCall::Failed(e) => Err(e),
+            LeaderCall::Gone(_) => Err(ClientError::NotFound(format!(
+                "{what}: the tablet is no longer part of the table (dropped?)"
+            ))),
+        }
+    }
+}
