@@ -87,6 +87,7 @@ pub struct ScanBuilder {
     batch_rows: u32,
     only_tablet: Option<String>,
     timeout: Option<Duration>,
+    txn: Option<u64>,
 }
 
 impl ScanBuilder {
@@ -102,6 +103,7 @@ impl ScanBuilder {
             batch_rows: 0,
             only_tablet: None,
             timeout: None,
+            txn: None,
         }
     }
 
@@ -128,6 +130,14 @@ impl ScanBuilder {
     /// Ordered scans resume exactly after a server failure.
     pub fn ordered(mut self, yes: bool) -> Self {
         self.ordered = yes;
+        self
+    }
+
+    /// Reads as transaction `txn` sees the table: its own provisional rows (as its
+    /// writes left them) with every other row at the scan's snapshot
+    /// ([`crate::Transaction::scan`]).
+    pub(crate) fn in_txn(mut self, txn: u64) -> Self {
+        self.txn = Some(txn);
         self
     }
 
@@ -274,6 +284,7 @@ impl ScanBuilder {
                 predicates_json,
                 ordered: self.ordered,
                 batch_rows: self.batch_rows,
+                txn: self.txn,
             },
             client: self.client,
             table: self.table,
@@ -299,6 +310,8 @@ struct Plan {
     predicates_json: Bytes,
     ordered: bool,
     batch_rows: u32,
+    /// The transaction the scan reads as, if any.
+    txn: Option<u64>,
 }
 
 /// Progress of the scan of one tablet.
@@ -683,6 +696,7 @@ impl ScanCursor {
             ordered: self.plan.ordered,
             close: false,
             propagated_timestamp: self.client.last_timestamp(),
+            txn_id: self.plan.txn,
         };
         Some((addr, req, false))
     }

@@ -15,6 +15,10 @@
 //!
 //! [`Transaction::rollback`] (or a failed prepare) aborts everywhere.
 //!
+//! [`Transaction::scan`] reads as the transaction: each tablet returns the
+//! transaction's own rows as its writes left them, and every other row at the scan's
+//! snapshot.
+//!
 //! What this coordinator does not do yet: it keeps no durable record of its decision,
 //! so if it dies between the prepares and the last commit, prepared participants stay
 //! prepared (their keys owned, snapshots after them waiting) until an operator or a
@@ -90,6 +94,12 @@ impl Transaction {
         let mut s = self.client.new_session(table);
         s.set_txn(self.link.clone());
         s
+    }
+
+    /// A scan of `table` as this transaction sees it: its own provisional rows, as its
+    /// writes left them, and every other row at the scan's snapshot.
+    pub fn scan(&self, table: &Table) -> crate::scan::ScanBuilder {
+        self.client.scan(table).in_txn(self.link.id)
     }
 
     /// How many tablets the transaction has written to.

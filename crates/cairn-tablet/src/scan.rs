@@ -51,6 +51,9 @@ pub struct ScanSpec {
     pub lower_key: Option<Vec<u8>>,
     /// Exclusive upper bound on the encoded primary key.
     pub upper_key: Option<Vec<u8>>,
+    /// Read as this transaction sees the tablet: rows it wrote as its writes left
+    /// them (live ones matching the predicates), every other row at the snapshot.
+    pub txn: Option<crate::ops::TxnId>,
 }
 
 impl Default for ScanSpec {
@@ -64,6 +67,7 @@ impl Default for ScanSpec {
             batch_size: 4096,
             lower_key: None,
             upper_key: None,
+            txn: None,
         }
     }
 }
@@ -151,6 +155,8 @@ fn first_window(limit: Option<usize>, cap: usize) -> usize {
 }
 
 enum Source {
+    /// A transaction's own rows ([`ScanSpec::txn`]), in key order; read once.
+    Txn(Option<KeyedBatch>),
     Mem {
         mrs: Arc<MemRowSet>,
         after: Option<Vec<u8>>,
@@ -202,6 +208,9 @@ pub struct Scanner {
     heads_primed: bool,
     last_key: Option<Vec<u8>>,
     empty: bool,
+    /// Keys a transaction scan takes from its own rows: the stores' versions of
+    /// them are left out.
+    hide: Option<std::collections::BTreeSet<Vec<u8>>>,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -286,8 +295,51 @@ impl Scanner {
             || (!upper.is_empty() && lower >= upper)
             || spec.limit == Some(0);
         let skip_key = SkipCache::key_of(&schema, &conjunction);
+        let out_schema = schema.project_arrow(&projection);
+        let mut hide = None;
+        if let Some(txn) = spec.txn {
+            let in_range =
+                |k: &[u8]| k >= lower.as_slice() && (upper.is_empty() || k < upper.as_slice());
+            let keys: Vec<Vec<u8>> = tablet
+                .txns()
+                .keys_of(txn)
+                .into_iter()
+                .filter(|k| in_range(k))
+                .collect();
+            if !keys.is_empty() {
+                let mut rows = Vec::new();
+                let mut live_keys = Vec::new();
+                for k in &keys {
+                    if let Some(r) = tablet.current_row_in(Some(txn), &comps, k)?
+                        && predicates.iter().all(|(c, p)| p.matches_value(&r[*c]))
+                    {
+                        rows.push(r);
+                        live_keys.push(k.clone());
+                    }
+                }
+                let own = if rows.is_empty() {
+                    None
+                } else {
+                    let cols = projection
+                        .iter()
+                        .map(|&c| {
+                            array_from_values(
+                                &schema.column(c).data_type,
+                                rows.iter().map(|r| &r[c]),
+                            )
+                        })
+                        .collect::<cairn_common::Result<Vec<ArrayRef>>>()?;
+                    Some(KeyedBatch {
+                        batch: make_batch(&out_schema, cols, rows.len())?,
+                        keys: live_keys,
+                    })
+                };
+                sources.push(Source::Txn(own));
+                hide = Some(keys.into_iter().collect());
+            }
+        }
         Ok(Scanner {
-            out_schema: schema.project_arrow(&projection),
+            out_schema,
             tablet,
             schema,
             snapshot,
@@ -305,6 +357,7 @@ impl Scanner {
             heads_primed: false,
             last_key: None,
             empty,
+            hide,
         })
     }
 
@@ -321,8 +374,42 @@ impl Scanner {
         self.last_key.as_deref()
     }
 
+    /// The next batch of source `i`; in a transaction's scan, without the rows the
+    /// transaction's own source replaces.
     fn next_from(&mut self, i: usize) -> Result<Option<KeyedBatch>> {
-        let want_keys = self.ordered;
+        if let Source::Txn(own) = &mut self.sources[i] {
+            return Ok(own.take());
+        }
+        loop {
+            let Some(kb) = self.next_stored(i)? else {
+                return Ok(None);
+            };
+            let Some(hide) = &self.hide else {
+                return Ok(Some(kb));
+            };
+            let keep: arrow::array::BooleanArray =
+                kb.keys.iter().map(|k| Some(!hide.contains(k))).collect();
+            let n = keep.true_count();
+            if n == kb.keys.len() {
+                return Ok(Some(kb));
+            }
+            if n == 0 {
+                continue;
+            }
+            let batch = arrow::compute::filter_record_batch(&kb.batch, &keep)?;
+            let keys = kb
+                .keys
+                .into_iter()
+                .zip(keep.values().iter())
+                .filter_map(|(k, keep)| keep.then_some(k))
+                .collect();
+            return Ok(Some(KeyedBatch { batch, keys }));
+        }
+    }
+
+    /// The next batch a store (MemRowSet or DiskRowSet) source holds at the snapshot.
+    fn next_stored(&mut self, i: usize) -> Result<Option<KeyedBatch>> {
+        let want_keys = self.ordered || self.hide.is_some();
         let rs_scan = RowSetScan {
             schema: &self.schema,
             projection: &self.projection,
@@ -332,6 +419,7 @@ impl Scanner {
             out_schema: self.out_schema.clone(),
         };
         match &mut self.sources[i] {
+            Source::Txn(_) => Ok(None),
             Source::Mem {
                 mrs,
                 after,

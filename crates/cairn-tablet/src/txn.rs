@@ -136,6 +136,16 @@ impl TxnTable {
         None
     }
 
+    /// The keys `txn` has written here, in key order.
+    pub(crate) fn keys_of(&self, txn: TxnId) -> Vec<Vec<u8>> {
+        self.state
+            .lock()
+            .open
+            .get(&txn)
+            .map(|t| t.keys.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// A copy of `txn`'s state, if it is open here.
     pub(crate) fn open_copy(&self, txn: TxnId) -> Option<OpenTxn> {
         self.state.lock().open.get(&txn).cloned()

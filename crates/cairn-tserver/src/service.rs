@@ -265,6 +265,7 @@ impl TabletService {
                     .clamp(1, 8192),
                 lower_key: (!req.lower_key.is_empty()).then(|| req.lower_key.to_vec()),
                 upper_key: (!req.upper_key.is_empty()).then(|| req.upper_key.to_vec()),
+                txn: req.txn_id.map(cairn_tablet::TxnId),
             };
             // Opening the scanner and reading its first rows are one blocking task:
             // a point read is then one hop to the blocking pool, not two.

@@ -1328,8 +1328,9 @@ async fn balances(
     (r.snapshot_timestamp, out)
 }
 
-/// Multi-row transactions across the tablets of a replicated table: a rolled-back
-/// transaction leaves nothing; a committed one appears at one timestamp on every
+/// Multi-row transactions across the tablets of a replicated table: the transaction's
+/// scans see its own rows and nobody else's do; a rolled-back transaction leaves
+/// nothing; a committed one appears at one timestamp on every
 /// tablet; a single write to a key a transaction owns waits for its commit; and
 /// concurrent bank transfers (first committer wins) keep the total at every snapshot
 /// read, also while a tablet server is stopped and restarted.
@@ -1354,6 +1355,14 @@ async fn transactions_commit_atomically_across_tablets() {
     assert!(
         all_ids(&c, &t).await.is_empty(),
         "provisional rows are not visible"
+    );
+    let own = txn.scan(&t).projection(["id"]).execute().await.unwrap();
+    let mut own = first_column_ids(&own.batches);
+    own.sort_unstable();
+    assert_eq!(
+        own,
+        (100..120).collect::<Vec<_>>(),
+        "the transaction sees its own rows"
     );
     txn.rollback().await.unwrap();
     assert!(all_ids(&c, &t).await.is_empty());
