@@ -146,6 +146,10 @@ pub enum ClientError {
     /// is committing) on a tablet: start a new transaction.
     #[error("{0}")]
     TxnNotOpen(String),
+    /// A transaction's write was refused because waiting for the owner of its row
+    /// would deadlock: roll the transaction back and run it again.
+    #[error("{0}")]
+    TxnDeadlock(String),
     /// A bug in the client.
     #[error("internal client error: {0} (this is a bug; please report it)")]
     Internal(String),
@@ -214,6 +218,9 @@ pub(crate) fn classify(what: &str, addr: &str, status: &Status) -> Failure {
     match status.code() {
         Code::FailedPrecondition if msg.contains("is no longer open") => {
             Failure::Fatal(ClientError::TxnNotOpen(msg))
+        }
+        Code::Aborted if msg.contains("deadlock detected") => {
+            Failure::Fatal(ClientError::TxnDeadlock(msg))
         }
         Code::FailedPrecondition if msg.contains("not the leader") => Failure::NotLeader {
             hint: status

@@ -100,6 +100,19 @@ pub enum TabletError {
         /// What became of it.
         state: String,
     },
+    /// A transaction's write would wait for a key owned by a transaction that
+    /// (directly or through others) waits for it, or waited past the deadlock timeout.
+    #[error(
+        "deadlock detected: transaction {txn} waits for a row owned by transaction \
+         {owner}, which waits for it (or has held it past the deadlock timeout); roll \
+         back and retry the transaction"
+    )]
+    Deadlock {
+        /// The transaction refused.
+        txn: crate::ops::TxnId,
+        /// The owner it waited for.
+        owner: crate::ops::TxnId,
+    },
 }
 
 impl TabletError {

@@ -39,6 +39,11 @@ use parking_lot::{Condvar, Mutex};
 use crate::history::Row;
 use crate::ops::{LoggedOp, OpKind, TxnId};
 
+/// How long a transaction waits for a key owned by another, unprepared one before its
+/// wait is taken for part of a deadlock across tablets. Twice PostgreSQL's
+/// `deadlock_timeout`: a refusal here may be a false alarm, so it comes later.
+pub const DEADLOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How many finished transactions a tablet remembers the outcome of.
 const REMEMBERED_OUTCOMES: usize = 65_536;
 
@@ -87,6 +92,35 @@ struct State {
     outcomes: HashMap<TxnId, TxnOutcome>,
     outcome_order: VecDeque<TxnId>,
     committing: usize,
+    /// Transactions waiting on this tablet for a key's owner: waiter -> (owner, since).
+    /// The leader's memory only; it exists to find deadlocks.
+    waits_for: HashMap<TxnId, (TxnId, Instant)>,
+}
+
+/// How a wait for keys owned by other transactions ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitOutcome {
+    /// No other transaction owns any of the keys.
+    Free,
+    /// The deadline passed.
+    TimedOut,
+    /// Waiting for this owner would (or, past the wait bound, may) deadlock.
+    Deadlock(TxnId),
+}
+
+/// Whether `me` waiting for `owner` closes a cycle of waiting transactions.
+fn closes_cycle(waits_for: &HashMap<TxnId, (TxnId, Instant)>, me: TxnId, owner: TxnId) -> bool {
+    let mut at = owner;
+    for _ in 0..=waits_for.len() {
+        if at == me {
+            return true;
+        }
+        match waits_for.get(&at) {
+            Some((next, _)) => at = *next,
+            None => return false,
+        }
+    }
+    false
 }
 
 /// The open transactions of one tablet (see the module docs).
@@ -102,26 +136,63 @@ impl TxnTable {
         self.state.lock().owners.get(key).copied()
     }
 
-    /// Waits until no transaction other than `me` owns any of `keys`. False if
-    /// `deadline` passed first.
+    /// Waits until no transaction other than `me` owns any of `keys`.
+    ///
+    /// A transaction (`me` is `Some`) waiting here may be part of a deadlock: it owns
+    /// keys others wait for. Two rules break deadlocks. A wait that would close a
+    /// cycle among the transactions waiting on this tablet is refused at once
+    /// ([`WaitOutcome::Deadlock`]). A cycle across tablets cannot be seen from one, so
+    /// a transaction waits at most `txn_wait` for one owner before it is refused the
+    /// same way (PostgreSQL's `deadlock_timeout` plays that role there), unless the
+    /// owner is prepared: it then waits for nothing but its commit. A write
+    /// outside any transaction owns nothing while it waits, so it waits until
+    /// `deadline`.
     pub(crate) fn wait_unowned(
         &self,
         keys: &[&[u8]],
         me: Option<TxnId>,
         deadline: Instant,
-    ) -> bool {
+        txn_wait: std::time::Duration,
+    ) -> WaitOutcome {
         let mut g = self.state.lock();
-        loop {
-            let blocked = keys
+        let outcome = loop {
+            let owner = keys
                 .iter()
-                .any(|k| g.owners.get(*k).is_some_and(|o| Some(*o) != me));
-            if !blocked {
-                return true;
+                .find_map(|k| g.owners.get(*k).filter(|o| Some(**o) != me).copied());
+            let Some(owner) = owner else {
+                break WaitOutcome::Free;
+            };
+            // A prepared owner waits for nothing but its commit: never a deadlock.
+            let committing = g.open.get(&owner).is_some_and(|t| t.prepared.is_some());
+            let until = match me {
+                Some(m) => {
+                    if committing || g.waits_for.get(&m).map(|w| w.0) != Some(owner) {
+                        g.waits_for.insert(m, (owner, Instant::now()));
+                    }
+                    if closes_cycle(&g.waits_for, m, owner) {
+                        break WaitOutcome::Deadlock(owner);
+                    }
+                    let since = g.waits_for.get(&m).map_or_else(Instant::now, |w| w.1);
+                    if committing {
+                        deadline
+                    } else {
+                        deadline.min(since + txn_wait)
+                    }
+                }
+                None => deadline,
+            };
+            if self.changed.wait_until(&mut g, until).timed_out() {
+                break if until < deadline {
+                    WaitOutcome::Deadlock(owner)
+                } else {
+                    WaitOutcome::TimedOut
+                };
             }
-            if self.changed.wait_until(&mut g, deadline).timed_out() {
-                return false;
-            }
+        };
+        if let Some(m) = me {
+            g.waits_for.remove(&m);
         }
+        outcome
     }
 
     /// Whether `txn` is open here and not prepared (it may still write).
@@ -403,8 +474,15 @@ mod tests {
         ));
         assert_eq!(t.floor(), Some((9, 99)));
         let soon = Instant::now() + std::time::Duration::from_millis(20);
-        assert!(!t.wait_unowned(&[b"a"], Some(TxnId(2)), soon));
-        assert!(t.wait_unowned(&[b"a"], Some(TxnId(1)), soon));
+        let hour = std::time::Duration::from_secs(3600);
+        assert_eq!(
+            t.wait_unowned(&[b"a"], Some(TxnId(2)), soon, hour),
+            WaitOutcome::TimedOut
+        );
+        assert_eq!(
+            t.wait_unowned(&[b"a"], Some(TxnId(1)), soon, hour),
+            WaitOutcome::Free
+        );
         assert!(t.prepare(TxnId(1), HybridTime(200)));
         assert_eq!(t.committing(), 1);
         let t2 = t.clone();
@@ -414,7 +492,10 @@ mod tests {
             t2.notify();
         });
         let later = Instant::now() + std::time::Duration::from_secs(10);
-        assert!(t.wait_unowned(&[b"a"], None, later));
+        assert_eq!(
+            t.wait_unowned(&[b"a"], None, later, hour),
+            WaitOutcome::Free
+        );
         assert!(t.wait_none_committing(later));
         h.join().unwrap();
         assert_eq!(
@@ -431,5 +512,50 @@ mod tests {
         ));
         assert_eq!(t.floor(), Some((11, 101)));
         assert_eq!(t.list().len(), 1);
+    }
+
+    #[test]
+    fn deadlocks_are_refused() {
+        let t = std::sync::Arc::new(TxnTable::default());
+        for (txn, key) in [(1, b"a"), (2, b"b")] {
+            assert!(t.add(
+                TxnId(txn),
+                10 + txn,
+                HybridTime(100 + txn),
+                key.to_vec(),
+                op(OpKind::Insert, txn as i64, None)
+            ));
+        }
+        let hour = std::time::Duration::from_secs(3600);
+        let later = Instant::now() + hour;
+        // Transaction 1 waits for "b" (owned by 2) ...
+        let t1 = t.clone();
+        let waiter =
+            std::thread::spawn(move || t1.wait_unowned(&[b"b"], Some(TxnId(1)), later, hour));
+        while !t.state.lock().waits_for.contains_key(&TxnId(1)) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // ... so 2 waiting for "a" (owned by 1) closes a cycle: refused at once.
+        assert_eq!(
+            t.wait_unowned(&[b"a"], Some(TxnId(2)), later, hour),
+            WaitOutcome::Deadlock(TxnId(1))
+        );
+        // 2 aborts; 1 gets its key.
+        t.finish(TxnId(2), TxnOutcome::Aborted);
+        t.notify();
+        assert_eq!(waiter.join().unwrap(), WaitOutcome::Free);
+        assert!(t.state.lock().waits_for.is_empty());
+        // Past the bound, a transaction's wait is refused as a possible deadlock
+        // (a cycle through other tablets), a plain write's is not.
+        let short = std::time::Duration::from_millis(20);
+        assert_eq!(
+            t.wait_unowned(&[b"a"], Some(TxnId(3)), later, short),
+            WaitOutcome::Deadlock(TxnId(1))
+        );
+        let soon = Instant::now() + short;
+        assert_eq!(
+            t.wait_unowned(&[b"a"], None, soon, short),
+            WaitOutcome::TimedOut
+        );
     }
 }

@@ -98,6 +98,7 @@ impl From<TserverError> for tonic::Status {
                 T::ShutDown | T::Failed(_) | T::LockTimeout | T::SafeTimeTimeout { .. },
             ) => tonic::Status::unavailable(msg),
             TserverError::Tablet(T::TxnNotOpen { .. }) => tonic::Status::failed_precondition(msg),
+            TserverError::Tablet(T::Deadlock { .. }) => tonic::Status::aborted(msg),
             _ => tonic::Status::internal(msg),
         }
     }

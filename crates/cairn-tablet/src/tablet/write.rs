@@ -18,7 +18,7 @@ use super::{Location, Tablet};
 use crate::error::{Result, TabletError};
 use crate::history::Row;
 use crate::locks::RowLocks;
-use crate::ops::{LogRecord, OpKind, RequestId, RequestRecord, RowError, RowOp, logged_op};
+use crate::ops::{LogRecord, OpKind, RequestId, RequestRecord, RowError, RowOp, TxnId, logged_op};
 use crate::rowsets::Components;
 
 /// A leader's validated write batch, not yet replicated ([`Tablet::prepare_write`]).
@@ -151,12 +151,24 @@ impl Tablet {
     /// the batch is applied), so writers of one key take turns. Waits until `deadline`
     /// at most.
     /// Keys an open transaction owns ([`crate::txn`]) are waited for first — until it
-    /// commits or aborts — unless the batch writes for that transaction.
+    /// commits or aborts — unless the batch writes for that transaction. A
+    /// transaction's batch whose wait would deadlock fails with
+    /// [`TabletError::Deadlock`].
     pub fn lock_rows(&self, p: &PreparedWrite, deadline: Instant) -> Result<RowLocks> {
         let keys: Vec<&[u8]> = p.rows.iter().map(|(_, _, k)| k.as_slice()).collect();
         loop {
-            if !self.txns.wait_unowned(&keys, p.txn, deadline) {
-                return Err(TabletError::LockTimeout);
+            match self
+                .txns
+                .wait_unowned(&keys, p.txn, deadline, crate::txn::DEADLOCK_TIMEOUT)
+            {
+                crate::txn::WaitOutcome::Free => {}
+                crate::txn::WaitOutcome::TimedOut => return Err(TabletError::LockTimeout),
+                crate::txn::WaitOutcome::Deadlock(owner) => {
+                    return Err(TabletError::Deadlock {
+                        txn: p.txn.unwrap_or(TxnId(0)),
+                        owner,
+                    });
+                }
             }
             let locks = self
                 .locks
