@@ -172,6 +172,16 @@ impl WriteSession {
         &self.table
     }
 
+    /// How many tablets the buffered (unsent) operations go to.
+    pub fn buffered_tablets(&self) -> usize {
+        self.buffers.values().filter(|b| !b.is_empty()).count()
+    }
+
+    /// Whether the session writes for a transaction.
+    pub fn in_transaction(&self) -> bool {
+        self.txn.is_some()
+    }
+
     /// Operations applied but not yet acknowledged: buffered ones plus those in flight
     /// in the background.
     pub fn pending(&self) -> usize {

@@ -57,6 +57,9 @@ impl TxnLink {
 
 /// A multi-row transaction (see the module docs). Dropping it without `commit` or
 /// `rollback` leaves its provisional rows owned on their tablets: always end it.
+/// Clones are handles on the same transaction (its participants are shared); end it
+/// through one of them.
+#[derive(Clone)]
 pub struct Transaction {
     client: Client,
     link: TxnLink,
@@ -94,6 +97,13 @@ impl Transaction {
         let mut s = self.client.new_session(table);
         s.set_txn(self.link.clone());
         s
+    }
+
+    /// Makes `session` write for this transaction from its next flush on (rows it
+    /// buffered already go with them). Used to turn a write into a transaction once
+    /// it turns out to span several tablets or requests.
+    pub fn attach(&self, session: &mut WriteSession) {
+        session.set_txn(self.link.clone());
     }
 
     /// A scan of `table` as this transaction sees it: its own provisional rows, as its

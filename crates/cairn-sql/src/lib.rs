@@ -19,6 +19,8 @@
 //! - [`authz`] / [`dcl`]: who runs a statement and whether they may (privileges are
 //!   checked on the logical plan), and the user statements (`CREATE USER`, `GRANT`,
 //!   …) the master carries out.
+//! - [`txn`]: `BEGIN` … `COMMIT` as Cairn transactions, with PostgreSQL's isolation
+//!   levels.
 //! - [`options`]: `SET cairn.…` settings.
 //! - [`error`]: [`SqlError`] with PostgreSQL SQLSTATE codes.
 
@@ -39,6 +41,7 @@ pub mod pushdown;
 pub mod scan;
 pub mod session;
 pub mod system;
+pub mod txn;
 pub mod types;
 mod upsert;
 pub mod write;

@@ -67,15 +67,31 @@ pub struct StatementContext {
     pub chosen_snapshot: tokio::sync::Mutex<Option<u64>>,
     /// How INSERT treats existing keys.
     pub insert_mode: InsertMode,
+    /// The transaction the statement runs in: its scans read as it, its writes are
+    /// its provisional rows. `None`: the statement is its own transaction.
+    pub txn: Option<Arc<crate::txn::SessionTxn>>,
 }
 
 impl StatementContext {
     /// A context for one statement.
     pub fn new(fixed_snapshot: Option<u64>, insert_mode: InsertMode) -> Arc<Self> {
+        Self::new_in(fixed_snapshot, insert_mode, None)
+    }
+
+    /// A context for one statement of transaction `txn` (if any): it reads at the
+    /// transaction's snapshot if it fixed one (REPEATABLE READ), unless `AS OF` fixes
+    /// another.
+    pub fn new_in(
+        fixed_snapshot: Option<u64>,
+        insert_mode: InsertMode,
+        txn: Option<Arc<crate::txn::SessionTxn>>,
+    ) -> Arc<Self> {
+        let chosen = fixed_snapshot.or_else(|| txn.as_ref().and_then(|t| t.snapshot()));
         Arc::new(StatementContext {
             fixed_snapshot,
-            chosen_snapshot: tokio::sync::Mutex::new(fixed_snapshot),
+            chosen_snapshot: tokio::sync::Mutex::new(chosen),
             insert_mode,
+            txn,
         })
     }
 }

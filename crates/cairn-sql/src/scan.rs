@@ -515,9 +515,12 @@ async fn open_tablet(
     columns: Vec<String>,
     ordered: bool,
 ) -> Result<BatchStream> {
-    let mut builder = spec
-        .client
-        .scan(&spec.table)
+    // In a transaction the scan reads its provisional rows too.
+    let builder = match &spec.statement.txn {
+        Some(t) => t.transaction().scan(&spec.table),
+        None => spec.client.scan(&spec.table),
+    };
+    let mut builder = builder
         .only_tablet(tablet.tablet_id.clone())
         .ordered(ordered);
     // Batches of the scan's own columns take its schema; wider ones keep theirs.
@@ -587,6 +590,9 @@ async fn open_tablet(
         .map_err(df_err)?;
     let first = cursor.next_batch().await.map_err(df_err)?;
     *chosen = cursor.snapshot_timestamp();
+    if let (Some(t), Some(ts)) = (&spec.statement.txn, *chosen) {
+        t.note_snapshot(ts);
+    }
     drop(chosen);
     let rest = cursor.into_stream();
     let head = futures::stream::iter(first.map(Ok));

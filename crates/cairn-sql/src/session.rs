@@ -34,6 +34,7 @@ use crate::error::{Result, SqlError};
 use crate::options::{CairnOptions, InsertMode, StatementContext, parse_read_timestamp};
 use crate::parser::{self, CairnStatement};
 use crate::point::PointPlan;
+use crate::txn::SessionTxn;
 use crate::write::{WriteKind, write_rows};
 
 /// The catalog name Cairn tables live in (also the PostgreSQL database name).
@@ -357,6 +358,7 @@ impl SqlEngine {
             engine: self.clone(),
             ctx: SessionContext::new_with_state(state),
             user: parking_lot::RwLock::new(None),
+            txn: parking_lot::Mutex::new(None),
         }
     }
 }
@@ -368,6 +370,24 @@ pub struct SqlSession {
     /// The user the statements run as; `None`: the engine's own client decides
     /// (a front end sets the user once it has authenticated them).
     user: parking_lot::RwLock<Option<String>>,
+    /// The open transaction block, if any (`crate::txn` has its methods).
+    pub(crate) txn: parking_lot::Mutex<Option<Arc<SessionTxn>>>,
+}
+
+impl Drop for SqlSession {
+    /// A connection that goes away inside a transaction block rolls it back, as
+    /// PostgreSQL does, so that its rows do not stay owned.
+    fn drop(&mut self) {
+        if let Some(t) = self.txn.get_mut().take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                if let Err(e) = t.rollback().await {
+                    tracing::warn!(error = %e, "rolling back the transaction of a closed session");
+                }
+            });
+        }
+    }
 }
 
 impl std::fmt::Debug for SqlSession {
@@ -436,7 +456,13 @@ impl SqlSession {
         let n = statements.len();
         let mut out = Vec::with_capacity(n);
         for (i, s) in statements.into_iter().enumerate() {
-            let r = self.run(s).await?;
+            let r = match self.run(s).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.after_error(&e).await;
+                    return Err(e);
+                }
+            };
             let r = match r {
                 QueryResult::Rows { schema, stream } if i + 1 < n => {
                     let batches = collect_stream(stream).await?;
@@ -474,6 +500,18 @@ impl SqlSession {
             return Ok(Prepared::unplanned(sql, None, vec![]));
         };
         match statement {
+            CairnStatement::Query {
+                statement: DFStatement::Statement(st),
+                ..
+            } if crate::txn::controls_transaction(&st) => Ok(Prepared::unplanned(
+                sql,
+                Some(CairnStatement::Query {
+                    statement: DFStatement::Statement(st),
+                    insert_mode: parser::InsertMode::Insert,
+                    as_of: None,
+                }),
+                vec![],
+            )),
             CairnStatement::Query {
                 statement,
                 insert_mode,
@@ -547,12 +585,28 @@ impl SqlSession {
         p: &Prepared,
         params: Vec<ScalarValue>,
     ) -> Result<QueryResult> {
+        let r = self.execute_prepared_once(p, params).await;
+        if let Err(e) = &r {
+            self.after_error(e).await;
+        }
+        r
+    }
+
+    /// [`SqlSession::execute_prepared`], before a failure is applied to the
+    /// transaction.
+    async fn execute_prepared_once(
+        &self,
+        p: &Prepared,
+        params: Vec<ScalarValue>,
+    ) -> Result<QueryResult> {
         if let Some(CairnStatement::InsertOnConflictUpdate(insert)) = &p.statement {
+            self.check_write("INSERT")?;
             return crate::upsert::run(self, insert, &params).await;
         }
         if let Some(s) = &p.statement {
             return self.run(s.clone()).await;
         }
+        self.check_not_aborted()?;
         if self.stale(&p.tables).await? {
             // A table changed since the statement was prepared: plan it again, as
             // PostgreSQL re-plans cached statements after DDL.
@@ -577,7 +631,7 @@ impl SqlSession {
                      statement uses was altered; prepare it again",
                 ));
             }
-            return Box::pin(self.execute_prepared(&fresh, params)).await;
+            return Box::pin(self.execute_prepared_once(&fresh, params)).await;
         }
         let Some(plan) = &p.plan else {
             return Ok(QueryResult::Done { tag: String::new() });
@@ -592,7 +646,7 @@ impl SqlSession {
                 ),
             ));
         }
-        if let Some(point) = &p.point {
+        if let Some(point) = p.point.as_ref().filter(|_| self.transaction().is_none()) {
             crate::authz::check_plan(&self.principal().await?, plan, p.insert_mode)?;
             if let Some(result) = point
                 .run(self.engine.client(), &params, p.fixed_snapshot)
@@ -692,7 +746,6 @@ impl SqlSession {
             .unwrap_or_default()
     }
 
-    /// This session's state with a fresh statement context.
     /// Plans a DataFusion statement in a state carrying its snapshot and insert mode,
     /// after bringing the table list up to date.
     async fn plan_statement(
@@ -738,15 +791,26 @@ impl SqlSession {
         }
     }
 
+    /// This session's state with a fresh statement context: `fixed` snapshot, insert
+    /// `mode`, and the session's transaction if a block is open.
     fn statement_state(&self, fixed: Option<u64>, mode: InsertMode) -> SessionState {
         let mut state = self.ctx.state();
         state
             .config_mut()
-            .set_extension(StatementContext::new(fixed, mode));
+            .set_extension(StatementContext::new_in(fixed, mode, self.transaction()));
         state
     }
 
     async fn run(&self, statement: CairnStatement) -> Result<QueryResult> {
+        if let CairnStatement::Query {
+            statement: DFStatement::Statement(st),
+            ..
+        } = &statement
+            && let Some(r) = self.transaction_statement(st).await
+        {
+            return r;
+        }
+        self.check_not_aborted()?;
         let schema = &self.engine.inner.schema;
         match statement {
             CairnStatement::Query {
@@ -754,33 +818,28 @@ impl SqlSession {
                 insert_mode,
                 as_of,
             } => {
-                // DataFusion plans START TRANSACTION but not its PostgreSQL spelling.
-                if let DFStatement::Statement(st) = &statement
-                    && matches!(
-                        st.as_ref(),
-                        datafusion::sql::sqlparser::ast::Statement::StartTransaction { .. }
-                    )
-                {
-                    return Ok(QueryResult::Done {
-                        tag: "BEGIN".into(),
-                    });
-                }
                 let fixed = self.fixed_snapshot(as_of.as_ref()).await?;
                 let mode = insert_mode_of(insert_mode);
                 let (state, plan) = self.plan_statement(statement, fixed, mode).await?;
                 crate::authz::check_plan(&self.principal().await?, &plan, mode)?;
                 self.run_plan(state, plan).await
             }
-            CairnStatement::Dcl(d) => self.run_dcl(d).await,
+            CairnStatement::Dcl(d) => {
+                self.check_write("a user or privilege statement")?;
+                self.run_dcl(d).await
+            }
             CairnStatement::InsertOnConflictUpdate(insert) => {
+                self.check_write("INSERT")?;
                 crate::upsert::run(self, &insert, &[]).await
             }
             CairnStatement::CreateTable(ct) => {
+                self.check_write("CREATE TABLE")?;
                 self.authorize(cairn_proto::auth::Action::CreateTable)
                     .await?;
                 self.create_table(ct).await
             }
             CairnStatement::DropTable { names, if_exists } => {
+                self.check_write("DROP TABLE")?;
                 for n in &names {
                     match self.authorize_owner(n).await {
                         Err(SqlError::Client(cairn_client::ClientError::TableNotFound(_)))
@@ -797,6 +856,7 @@ impl SqlSession {
                 })
             }
             CairnStatement::AlterTable { name, ops } => {
+                self.check_write("ALTER TABLE")?;
                 self.authorize_owner(&name).await?;
                 let client = self.engine.client();
                 let table = client.open_table(&name).await?;
@@ -814,6 +874,7 @@ impl SqlSession {
                 })
             }
             CairnStatement::Copy(c) => {
+                self.check_write("COPY FROM")?;
                 let client = self.engine.client();
                 match c.input {
                     parser::CopyInput::File(path) => {
@@ -888,6 +949,7 @@ impl SqlSession {
                     WriteOp::Truncate => "TRUNCATE",
                     _ => "MERGE",
                 };
+                self.check_write(tag)?;
                 if matches!(d.op, WriteOp::Update | WriteOp::Delete)
                     && !reads_target(&state.optimize(&plan)?)
                 {
@@ -945,9 +1007,19 @@ impl SqlSession {
                     _ => "",
                 };
                 match tag {
-                    // Every statement commits on its own: transactions are accepted
-                    // so that drivers that wrap statements in them work.
-                    "BEGIN" | "COMMIT" | "ROLLBACK" => Ok(QueryResult::Done { tag: tag.into() }),
+                    // Reached only by plans made elsewhere: `run` answers these first.
+                    "BEGIN" => {
+                        self.begin(Default::default(), Default::default());
+                        Ok(QueryResult::Done { tag: tag.into() })
+                    }
+                    "COMMIT" => {
+                        self.commit().await?;
+                        Ok(QueryResult::Done { tag: tag.into() })
+                    }
+                    "ROLLBACK" => {
+                        self.rollback().await?;
+                        Ok(QueryResult::Done { tag: tag.into() })
+                    }
                     "SET" | "RESET" => {
                         self.ctx.execute_logical_plan(plan).await?.collect().await?;
                         Ok(QueryResult::Done { tag: tag.into() })

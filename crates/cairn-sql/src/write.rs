@@ -3,13 +3,18 @@
 //! Its input produces rows; each row becomes one [`Operation`]. What a statement
 //! guarantees:
 //!
-//! - **Atomic per tablet.** A statement's changes to one tablet are written as one
-//!   all-or-nothing request (one Raft record, one timestamp): they become visible
-//!   together, and if any row fails (a duplicate key) none of that tablet's rows is
-//!   written. Across tablets a statement is not atomic: the tablets are written one
-//!   request each, and a failure on one leaves the others written (the error says how
-//!   many rows were). A statement changing more than `cairn.max_atomic_rows` rows of
-//!   one tablet is written in several such requests.
+//! - **All or nothing.** A statement's changes to one tablet are written as one
+//!   all-or-nothing request (one Raft record, one timestamp): if any row fails (a
+//!   duplicate key) none of that tablet's rows is written. A statement whose rows go to
+//!   several tablets writes them in a transaction of its own
+//!   ([`cairn_client::Transaction`]), committed once every row is written and rolled
+//!   back on an error, so it is all or nothing across tablets too. Only a statement
+//!   changing more than `cairn.max_atomic_rows` rows of one tablet is written in
+//!   several requests outside a transaction, and is not atomic.
+//! - **Transactions.** Inside `BEGIN` … `COMMIT` ([`crate::txn`]) the rows are the
+//!   transaction's provisional writes, its scans see them, and under REPEATABLE READ a
+//!   row changed since the transaction's snapshot fails the statement with 40001
+//!   instead of being re-read.
 //! - **No lost updates.** UPDATE and DELETE read the matching rows at the statement's
 //!   snapshot and write each change on the condition that the row has not changed
 //!   since ([`cairn_client::Condition::unchanged_since`], checked by the tablet leader
@@ -31,7 +36,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, UInt64Array};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use cairn_client::{Client, FlushMode, Operation, RowErrorInfo, Table};
+use cairn_client::{Client, FlushMode, Operation, RowErrorInfo, Table, Transaction};
 use cairn_common::Value;
 use cairn_proto::RowErrorKind;
 use datafusion::common::Result;
@@ -51,6 +56,7 @@ use futures::StreamExt;
 use crate::error::{SqlError, df_err};
 use crate::options::{InsertMode, StatementContext};
 use crate::provider::CairnTable;
+use crate::txn::SessionTxn;
 
 /// How many times an UPDATE or DELETE re-reads rows that changed under it before it
 /// gives up with SQLSTATE 40001.
@@ -96,6 +102,7 @@ impl Requery {
     async fn plan(
         &self,
         keys: &[Vec<Value>],
+        txn: Option<Arc<SessionTxn>>,
     ) -> Result<(Arc<dyn ExecutionPlan>, Arc<StatementContext>)> {
         let schema = &self.provider.table().schema;
         let key_cols: Vec<Expr> = schema
@@ -136,7 +143,7 @@ impl Requery {
                     None,
                 ))
         };
-        let ctx = StatementContext::new(None, InsertMode::Insert);
+        let ctx = StatementContext::new_in(None, InsertMode::Insert, txn);
         let mut state = self.state.clone();
         state.config_mut().set_extension(ctx.clone());
         let mut filters = self.filters.clone();
@@ -326,13 +333,61 @@ struct Round {
     fatal: Option<RowErrorInfo>,
 }
 
+/// The transactions a statement's writes may belong to.
+struct Txns<'a> {
+    /// The session's transaction (`BEGIN` … `COMMIT`), if the statement runs in one.
+    explicit: Option<&'a SessionTxn>,
+    /// The statement's own transaction, once its writes turned out to span several
+    /// tablets.
+    implicit: Option<Transaction>,
+}
+
 impl StatementWrite {
     /// Writes every row of `input`, then re-evaluates rows that changed under the
-    /// statement until none is left; returns the number of rows written.
+    /// statement until none is left; returns the number of rows written. Outside a
+    /// transaction block, a statement whose rows go to several tablets writes them
+    /// in a transaction of its own, committed here (or rolled back on an error).
     async fn run(
         &self,
         input: SendableRecordBatchStream,
         statement: Option<Arc<StatementContext>>,
+    ) -> Result<u64, SqlError> {
+        let explicit = statement.as_ref().and_then(|s| s.txn.clone());
+        let mut txns = Txns {
+            explicit: explicit.as_deref(),
+            implicit: None,
+        };
+        let result = self.rounds(input, statement, &mut txns).await;
+        match (txns.implicit, result) {
+            (Some(t), Ok(n)) => match t.commit().await {
+                Ok(_) => Ok(n),
+                Err(cairn_client::ClientError::TxnNotOpen(m)) => Err(SqlError::other(
+                    "40001",
+                    format!("could not commit the statement's rows: {m}; run it again"),
+                )),
+                Err(e) => Err(e.into()),
+            },
+            (Some(t), Err(mut e)) => {
+                // Nothing of the statement stays.
+                if let SqlError::Row { written, .. } = &mut e {
+                    *written = 0;
+                }
+                if let Err(r) = t.rollback().await {
+                    tracing::warn!(table = %self.table.name, error = %r,
+                        "rolling back a failed statement's transaction");
+                }
+                Err(e)
+            }
+            (None, r) => r,
+        }
+    }
+
+    /// The rounds of [`StatementWrite::run`].
+    async fn rounds(
+        &self,
+        input: SendableRecordBatchStream,
+        statement: Option<Arc<StatementContext>>,
+        txns: &mut Txns<'_>,
     ) -> Result<u64, SqlError> {
         let conditional = !matches!(self.kind, WriteKind::Insert(_));
         if conditional
@@ -346,11 +401,26 @@ impl StatementWrite {
                  unset cairn.read_timestamp (or drop AS OF) for this statement",
             ));
         }
-        let mut round = self.write_round(input, statement.as_deref()).await?;
+        let mut round = self.write_round(input, statement.as_deref(), txns).await?;
         let mut written = round.written;
         let mut rounds = 0;
         while round.fatal.is_none() && !round.retry.is_empty() {
             let Some(requery) = &self.requery else { break };
+            if let Some(t) = txns.explicit.filter(|t| t.isolation().fixed_snapshot()) {
+                // The first committer wins: a row changed since the transaction's
+                // snapshot cannot be changed by it.
+                return Err(SqlError::other(
+                    "40001",
+                    format!(
+                        "could not serialize access due to concurrent update: {} row(s) of \
+                         '{}' changed after this {} transaction read them; roll back and \
+                         retry the transaction",
+                        round.retry.len(),
+                        self.table.name,
+                        t.isolation().name().to_uppercase()
+                    ),
+                ));
+            }
             rounds += 1;
             if rounds > MAX_REEVALUATIONS {
                 return Err(SqlError::other(
@@ -366,10 +436,14 @@ impl StatementWrite {
             }
             let keys = std::mem::take(&mut round.retry);
             let mut next = Round::default();
+            let explicit = statement.as_ref().and_then(|s| s.txn.clone());
             for chunk in keys.chunks(1000) {
-                let (plan, ctx) = requery.plan(chunk).await.map_err(SqlError::from)?;
+                let (plan, ctx) = requery
+                    .plan(chunk, explicit.clone())
+                    .await
+                    .map_err(SqlError::from)?;
                 let stream = execute_stream(plan, self.context.clone())?;
-                let r = self.write_round(stream, Some(&ctx)).await?;
+                let r = self.write_round(stream, Some(&ctx), txns).await?;
                 next.written += r.written;
                 next.retry.extend(r.retry);
                 if next.fatal.is_none() {
@@ -386,19 +460,29 @@ impl StatementWrite {
                 matches!(self.kind, WriteKind::Insert(_)),
                 first,
                 written,
+                txns.explicit.is_some() || txns.implicit.is_some(),
             )),
         }
     }
 
     /// Writes the rows of `input` once: each tablet's share all or nothing, UPDATE and
     /// DELETE on the condition that their row is unchanged since `statement`'s snapshot.
+    /// Rows go to the session's transaction if there is one; otherwise, if the rows
+    /// of one request go to several tablets, to the statement's own transaction
+    /// (made now if needed). A statement too large for one request per tablet
+    /// (`max_atomic_rows`) is written in several requests outside any transaction.
     async fn write_round(
         &self,
         mut input: SendableRecordBatchStream,
         statement: Option<&StatementContext>,
+        txns: &mut Txns<'_>,
     ) -> Result<Round, SqlError> {
         let schema = self.table.schema.clone();
-        let mut session = self.client.new_session(&self.table);
+        let mut session = match (txns.explicit, &txns.implicit) {
+            (Some(t), _) => t.transaction().session(&self.table),
+            (None, Some(t)) => t.session(&self.table),
+            (None, None) => self.client.new_session(&self.table),
+        };
         session.set_flush_mode(FlushMode::Manual);
         session.set_atomic(true);
         session.set_batch_rows(self.batch_rows);
@@ -406,6 +490,7 @@ impl StatementWrite {
         let conditional = !matches!(self.kind, WriteKind::Insert(_));
         let mut since: Option<u64> = None;
         let mut sent: u64 = 0;
+        let mut split = false;
         let mut row_errors: Vec<RowErrorInfo> = vec![];
         while let Some(batch) = input.next().await {
             let batch = batch?;
@@ -430,8 +515,14 @@ impl StatementWrite {
                 sent += 1;
             }
             if session.pending() >= self.max_atomic_rows {
+                split = true;
                 row_errors.extend(session.flush().await?);
             }
+        }
+        if !split && !session.in_transaction() && session.buffered_tablets() > 1 {
+            txns.implicit
+                .get_or_insert_with(|| self.client.begin_transaction())
+                .attach(&mut session);
         }
         row_errors.extend(session.flush().await?);
         Ok(classify(row_errors, sent, conditional, &keys))
@@ -568,7 +659,7 @@ pub(crate) async fn write_keyed(
     let keys: Vec<usize> = table.schema.key_indexes().to_vec();
     let round = classify(row_errors, sent, !insert, &keys);
     if let Some(first) = round.fatal {
-        return Err(row_failure(table, insert, first, round.written));
+        return Err(row_failure(table, insert, first, round.written, false));
     }
     if !round.retry.is_empty() {
         // Unconditional writes of one row are not retried by the tablet's rules;
@@ -587,7 +678,14 @@ pub(crate) async fn write_keyed(
 
 /// The statement's error for a rejected row. `insert`: the statement inserts rows
 /// (the error then names the row's key).
-fn row_failure(table: &Table, insert: bool, first: RowErrorInfo, written: u64) -> SqlError {
+/// `in_txn`: the statement's rows belong to a transaction, so none of them stays.
+fn row_failure(
+    table: &Table,
+    insert: bool,
+    first: RowErrorInfo,
+    written: u64,
+    in_txn: bool,
+) -> SqlError {
     let what = match first.kind {
         RowErrorKind::AlreadyPresent => {
             "duplicate key value violates the primary key (use UPSERT INTO or \
@@ -614,13 +712,20 @@ fn row_failure(table: &Table, insert: bool, first: RowErrorInfo, written: u64) -
     } else {
         format!(" (key {})", key.join(", "))
     };
+    let message = if in_txn {
+        format!("{what}{key}")
+    } else if written == 0 {
+        format!("{what}{key}; nothing of this statement was written")
+    } else {
+        format!(
+            "{what}{key}; nothing of this statement was written to that row's tablet, \
+             {written} row(s) were written to other tablets (a statement of more than \
+             cairn.max_atomic_rows rows is written in several requests and is not atomic)"
+        )
+    };
     SqlError::Row {
         kind: first.kind,
-        message: format!(
-            "{what}{key}; nothing of this statement was written to that row's tablet, \
-                 {written} row(s) were written to other tablets (a statement is atomic per \
-                 tablet, not across tablets)"
-        ),
+        message,
         written,
     }
 }

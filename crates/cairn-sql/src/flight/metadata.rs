@@ -36,7 +36,7 @@ pub fn sql_info() -> Result<SqlInfoData, arrow_flight::error::FlightError> {
     b.append(SqlInfo::FlightSqlServerSubstrait, false);
     b.append(
         SqlInfo::FlightSqlServerTransaction,
-        SqlSupportedTransaction::None as i32,
+        SqlSupportedTransaction::Transaction as i32,
     );
     b.append(SqlInfo::FlightSqlServerCancel, false);
     b.append(SqlInfo::FlightSqlServerBulkIngestion, false);
@@ -45,7 +45,7 @@ pub fn sql_info() -> Result<SqlInfoData, arrow_flight::error::FlightError> {
     b.append(SqlInfo::SqlDdlTable, true);
     b.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
     b.append(SqlInfo::SqlQuotedIdentifierCase, 3_i32); // case sensitive
-    b.append(SqlInfo::SqlTransactionsSupported, false);
+    b.append(SqlInfo::SqlTransactionsSupported, true);
     b.build()
 }
 

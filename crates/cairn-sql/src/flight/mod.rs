@@ -74,11 +74,13 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 use arrow_flight::sql::metadata::SqlInfoData;
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
+    ActionBeginTransactionRequest, ActionBeginTransactionResult,
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
-    ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
-    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
-    CommandPreparedStatementUpdate, CommandStatementQuery, CommandStatementUpdate,
-    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
+    ActionCreatePreparedStatementResult, ActionEndTransactionRequest, CommandGetCatalogs,
+    CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
+    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementQuery,
+    CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
+    TicketStatementQuery,
 };
 use arrow_flight::{
     Action, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket,
@@ -215,10 +217,38 @@ impl CairnFlightSql {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    /// Runs `sql` (one or more statements) in a fresh session of the caller; the
-    /// result of the last statement.
-    async fn run_sql<T>(&self, request: &Request<T>, sql: &str) -> Result<PendingResult, Status> {
-        let session = self.session_for(request).await?;
+    /// The session a request runs in: that of transaction `txn` (begun by the same
+    /// user), or a fresh one of the caller.
+    async fn session_in<T>(
+        &self,
+        request: &Request<T>,
+        txn: &Option<Bytes>,
+    ) -> Result<Arc<crate::SqlSession>, Status> {
+        let Some(id) = txn else {
+            return Ok(Arc::new(self.session_for(request).await?));
+        };
+        let user = self.user_of(request).await?;
+        self.registry
+            .transaction(id)
+            .filter(|s| s.user() == user)
+            .ok_or_else(|| {
+                status_with_state(
+                    "25000",
+                    "unknown transaction: it was ended, or unused for too long and rolled \
+                     back; begin a new one",
+                )
+            })
+    }
+
+    /// Runs `sql` (one or more statements) in the session of the caller or of its
+    /// transaction `txn`; the result of the last statement.
+    async fn run_sql<T>(
+        &self,
+        request: &Request<T>,
+        txn: &Option<Bytes>,
+        sql: &str,
+    ) -> Result<PendingResult, Status> {
+        let session = self.session_in(request, txn).await?;
         let mut results = session
             .execute(sql)
             .await
@@ -488,17 +518,6 @@ fn param_schema(types: &[Option<DataType>]) -> SchemaRef {
     ))
 }
 
-/// Transactions are not offered: a request naming one is refused.
-fn no_transaction(id: &Option<Bytes>) -> Result<(), Status> {
-    match id {
-        Some(_) => Err(status_with_state(
-            "0A000",
-            "transactions are not supported: every statement commits on its own",
-        )),
-        None => Ok(()),
-    }
-}
-
 #[tonic::async_trait]
 impl FlightSqlService for CairnFlightSql {
     type FlightService = CairnFlightSql;
@@ -543,8 +562,9 @@ impl FlightSqlService for CairnFlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        no_transaction(&query.transaction_id)?;
-        let result = self.run_sql(&request, &query.query).await?;
+        let result = self
+            .run_sql(&request, &query.transaction_id, &query.query)
+            .await?;
         self.result_info(result, request.into_inner())
     }
 
@@ -572,8 +592,7 @@ impl FlightSqlService for CairnFlightSql {
         command: CommandStatementUpdate,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        no_transaction(&command.transaction_id)?;
-        let session = self.session_for(&request).await?;
+        let session = self.session_in(&request, &command.transaction_id).await?;
         let results = session
             .execute(&command.query)
             .await
@@ -592,9 +611,8 @@ impl FlightSqlService for CairnFlightSql {
         query: ActionCreatePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        no_transaction(&query.transaction_id)?;
         let sql = number_placeholders(&query.query);
-        let session = self.session_for(&request).await?;
+        let session = self.session_in(&request, &query.transaction_id).await?;
         let prepared = session
             .prepare(&sql)
             .await
@@ -689,6 +707,47 @@ impl FlightSqlService for CairnFlightSql {
             }
         }
         Ok(total.map_or(-1, |n| n as i64))
+    }
+
+    async fn do_action_begin_transaction(
+        &self,
+        _query: ActionBeginTransactionRequest,
+        request: Request<Action>,
+    ) -> Result<ActionBeginTransactionResult, Status> {
+        let session = self.session_for(&request).await?;
+        session.begin(Default::default(), Default::default());
+        let transaction_id = self.registry.put_transaction(Arc::new(session));
+        Ok(ActionBeginTransactionResult { transaction_id })
+    }
+
+    async fn do_action_end_transaction(
+        &self,
+        query: ActionEndTransactionRequest,
+        request: Request<Action>,
+    ) -> Result<(), Status> {
+        use arrow_flight::sql::EndTransaction;
+        let commit = match EndTransaction::try_from(query.action) {
+            Ok(EndTransaction::Commit) => true,
+            Ok(EndTransaction::Rollback) => false,
+            _ => {
+                return Err(status_with_state(
+                    "22023",
+                    "EndTransaction needs END_TRANSACTION_COMMIT or END_TRANSACTION_ROLLBACK",
+                ));
+            }
+        };
+        let id = Some(query.transaction_id.clone());
+        self.session_in(&request, &id).await?;
+        let session = self
+            .registry
+            .take_transaction(&query.transaction_id)
+            .ok_or_else(|| status_with_state("25000", "unknown transaction: already ended"))?;
+        let ended = if commit {
+            session.commit().await
+        } else {
+            session.rollback().await
+        };
+        ended.map_err(|e| sql_error_status(&e))
     }
 
     async fn do_action_close_prepared_statement(

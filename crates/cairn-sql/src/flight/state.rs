@@ -32,6 +32,10 @@ pub const PREPARED_IDLE_TTL: Duration = Duration::from_secs(60 * 60);
 pub const MAX_RESULTS: usize = 1024;
 /// Most prepared statements open at once.
 pub const MAX_PREPARED: usize = 16 * 1024;
+/// How long a transaction may stay unused before it is rolled back.
+pub const TXN_IDLE_TTL: Duration = Duration::from_secs(10 * 60);
+/// Most transactions open at once.
+pub const MAX_TRANSACTIONS: usize = 1024;
 
 /// Record batches as they are produced.
 pub(crate) type BatchStream = Pin<Box<dyn Stream<Item = Result<RecordBatch, Status>> + Send>>;
@@ -47,8 +51,9 @@ pub(crate) struct PendingResult {
 
 /// A prepared statement and what was bound to it.
 pub(crate) struct PreparedEntry {
-    /// The session it was prepared in (and runs in).
-    pub session: SqlSession,
+    /// The session it was prepared in (and runs in): a transaction's, if it was
+    /// prepared in one.
+    pub session: Arc<SqlSession>,
     /// The planned statement.
     pub prepared: Prepared,
     /// Parameter rows bound by the last `DoPut`, one execution each.
@@ -59,6 +64,10 @@ pub(crate) struct PreparedEntry {
 pub(crate) struct Registry {
     results: Mutex<HashMap<Bytes, (Instant, PendingResult)>>,
     prepared: Mutex<HashMap<Bytes, (Instant, Arc<PreparedEntry>)>>,
+    /// Open transactions: the session each runs in. A transaction dropped from here
+    /// (ended, idle too long, evicted) is rolled back by its session unless it was
+    /// committed.
+    transactions: Mutex<HashMap<Bytes, (Instant, Arc<SqlSession>)>>,
     /// Makes handles differ between server runs.
     salt: u64,
     next: AtomicU64,
@@ -87,6 +96,7 @@ impl Registry {
         Registry {
             results: Mutex::new(HashMap::new()),
             prepared: Mutex::new(HashMap::new()),
+            transactions: Mutex::new(HashMap::new()),
             salt,
             next: AtomicU64::new(1),
             result_ttl,
@@ -146,6 +156,40 @@ impl Registry {
         }
         *at = Instant::now();
         Some(entry.clone())
+    }
+
+    /// Keeps the session of a new transaction; returns the transaction's id.
+    pub fn put_transaction(&self, session: Arc<SqlSession>) -> Bytes {
+        let handle = self.handle('t');
+        let evicted = insert_bounded(
+            &mut self.transactions.lock(),
+            handle.clone(),
+            session,
+            TXN_IDLE_TTL,
+            MAX_TRANSACTIONS,
+        );
+        drop(evicted);
+        handle
+    }
+
+    /// The session of transaction `id` (and marks it used).
+    pub fn transaction(&self, id: &[u8]) -> Option<Arc<SqlSession>> {
+        let mut map = self.transactions.lock();
+        let (at, session) = map.get_mut(id)?;
+        if at.elapsed() >= TXN_IDLE_TTL {
+            let gone = map.remove(id);
+            drop(map);
+            drop(gone);
+            return None;
+        }
+        *at = Instant::now();
+        Some(session.clone())
+    }
+
+    /// Takes transaction `id` out (to end it).
+    pub fn take_transaction(&self, id: &[u8]) -> Option<Arc<SqlSession>> {
+        let (_, session) = self.transactions.lock().remove(id)?;
+        Some(session)
     }
 
     /// Forgets a prepared statement; whether it was there.

@@ -42,10 +42,11 @@ pub fn grpc_code(sqlstate: &str) -> Code {
         "42501" => Code::PermissionDenied,
         "28000" | "28P01" => Code::Unauthenticated,
         "0A000" => Code::Unimplemented,
-        "40001" => Code::Aborted,
+        "40001" | "40P01" => Code::Aborted,
         "57014" => Code::Cancelled,
         "08P01" => Code::InvalidArgument,
         s if s.starts_with("53") => Code::ResourceExhausted,
+        s if s.starts_with("25") => Code::FailedPrecondition,
         s if s.starts_with("42") || s.starts_with("22") || s.starts_with("23") => {
             Code::InvalidArgument
         }

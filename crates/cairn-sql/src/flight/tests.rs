@@ -201,8 +201,10 @@ async fn errors_carry_sqlstates() {
         .get_flight_info(FlightDescriptor::new_cmd(cmd.as_any().encode_to_vec()))
         .await
         .unwrap_err();
-    assert_eq!(s.code(), Code::Unimplemented, "{s:?}");
-    assert!(s.message().starts_with("0A000: "), "{s:?}");
+    // A transaction id nobody handed out.
+    assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
+    assert!(s.message().starts_with("25000: "), "{s:?}");
+    assert!(s.message().contains("unknown transaction"), "{s:?}");
 
     let ticket = TicketStatementQuery {
         statement_handle: Bytes::from_static(b"r-nothing"),

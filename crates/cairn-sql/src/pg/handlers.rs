@@ -58,6 +58,7 @@ use super::txn::{TxBlock, wrote_nothing};
 use crate::error::SqlError;
 use crate::options::CairnOptions;
 use crate::session::{Prepared, QueryResult, SqlEngine, SqlSession};
+use crate::txn::{Isolation, TxnModes};
 
 /// A connection's process id and secret key, as sent in a cancel request.
 pub(crate) type CancelKey = (i32, Bytes);
@@ -217,6 +218,19 @@ impl Conn {
     /// The value `SHOW name` reports: a PostgreSQL variable, or a setting of the
     /// session (`cairn.…` or `datafusion.…`).
     fn show_value(&self, name: &str) -> Option<String> {
+        match (name, self.session.transaction()) {
+            ("transaction_isolation", Some(t)) => return Some(t.isolation().name().into()),
+            ("transaction_read_only", Some(t)) => {
+                return Some(if t.read_only() { "on" } else { "off" }.into());
+            }
+            ("transaction_isolation", None) => {
+                return self.vars.get("default_transaction_isolation");
+            }
+            ("transaction_read_only", None) => {
+                return self.vars.get("default_transaction_read_only");
+            }
+            _ => {}
+        }
         if let Some(v) = self.vars.get(name) {
             return Some(v);
         }
@@ -239,24 +253,81 @@ impl Conn {
 
     /// Runs a statement answered by the front end (refused with 25P02 in a failed
     /// transaction block unless it ends the block).
-    fn run_local(&self, local: &Local, format: &Format) -> PgWireResult<Response> {
-        let result = self.tx.lock().check(local.ends_block());
+    async fn run_local(&self, local: &Local, format: &Format) -> PgWireResult<Response> {
+        let checked = self.tx.lock().check(local.ends_block());
+        let result = match checked {
+            Ok(()) => self.answer_local(local, format).await,
+            Err(e) => Err(e),
+        };
         result
-            .and_then(|()| self.answer_local(local, format))
             .inspect_err(|_| self.tx.lock().failed(false))
             .map_err(|e| pg_error(&e))
     }
 
+    /// The session's `default_transaction_…` settings.
+    fn default_modes(&self) -> TxnModes {
+        TxnModes {
+            isolation: self
+                .vars
+                .get("default_transaction_isolation")
+                .as_deref()
+                .and_then(Isolation::parse),
+            read_only: self
+                .vars
+                .get("default_transaction_read_only")
+                .map(|v| matches!(v.to_ascii_lowercase().as_str(), "on" | "true" | "1")),
+        }
+    }
+
+    /// `COMMIT` (`commit`) or `ROLLBACK` of the block: ends the transaction and
+    /// answers the tag PostgreSQL does (`ROLLBACK` for a `COMMIT` of a failed block).
+    async fn end_block(&self, commit: bool) -> Result<Response, SqlError> {
+        let tag = self.tx.lock().end(commit);
+        if tag == "COMMIT" {
+            self.session.commit().await?;
+        } else {
+            self.session.rollback().await?;
+        }
+        Ok(Response::TransactionEnd(Tag::new(tag)))
+    }
+
     /// The answer to a statement the front end runs itself.
-    fn answer_local(&self, local: &Local, format: &Format) -> Result<Response, SqlError> {
+    async fn answer_local(&self, local: &Local, format: &Format) -> Result<Response, SqlError> {
         let user_error = |m: String| SqlError::other("22023", m);
+        fn words(w: &[String]) -> Vec<&str> {
+            w.iter().map(String::as_str).collect()
+        }
         Ok(match local {
-            Local::Begin(tag) => {
+            Local::Begin(tag, modes) => {
+                let modes = TxnModes::parse(&words(modes))?;
+                self.session.begin(modes, self.default_modes());
                 self.tx.lock().begin();
                 Response::TransactionStart(Tag::new(tag))
             }
-            Local::Commit => Response::TransactionEnd(Tag::new(self.tx.lock().end(true))),
-            Local::Rollback => Response::TransactionEnd(Tag::new(self.tx.lock().end(false))),
+            Local::Commit => self.end_block(true).await?,
+            Local::Rollback => self.end_block(false).await?,
+            Local::SetTransaction(modes) => {
+                let modes = TxnModes::parse(&words(modes))?;
+                if !self.session.set_transaction(modes)? {
+                    tracing::debug!("SET TRANSACTION outside a transaction block has no effect");
+                }
+                Response::Execution(Tag::new("SET"))
+            }
+            Local::SetCharacteristics(modes) => {
+                let modes = TxnModes::parse(&words(modes))?;
+                if let Some(i) = modes.isolation {
+                    self.vars
+                        .set("default_transaction_isolation", Some(i.name().into()))
+                        .map_err(user_error)?;
+                }
+                if let Some(r) = modes.read_only {
+                    let v = if r { "on" } else { "off" };
+                    self.vars
+                        .set("default_transaction_read_only", Some(v.into()))
+                        .map_err(user_error)?;
+                }
+                Response::Execution(Tag::new("SET"))
+            }
             Local::Savepoint(name) => {
                 self.tx.lock().savepoint(name)?;
                 Response::Execution(Tag::new("SAVEPOINT"))
@@ -268,6 +339,18 @@ impl Conn {
             Local::RollbackTo(name) => {
                 self.tx.lock().rollback_to(name)?;
                 Response::Execution(Tag::new("ROLLBACK"))
+            }
+            Local::Set { name, value } if name == "transaction_isolation" => {
+                let isolation = value.as_deref().and_then(Isolation::parse).ok_or_else(|| {
+                    user_error(format!(
+                        "invalid value for transaction_isolation: {value:?}"
+                    ))
+                })?;
+                self.session.set_transaction(TxnModes {
+                    isolation: Some(isolation),
+                    read_only: None,
+                })?;
+                Response::Execution(Tag::new("SET"))
             }
             Local::Set { name, value } => {
                 self.vars.set(name, value.clone()).map_err(user_error)?;
@@ -367,7 +450,7 @@ impl Conn {
         cancel: &watch::Receiver<u64>,
     ) -> PgWireResult<Vec<Response>> {
         if let Some(local) = self.local(sql) {
-            return Ok(vec![self.run_local(&local, &Format::UnifiedText)?]);
+            return Ok(vec![self.run_local(&local, &Format::UnifiedText).await?]);
         }
         self.tx.lock().check(false).map_err(|e| pg_error(&e))?;
         let stop = self.stop(cancel);
@@ -736,7 +819,11 @@ impl ExtendedQueryHandler for ConnHandler {
         let cancel = self.conn.cancel.subscribe();
         let stop = self.conn.stop(&cancel);
         match &portal.statement.statement {
-            PgStatement::Local(local) => self.conn.run_local(local, &portal.result_column_format),
+            PgStatement::Local(local) => {
+                self.conn
+                    .run_local(local, &portal.result_column_format)
+                    .await
+            }
             PgStatement::Engine { prepared, rows } => {
                 self.conn.tx.lock().check(false).map_err(|e| pg_error(&e))?;
                 let params = decode_params(

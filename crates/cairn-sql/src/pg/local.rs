@@ -11,9 +11,10 @@
 //!   dates, UTC). `client_encoding` accepts only UTF8.
 //! - `SHOW` of a well-known PostgreSQL variable (or one set before), or of a session
 //!   setting (`cairn.…`, `datafusion.…`), is answered with one text column.
-//! - Transaction blocks and savepoints are kept by [`super::txn::TxBlock`]: every
-//!   statement commits on its own (autocommit), so `ROLLBACK` undoes nothing, and
-//!   `ROLLBACK TO SAVEPOINT` is refused (0A000) when there would be work to undo.
+//! - `BEGIN`, `COMMIT`, `ROLLBACK` and `SET TRANSACTION` run the session's
+//!   transaction ([`crate::txn`]); the block's state (failed, savepoints) is kept by
+//!   [`super::txn::TxBlock`]. `ROLLBACK TO SAVEPOINT` is refused (0A000) when there
+//!   would be writes to undo.
 //!
 //! `SET` and `RESET` of `cairn.…` / `datafusion.…` settings, `SHOW ALL`, and everything
 //! else go to the engine.
@@ -38,8 +39,13 @@ use super::sqltext::{Tok, rest_after, tokens};
 /// A statement answered by the front end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Local {
-    /// `BEGIN` / `START TRANSACTION`, with the command tag.
-    Begin(&'static str),
+    /// `BEGIN` / `START TRANSACTION`, with the command tag and the words of its
+    /// transaction modes.
+    Begin(&'static str, Vec<String>),
+    /// `SET TRANSACTION …` (the words after `SET`).
+    SetTransaction(Vec<String>),
+    /// `SET SESSION CHARACTERISTICS AS TRANSACTION …` (the words after `AS`).
+    SetCharacteristics(Vec<String>),
     /// `COMMIT` / `END`.
     Commit,
     /// `ROLLBACK` / `ABORT`.
@@ -87,6 +93,16 @@ fn savepoint_name(toks: &[Tok], mut i: usize) -> Option<String> {
     }
 }
 
+/// The words from token `i` on (transaction modes), up to a `;`.
+fn words_from(toks: &[Tok], i: usize) -> Vec<String> {
+    toks.iter()
+        .skip(i)
+        .take_while(|t| **t != Tok::Punct(';'))
+        .filter(|t| **t != Tok::Punct(','))
+        .map(Tok::text)
+        .collect()
+}
+
 /// Namespaces of settings that belong to the engine.
 fn engine_setting(name: &str) -> bool {
     name.starts_with("cairn.") || name.starts_with("datafusion.")
@@ -104,8 +120,10 @@ pub(crate) fn classify(sql: &str) -> Option<Local> {
         return None;
     };
     match first.as_str() {
-        "begin" => Some(Local::Begin("BEGIN")),
-        "start" if word(1) == "transaction" => Some(Local::Begin("START TRANSACTION")),
+        "begin" => Some(Local::Begin("BEGIN", words_from(&toks, 1))),
+        "start" if word(1) == "transaction" => {
+            Some(Local::Begin("START TRANSACTION", words_from(&toks, 2)))
+        }
         "commit" | "end" => {
             if word(1) == "prepared" {
                 None
@@ -171,9 +189,11 @@ pub(crate) fn classify(sql: &str) -> Option<Local> {
 fn classify_set(sql: &str, toks: &[Tok]) -> Option<Local> {
     let mut i = 1;
     if matches!(toks.get(i), Some(t) if t.is_word("session") || t.is_word("local")) {
-        // `SET SESSION AUTHORIZATION …` / `SET SESSION CHARACTERISTICS …`
-        if matches!(toks.get(i + 1), Some(t) if t.is_word("authorization") || t.is_word("characteristics"))
-        {
+        // `SET SESSION AUTHORIZATION …` / `SET SESSION CHARACTERISTICS AS …`
+        if matches!(toks.get(i + 1), Some(t) if t.is_word("characteristics")) {
+            return Some(Local::SetCharacteristics(words_from(toks, i + 3)));
+        }
+        if matches!(toks.get(i + 1), Some(t) if t.is_word("authorization")) {
             return Some(Local::Noop("SET"));
         }
         i += 1;
@@ -183,6 +203,9 @@ fn classify_set(sql: &str, toks: &[Tok]) -> Option<Local> {
         _ => "",
     };
     match word(i) {
+        "transaction" if word(i + 1) != "snapshot" => {
+            return Some(Local::SetTransaction(words_from(toks, i)));
+        }
         "transaction" | "constraints" | "role" | "xml" => return Some(Local::Noop("SET")),
         "time" if word(i + 1) == "zone" => {
             let value = list_value(&toks[i + 2..]);
@@ -343,6 +366,15 @@ impl Vars {
                 ));
             }
         }
+        if name == "default_transaction_isolation"
+            && let Some(v) = &value
+            && crate::txn::Isolation::parse(v).is_none()
+        {
+            return Err(format!(
+                "invalid value for parameter \"default_transaction_isolation\": \"{v}\" (use \
+                 read committed, repeatable read or serializable)"
+            ));
+        }
         if name == "statement_timeout"
             && let Some(v) = &value
             && parse_duration_ms(v).is_none()
@@ -496,16 +528,26 @@ mod tests {
         })
     }
 
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
     #[test]
     fn transactions() {
-        assert_eq!(classify("BEGIN"), Some(Local::Begin("BEGIN")));
+        assert_eq!(classify("BEGIN"), Some(Local::Begin("BEGIN", vec![])));
         assert_eq!(
-            classify("begin transaction isolation level serializable"),
-            Some(Local::Begin("BEGIN"))
+            classify("begin transaction isolation level serializable;"),
+            Some(Local::Begin(
+                "BEGIN",
+                words("transaction isolation level serializable")
+            ))
         );
         assert_eq!(
-            classify("START TRANSACTION READ ONLY"),
-            Some(Local::Begin("START TRANSACTION"))
+            classify("START TRANSACTION READ ONLY, ISOLATION LEVEL REPEATABLE READ"),
+            Some(Local::Begin(
+                "START TRANSACTION",
+                words("read only isolation level repeatable read")
+            ))
         );
         assert_eq!(classify("commit"), Some(Local::Commit));
         assert_eq!(classify("END WORK"), Some(Local::Commit));
@@ -569,11 +611,13 @@ mod tests {
         );
         assert_eq!(
             classify("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
-            Some(Local::Noop("SET"))
+            Some(Local::SetCharacteristics(words(
+                "transaction isolation level serializable"
+            )))
         );
         assert_eq!(
             classify("SET TRANSACTION READ ONLY"),
-            Some(Local::Noop("SET"))
+            Some(Local::SetTransaction(words("transaction read only")))
         );
         assert_eq!(classify("SET cairn.read_timestamp = '2026-01-01'"), None);
         assert_eq!(classify("SET datafusion.execution.batch_size = 10"), None);

@@ -15,12 +15,17 @@
 //!   `SHOW TRANSACTION ISOLATION LEVEL`, `BEGIN`/`COMMIT`/`ROLLBACK`, savepoints,
 //!   `DISCARD ALL`) are answered by the front end itself. `SET` of PostgreSQL
 //!   variables is accepted and shown by `SHOW` and `current_setting()`; of them only
-//!   `statement_timeout` changes anything: a statement (its rows streaming included)
-//!   that runs past it ends with SQLSTATE 57014, as in PostgreSQL. Cairn has no
-//!   multi-statement transactions: every statement commits on its own, and `ROLLBACK`
-//!   undoes nothing. The block itself follows PostgreSQL (`txn.rs`): after an error
-//!   every statement fails with 25P02 until `ROLLBACK`, and `ROLLBACK TO SAVEPOINT`
-//!   is honoured when there is nothing to undo and refused (0A000) when there is.
+//!   `statement_timeout` and the `default_transaction_…` settings change anything: a
+//!   statement (its rows streaming included) that runs past the timeout ends with
+//!   SQLSTATE 57014, as in PostgreSQL.
+//! - **Transactions.** `BEGIN` … `COMMIT` is a Cairn transaction ([`crate::txn`]):
+//!   its writes are seen by its own statements only until `COMMIT`, and `ROLLBACK`
+//!   discards them. `BEGIN ISOLATION LEVEL …`, `SET TRANSACTION …`, `READ ONLY` and
+//!   `SET SESSION CHARACTERISTICS AS TRANSACTION …` work as in PostgreSQL. The block
+//!   follows PostgreSQL (`txn.rs`): after an error every statement fails with 25P02
+//!   until `ROLLBACK`, and `ROLLBACK TO SAVEPOINT` is honoured when there is nothing
+//!   to undo and refused (0A000) when there is. A connection that closes inside a
+//!   block rolls it back.
 //! - **Catalog queries** of psql (`\dt`, `\d t`, `\l`) and drivers (pgJDBC's
 //!   `getTables`, `pg_type` lookups) read the `pg_catalog` the engine installs, after
 //!   `datafusion-pg-catalog`'s compatibility rewrite (`::regclass`,

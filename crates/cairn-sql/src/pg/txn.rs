@@ -1,23 +1,20 @@
-//! The transaction block of one PostgreSQL connection, as far as Cairn keeps one.
+//! The transaction block of one PostgreSQL connection: its state as the protocol
+//! sees it.
 //!
-//! Cairn commits every statement on its own (autocommit). Clients still send
-//! `BEGIN` … `COMMIT`, and libraries wrap work in savepoints (psycopg's nested
-//! `transaction()`, SQLAlchemy's `begin_nested()`, psycopg's own type lookups at
-//! connect time). [`TxBlock`] follows PostgreSQL's rules for everything that does not
-//! need undoing writes:
+//! The block's writes are a Cairn transaction held by the session
+//! ([`crate::txn::SessionTxn`]): `COMMIT` commits them and `ROLLBACK` discards them.
+//! [`TxBlock`] follows PostgreSQL's rules around that:
 //!
 //! - an error inside a block fails the block: every statement but `COMMIT`, `ROLLBACK`
 //!   and `ROLLBACK TO SAVEPOINT` is refused with SQLSTATE 25P02 until one of those, and
-//!   `COMMIT` of a failed block answers `ROLLBACK`;
+//!   `COMMIT` of a failed block rolls it back and answers `ROLLBACK`;
 //! - `SAVEPOINT`, `RELEASE` and `ROLLBACK TO` keep a stack of savepoints (25P01
 //!   outside a block, 3B001 for an unknown name);
 //! - `ROLLBACK TO` a savepoint succeeds when no statement since the savepoint may
 //!   have written: then there is nothing to undo, and it is exactly what PostgreSQL
-//!   does. When one may have written, it is refused with 0A000, because the writes
-//!   are already committed and claiming to undo them would hide lost work.
-//!
-//! What a plain `ROLLBACK` cannot do is undo the statements of the block: they are
-//! committed as they run.
+//!   does. When one may have written, it is refused with 0A000: a Cairn transaction
+//!   can be rolled back only as a whole, and claiming to undo part of it would hide
+//!   the rows that stay.
 
 use crate::error::SqlError;
 
@@ -144,9 +141,8 @@ impl TxBlock {
         if since > 0 {
             return Err(SqlError::unsupported(format!(
                 "ROLLBACK TO SAVEPOINT {name} cannot undo the {since} statement(s) that wrote \
-                 since it: Cairn commits every statement as it runs (no multi-statement \
-                 transactions yet), so their changes are already committed; run ROLLBACK \
-                 and repair the data by hand if it must not stay"
+                 since it: Cairn rolls a transaction back only as a whole; run ROLLBACK and \
+                 run the transaction again without the part to undo"
             )));
         }
         self.savepoints.truncate(at + 1);

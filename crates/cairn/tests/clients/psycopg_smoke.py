@@ -7,8 +7,10 @@ Checks parameters (text and binary), executemany, the Python types of fetched va
 (int, float, str, Decimal, date, datetime, None) in text and binary results, row
 counts, INSERT ... ON CONFLICT DO UPDATE with parameters, SQLSTATEs of errors (23505
 duplicate key, 42P01 unknown table, 22001 value too long, 23502 NULL in a NOT NULL
-column, 42P10 a conflict target that is not the key), transactions (25P02 after an error, savepoints
-around reads, ROLLBACK TO refused after a write), conn.cancel() of a long query
+column, 42P10 a conflict target that is not the key), transactions (ROLLBACK undoes,
+isolation until COMMIT, 25P02 after an error, savepoints around reads, ROLLBACK TO
+refused after a write, REPEATABLE READ and SerializationFailure, read-only
+transactions, DeadlockDetected), conn.cancel() of a long query
 and statement_timeout (57014), and COPY: cursor.copy() FROM STDIN in text and CSV
 (write_row and raw blocks, awkward values, a failed load, an aborted one) and TO
 STDOUT. Tables get unique names and are dropped at the end. Exits non-zero on the
@@ -234,27 +236,102 @@ def basic(table):
                 pass
             cur.execute(f"SELECT count(*) FROM {table}")
             check(cur.fetchone() == (3,), "reads after ROLLBACK TO SAVEPOINT")
-        # ... but after a write, rolling back to the savepoint would promise an undo
-        # that autocommit cannot keep: refused (0A000), and the row stays.
-        cur.execute("BEGIN")
+        # The block's writes are its own until COMMIT, and ROLLBACK discards them.
+        cur.execute(f"INSERT INTO {table} (id, name) VALUES (%s, %s)", (11, "tx"))
+        cur.execute(f"UPDATE {table} SET name = %s WHERE id = %s", ("changed", 10))
+        cur.execute(f"SELECT count(*) FROM {table}")
+        check(cur.fetchone() == (4,), "the block sees its own insert")
+        with connect(autocommit=True) as other:
+            ocur = other.cursor()
+            ocur.execute(f"SELECT count(*) FROM {table}")
+            check(ocur.fetchone() == (3,), "another connection does not see the block's insert")
+            ocur.execute(f"SELECT name FROM {table} WHERE id = 10")
+            check(ocur.fetchone() == ("tx",), "nor its update")
+        conn.rollback()
+        cur.execute(f"SELECT count(*) FROM {table}")
+        check(cur.fetchone() == (3,), "ROLLBACK discarded the insert")
+        cur.execute(f"SELECT name FROM {table} WHERE id = 10")
+        check(cur.fetchone() == ("tx",), "ROLLBACK discarded the update")
+        conn.commit()
+        # After a write, rolling back to a savepoint would have to undo part of the
+        # transaction, which Cairn cannot: refused (0A000); ROLLBACK undoes it all.
         cur.execute("SAVEPOINT s1")
         cur.execute(f"INSERT INTO {table} (id, name) VALUES (%s, %s)", (11, "sp"))
         e = expect_error(cur, "ROLLBACK TO SAVEPOINT s1", None, "0A000")
         check("ROLLBACK TO SAVEPOINT" in str(e), f"ROLLBACK TO refusal: {e}")
         conn.rollback()
-        # psycopg's nested transaction() logs the refusal and raises the error that
-        # caused the rollback.
-        try:
-            with conn.transaction():
-                with conn.transaction():
-                    cur.execute(f"UPDATE {table} SET name = %s WHERE id = %s", ("sp", 11))
-                    raise RuntimeError("undo the update")
-        except RuntimeError:
-            pass
-        cur.execute(f"SELECT name FROM {table} WHERE id = 11")
-        check(cur.fetchone() == ("sp",), "the write before the refused ROLLBACK TO")
-        cur.execute(f"DELETE FROM {table} WHERE id = 11")
+        cur.execute(f"SELECT count(*) FROM {table} WHERE id = 11")
+        check(cur.fetchone() == (0,), "ROLLBACK after the refused ROLLBACK TO")
         conn.commit()
+        # Isolation levels: SHOW reports them; REPEATABLE READ keeps its snapshot and
+        # refuses to update a row changed since (SerializationFailure, 40001).
+        cur.execute("SHOW transaction_isolation")
+        check(cur.fetchone() == ("read committed",), "default isolation")
+        conn.commit()
+    with connect() as conn, connect(autocommit=True) as other:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        cur, ocur = conn.cursor(), other.cursor()
+        cur.execute("SHOW transaction_isolation")
+        check(cur.fetchone() == ("repeatable read",), "isolation set by psycopg")
+        cur.execute(f"SELECT name FROM {table} WHERE id = 10")
+        check(cur.fetchone() == ("tx",), "first read")
+        ocur.execute(f"UPDATE {table} SET name = %s WHERE id = %s", ("other", 10))
+        cur.execute(f"SELECT name FROM {table} WHERE id = 10")
+        check(cur.fetchone() == ("tx",), "repeatable read keeps its snapshot")
+        try:
+            cur.execute(f"UPDATE {table} SET name = %s WHERE id = %s", ("mine", 10))
+            raise AssertionError("expected a serialization failure")
+        except errors.SerializationFailure:
+            conn.rollback()
+        cur.execute(f"SELECT name FROM {table} WHERE id = 10")
+        check(cur.fetchone() == ("other",), "a new transaction sees the other's update")
+        conn.commit()
+    # A read-only transaction refuses writes (25006).
+    with connect() as conn:
+        conn.read_only = True
+        cur = conn.cursor()
+        try:
+            cur.execute(f"DELETE FROM {table} WHERE id = 10")
+            raise AssertionError("expected a read-only error")
+        except errors.ReadOnlySqlTransaction:
+            conn.rollback()
+    # A deadlock between two transactions: one gets DeadlockDetected (40P01), the
+    # other goes on.
+    with connect() as a, connect() as b:
+        ca, cb = a.cursor(), b.cursor()
+        ca.execute(f"UPDATE {table} SET name = 'a' WHERE id = 1")
+        cb.execute(f"UPDATE {table} SET name = 'b' WHERE id = 2")
+        outcome = {}
+
+        def second_update():
+            try:
+                ca.execute(f"UPDATE {table} SET name = 'a' WHERE id = 2")
+                outcome["a"] = "ok"
+            except psycopg.Error as e:
+                outcome["a"] = e
+
+        t = threading.Thread(target=second_update)
+        t.start()
+        time.sleep(0.2)
+        try:
+            cb.execute(f"UPDATE {table} SET name = 'b' WHERE id = 1")
+            outcome["b"] = "ok"
+        except psycopg.Error as e:
+            outcome["b"] = e
+        # A loser's rollback lets the other's wait end.
+        if outcome["b"] != "ok":
+            b.rollback()
+        t.join(timeout=30)
+        check(not t.is_alive(), "the waiting update ended")
+        if outcome["a"] != "ok":
+            a.rollback()
+        losers = [k for k, v in outcome.items() if v != "ok"]
+        check(len(losers) >= 1, f"one transaction must lose: {outcome}")
+        for k in losers:
+            check(isinstance(outcome[k], errors.DeadlockDetected), f"deadlock: {outcome[k]!r}")
+        for k, conn in (("a", a), ("b", b)):
+            if k not in losers:
+                conn.commit()
 
 
 def copy(table):

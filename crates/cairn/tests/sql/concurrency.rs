@@ -244,6 +244,10 @@ async fn pgbench_tpcb(tservers: usize, replicas: u32) {
                 "40",
                 "-M",
                 "prepared",
+                // Retry deadlock refusals (a wait on a hot row past the deadlock
+                // timeout is taken for one) and serialization failures, as
+                // pgbench does for PostgreSQL.
+                "--max-tries=10",
                 "-h",
                 "127.0.0.1",
                 "-p",

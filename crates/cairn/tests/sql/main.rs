@@ -19,6 +19,7 @@ mod point;
 mod security;
 mod slt;
 mod tpch;
+mod transactions;
 
 use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
