@@ -19,6 +19,11 @@
 //! transaction's own rows as its writes left them, and every other row at the scan's
 //! snapshot.
 //!
+//! While a transaction is open, a background task sends its participants keep-alives
+//! ([`TXN_KEEPALIVE_INTERVAL`]); a tablet server aborts an unprepared transaction it
+//! has heard nothing from for its abandon timeout, so a coordinator that dies (or a
+//! handle dropped without `commit`/`rollback`) leaves no rows owned for long.
+//!
 //! What this coordinator does not do yet: it keeps no durable record of its decision,
 //! so if it dies between the prepares and the last commit, prepared participants stay
 //! prepared (their keys owned, snapshots after them waiting) until an operator or a
@@ -43,7 +48,14 @@ use crate::table::Table;
 pub(crate) struct TxnLink {
     pub(crate) id: u64,
     participants: Arc<Mutex<BTreeMap<String, Table>>>,
+    /// Set once the transaction commits or rolls back (the keep-alives stop).
+    ended: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// How often an open transaction tells its participants that its coordinator is
+/// alive. A tablet server aborts a transaction it has heard nothing from for its
+/// `txn_abandon_after` (30 s by default).
+pub const TXN_KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl TxnLink {
     /// Records `tablet_id` (of `table`) as a participant.
@@ -56,7 +68,8 @@ impl TxnLink {
 }
 
 /// A multi-row transaction (see the module docs). Dropping it without `commit` or
-/// `rollback` leaves its provisional rows owned on their tablets: always end it.
+/// `rollback` leaves its provisional rows owned on their tablets until they give it
+/// up for abandoned (30 s by default): always end it.
 /// Clones are handles on the same transaction (its participants are shared); end it
 /// through one of them.
 #[derive(Clone)]
@@ -72,15 +85,28 @@ impl std::fmt::Debug for Transaction {
 }
 
 impl Client {
-    /// Starts a transaction with a random id.
+    /// Starts a transaction with a random id. While it is open (and some handle on
+    /// it exists) a background task sends its participants keep-alives every
+    /// [`TXN_KEEPALIVE_INTERVAL`]; once every handle is dropped they stop, and the
+    /// tablets abort it after their abandon timeout.
     pub fn begin_transaction(&self) -> Transaction {
-        Transaction {
+        let t = Transaction {
             client: self.clone(),
             link: TxnLink {
                 id: rand::random::<u64>(),
                 participants: Arc::default(),
+                ended: Arc::default(),
             },
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(keep_alive(
+                self.clone(),
+                t.link.id,
+                Arc::downgrade(&t.link.participants),
+                t.link.ended.clone(),
+            ));
         }
+        t
     }
 }
 
@@ -123,6 +149,9 @@ impl Transaction {
     /// timestamp. If a participant cannot prepare, the transaction is aborted
     /// everywhere and the error returned.
     pub async fn commit(self) -> Result<HybridTime> {
+        self.link
+            .ended
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let parts = self.parts();
         match parts.as_slice() {
             [] => Ok(HybridTime(self.client.last_timestamp())),
@@ -181,6 +210,9 @@ impl Transaction {
 
     /// Aborts: every participant discards the transaction's rows.
     pub async fn rollback(self) -> Result<()> {
+        self.link
+            .ended
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let parts = self.parts();
         self.abort_all(&parts).await
     }
@@ -214,43 +246,90 @@ impl Transaction {
         action: TxnAction,
         commit_ts: u64,
     ) -> Result<u64> {
-        let client = &self.client;
-        let what = format!(
-            "{} transaction {:016x} on tablet {tablet_id} of table '{}'",
-            match action {
-                TxnAction::TxnBeginCommit => "preparing",
-                TxnAction::TxnCommit => "committing",
-                TxnAction::TxnAbort => "aborting",
-            },
+        step(
+            &self.client,
             self.link.id,
-            table.name
-        );
-        let deadline = Deadline::after(client.options().operation_timeout);
-        let call = |server: LeaderServer, t| {
-            let req = TxnControlRequest {
-                tablet_id: tablet_id.to_string(),
-                txn_id: self.link.id,
-                action: action as i32,
-                commit_timestamp: commit_ts,
-                propagated_timestamp: client.last_timestamp(),
-            };
-            async move {
-                match server {
-                    LeaderServer::InProcess(s) => attempt_in_process(t, s.txn_control(req)).await,
-                    LeaderServer::Remote(mut s) => attempt(t, s.txn_control(request(req, t))).await,
-                }
-            }
-        };
-        match call_leader::<_, _, TxnControlResponse>(
-            client, table, tablet_id, &what, deadline, call,
+            table,
+            tablet_id,
+            action,
+            commit_ts,
         )
         .await
-        {
-            LeaderCall::Done(r) => Ok(r.timestamp),
-            LeaderCall::Failed(e) => Err(e),
-            LeaderCall::Gone(_) => Err(ClientError::NotFound(format!(
-                "{what}: the tablet is no longer part of the table (dropped?)"
-            ))),
+    }
+}
+
+/// Sends keep-alives for transaction `id` to its participants until it ends or every
+/// handle on it is gone.
+async fn keep_alive(
+    client: Client,
+    id: u64,
+    participants: std::sync::Weak<Mutex<BTreeMap<String, Table>>>,
+    ended: Arc<std::sync::atomic::AtomicBool>,
+) {
+    loop {
+        tokio::time::sleep(TXN_KEEPALIVE_INTERVAL).await;
+        let parts: Vec<(String, Table)> = match participants.upgrade() {
+            Some(p) => p
+                .lock()
+                .iter()
+                .map(|(t, tb)| (t.clone(), tb.clone()))
+                .collect(),
+            None => return,
+        };
+        if ended.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
         }
+        for (tablet, table) in parts {
+            if let Err(e) = step(&client, id, &table, &tablet, TxnAction::TxnKeepalive, 0).await {
+                tracing::debug!(txn = id, %tablet, error = %e, "transaction keep-alive");
+            }
+        }
+    }
+}
+
+/// One step of transaction `txn` on one participant's leader, retried until the
+/// operation timeout.
+async fn step(
+    client: &Client,
+    txn: u64,
+    table: &Table,
+    tablet_id: &str,
+    action: TxnAction,
+    commit_ts: u64,
+) -> Result<u64> {
+    let what = format!(
+        "{} transaction {txn:016x} on tablet {tablet_id} of table '{}'",
+        match action {
+            TxnAction::TxnBeginCommit => "preparing",
+            TxnAction::TxnCommit => "committing",
+            TxnAction::TxnAbort => "aborting",
+            TxnAction::TxnKeepalive => "keeping alive",
+        },
+        table.name
+    );
+    let deadline = Deadline::after(client.options().operation_timeout);
+    let call = |server: LeaderServer, t| {
+        let req = TxnControlRequest {
+            tablet_id: tablet_id.to_string(),
+            txn_id: txn,
+            action: action as i32,
+            commit_timestamp: commit_ts,
+            propagated_timestamp: client.last_timestamp(),
+        };
+        async move {
+            match server {
+                LeaderServer::InProcess(s) => attempt_in_process(t, s.txn_control(req)).await,
+                LeaderServer::Remote(mut s) => attempt(t, s.txn_control(request(req, t))).await,
+            }
+        }
+    };
+    match call_leader::<_, _, TxnControlResponse>(client, table, tablet_id, &what, deadline, call)
+        .await
+    {
+        LeaderCall::Done(r) => Ok(r.timestamp),
+        LeaderCall::Failed(e) => Err(e),
+        LeaderCall::Gone(_) => Err(ClientError::NotFound(format!(
+            "{what}: the tablet is no longer part of the table (dropped?)"
+        ))),
     }
 }

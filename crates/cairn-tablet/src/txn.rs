@@ -341,6 +341,27 @@ impl TxnTable {
             .min()
     }
 
+    /// A keep-alive from `txn`'s coordinator: marks it active now. False if this
+    /// tablet aborted it.
+    pub fn touch(&self, txn: TxnId) -> bool {
+        let mut g = self.state.lock();
+        if let Some(t) = g.open.get_mut(&txn) {
+            t.last_active = Instant::now();
+            return true;
+        }
+        g.outcomes.get(&txn) != Some(&TxnOutcome::Aborted)
+    }
+
+    /// Marks every open transaction active now. A follower does this (it sees no
+    /// keep-alives), so that on becoming leader it gives each transaction's
+    /// coordinator the full abandon timeout to reach it.
+    pub fn touch_all(&self) {
+        let now = Instant::now();
+        for t in self.state.lock().open.values_mut() {
+            t.last_active = now;
+        }
+    }
+
     /// The open transactions, for tools and the resolver of abandoned ones.
     pub fn list(&self) -> Vec<TxnInfo> {
         let g = self.state.lock();

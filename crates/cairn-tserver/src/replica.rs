@@ -183,6 +183,8 @@ pub enum TxnStep {
     BeginCommit,
     /// Commit or abort.
     Finish(TxnDecision),
+    /// The coordinator is alive (no log record).
+    KeepAlive,
 }
 
 /// A write's answer: its timestamp and row errors by position in the caller's batch.
@@ -367,9 +369,21 @@ impl TabletReplica {
     ) -> Result<Option<HybridTime>> {
         self.group.check_leader_ready()?;
         let tablet = self.tablet();
+        if let TxnStep::KeepAlive = step {
+            return if tablet.txns().touch(txn) {
+                Ok(None)
+            } else {
+                Err(cairn_tablet::TabletError::TxnNotOpen {
+                    txn,
+                    state: "aborted: its coordinator went silent".into(),
+                }
+                .into())
+            };
+        }
         let (ts, rx) = {
             let _order = self.propose.lock().await;
             let (ts, rec) = match step {
+                TxnStep::KeepAlive => unreachable!("answered above"),
                 TxnStep::BeginCommit => {
                     let (ts, rec) = tablet.start_begin_commit(txn)?;
                     (Some(ts), rec)
@@ -409,6 +423,40 @@ impl TabletReplica {
             }
             Err(_) => Err(deadline_passed()),
         }
+    }
+
+    /// Aborts the open, unprepared transactions whose coordinator has sent nothing
+    /// (no write, no keep-alive) for `idle`, if this replica leads; a follower
+    /// marks them all active instead (see `TxnTable::touch_all`). A prepared
+    /// transaction is left alone: only its coordinator knows whether it commits.
+    /// Returns how many were aborted.
+    pub async fn abort_abandoned(self: &Arc<Self>, idle: Duration) -> usize {
+        let txns = self.tablet();
+        if self.group.check_leader_ready().is_err() {
+            txns.txns().touch_all();
+            return 0;
+        }
+        let mut aborted = 0;
+        for t in txns.txns().list() {
+            if t.prepared.is_some() || t.idle_ms < idle.as_millis() as u64 {
+                continue;
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            match self
+                .txn_control(t.txn, TxnStep::Finish(TxnDecision::Abort), deadline)
+                .await
+            {
+                Ok(_) => {
+                    aborted += 1;
+                    tracing::warn!(tablet = %self.meta.tablet_id, txn = %t.txn, idle_ms = t.idle_ms,
+                        "aborted a transaction whose coordinator went silent");
+                }
+                Err(e) => {
+                    tracing::debug!(txn = %t.txn, error = %e, "aborting an abandoned transaction")
+                }
+            }
+        }
+        aborted
     }
 
     /// The leader's bulk-insert path: checks the rows, replicates them as one record

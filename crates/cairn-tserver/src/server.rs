@@ -162,6 +162,26 @@ impl TabletServer {
             }
         }));
 
+        // The resolver of abandoned transactions.
+        let mut rx = stop_rx.clone();
+        let replicas = manager.clone();
+        let idle = opts.limits.txn_abandon_after;
+        tasks.push(tokio::spawn(async move {
+            let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+            loop {
+                let stop = tokio::select! {
+                    _ = rx.wait_for(|s| *s) => true,
+                    _ = tokio::time::sleep(every) => false,
+                };
+                if stop {
+                    break;
+                }
+                for r in replicas.list() {
+                    r.abort_abandoned(idle).await;
+                }
+            }
+        }));
+
         tasks.push(tokio::spawn(heartbeat_loop(
             manager.clone(),
             node_id,

@@ -51,6 +51,10 @@ pub struct ServiceLimits {
     /// The largest row a write may carry, in bytes (`--max-row-bytes`): strings and
     /// binaries count their length, other cells 8 bytes.
     pub max_row_bytes: usize,
+    /// An open transaction whose coordinator sends nothing (no write, no
+    /// keep-alive) for this long is aborted, freeing its rows (`--txn-abandon-secs`;
+    /// coordinators send keep-alives every `cairn_client::txn::TXN_KEEPALIVE_INTERVAL`).
+    pub txn_abandon_after: Duration,
 }
 
 impl Default for ServiceLimits {
@@ -59,6 +63,7 @@ impl Default for ServiceLimits {
             max_scan_batch_rows: 1 << 20,
             max_open_scanners: 10_000,
             max_row_bytes: 64 << 20,
+            txn_abandon_after: Duration::from_secs(30),
         }
     }
 }
@@ -379,6 +384,7 @@ impl TabletService {
                 (req.commit_timestamp != 0).then_some(HybridTime(req.commit_timestamp)),
             )),
             Ok(pb::TxnAction::TxnAbort) => TxnStep::Finish(TxnDecision::Abort),
+            Ok(pb::TxnAction::TxnKeepalive) => TxnStep::KeepAlive,
             Err(_) => {
                 return Err(TserverError::InvalidArgument(format!(
                     "unknown transaction action {}",

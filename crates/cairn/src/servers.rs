@@ -73,6 +73,11 @@ pub struct LimitFlags {
     /// binaries count their length, other cells 8 bytes).
     #[arg(long, default_value_t = 64 << 20)]
     pub max_row_bytes: usize,
+    /// Tablet servers: abort an open transaction whose coordinator (a SQL front end
+    /// or native client) has sent nothing for this many seconds, freeing the rows it
+    /// holds. Live coordinators send keep-alives every 2 s.
+    #[arg(long, default_value_t = 30)]
+    pub txn_abandon_secs: u64,
     /// Masters: the most hash buckets of a table (the product over its hash levels).
     #[arg(long, default_value_t = 1024)]
     pub max_hash_buckets: u64,
@@ -86,6 +91,7 @@ impl LimitFlags {
         o.limits.max_scan_batch_rows = self.max_scan_batch_rows.max(1);
         o.limits.max_open_scanners = self.max_open_scanners.max(1);
         o.limits.max_row_bytes = self.max_row_bytes.max(1024);
+        o.limits.txn_abandon_after = std::time::Duration::from_secs(self.txn_abandon_secs.max(5));
     }
 
     fn apply_master(&self, o: &mut MasterOptions) {

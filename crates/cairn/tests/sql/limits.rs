@@ -192,6 +192,7 @@ async fn tserver_and_master_limits() {
         max_scan_batch_rows: 1000,
         max_open_scanners: 2,
         max_row_bytes: 4096,
+        ..Default::default()
     };
     cl.stop_tserver(0).await;
     cl.start_tserver(0).await;

@@ -502,3 +502,62 @@ async fn flight_sql_transactions_commit_and_roll_back() {
         .unwrap();
     assert_eq!(total(&mut client, None).await, "3");
 }
+
+/// A coordinator that dies with its transaction open leaves no rows owned for long:
+/// its keep-alives stop and the tablet aborts the transaction after the abandon
+/// timeout. A live transaction idle for longer than that is kept by its keep-alives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn abandoned_transactions_are_aborted_and_live_ones_kept() {
+    use std::time::Duration;
+    let mut cl = crate::common::InProc::start(1, Duration::from_secs(300)).await;
+    cl.ts_limits.txn_abandon_after = Duration::from_secs(5);
+    cl.stop_tserver(0).await;
+    cl.start_tserver(0).await;
+    cl.wait_live(1).await;
+    let engine = cairn_sql::SqlEngine::new(cl.in_process_client().await).unwrap();
+    let s = engine.session();
+    run(
+        &s,
+        "CREATE TABLE abandoned (k BIGINT PRIMARY KEY, v BIGINT NOT NULL)",
+    )
+    .await;
+    count(&s, "INSERT INTO abandoned VALUES (1, 0), (2, 0)").await;
+
+    // The coordinator: a client in a runtime of its own, which stops with the
+    // transaction open (its keep-alive task dies with it).
+    let masters = vec![cl.master_addr.clone()];
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let c = cairn_client::Client::connect(&masters).await.unwrap();
+            let t = c.open_table("abandoned").await.unwrap();
+            let txn = c.begin_transaction();
+            let mut w = txn.session(&t);
+            let key = [cairn_common::Value::Int64(1)];
+            let op = cairn_client::Operation::update(
+                &t.schema,
+                &key,
+                &[("v", cairn_common::Value::Int64(99))],
+            )
+            .unwrap();
+            w.apply(op).await.unwrap();
+            // Never committed nor rolled back.
+            std::mem::forget(txn);
+        });
+    })
+    .join()
+    .unwrap();
+    let started = std::time::Instant::now();
+    // This write waits for the abandoned owner of row 1, which is aborted.
+    count(&s, "UPDATE abandoned SET v = 1 WHERE k = 1").await;
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(25), "{waited:?}");
+    assert_eq!(value(&s, "abandoned", 1).await, Some(1));
+
+    // A live transaction idle past the timeout is not aborted.
+    run(&s, "BEGIN").await;
+    count(&s, "UPDATE abandoned SET v = 2 WHERE k = 2").await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    run(&s, "COMMIT").await;
+    assert_eq!(value(&s, "abandoned", 2).await, Some(2));
+}
