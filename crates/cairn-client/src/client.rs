@@ -100,6 +100,8 @@ struct Shared {
     requests: Arc<RequestTracker>,
     /// The token of the user logged in ([`Client::login`]), sent with every call.
     bearer: Bearer,
+    /// The unused rest of the last auto-increment block reserved, per table id.
+    auto_ids: parking_lot::Mutex<HashMap<String, std::ops::Range<i64>>>,
 }
 
 /// A connection to a Cairn cluster. Cheap to clone; clones share connections, the
@@ -153,6 +155,7 @@ impl Client {
                 last_ts: AtomicU64::new(0),
                 requests: RequestTracker::new(),
                 bearer: Bearer::default(),
+                auto_ids: parking_lot::Mutex::new(HashMap::new()),
             }),
             opts: ClientOptions::default(),
         })
@@ -551,6 +554,13 @@ impl Client {
     }
 
     /// Starts a request that retries must name alike (see [`crate::requests`]).
+    /// The unused auto-increment values per table id (see [`crate::auto_id`]).
+    pub(crate) fn auto_id_cache(
+        &self,
+    ) -> &parking_lot::Mutex<HashMap<String, std::ops::Range<i64>>> {
+        &self.shared.auto_ids
+    }
+
     pub(crate) fn start_request(&self) -> Request {
         self.shared.requests.start()
     }

@@ -34,6 +34,9 @@
 //!   provisional rows across tablets and tables and commits them at one timestamp —
 //!   in one phase on a single tablet, by two-phase commit across several — or aborts
 //!   them everywhere; see [`txn`].
+//! - **Hidden keys.** A table created without a primary key is keyed by a hidden
+//!   auto-incrementing column; [`Client::next_auto_ids`] hands out its values in
+//!   blocks the master reserves (see [`auto_id`]).
 //! - **Consistency.** The client tracks the highest HybridTime seen in responses
 //!   ([`Client::last_timestamp`]) and propagates it with every request, so a client's
 //!   reads with [`ReadMode::ReadYourWrites`] see its writes, and causality can be passed
@@ -67,6 +70,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod auto_id;
 pub mod bulk;
 pub mod client;
 pub mod error;

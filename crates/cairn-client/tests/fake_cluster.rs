@@ -278,6 +278,15 @@ impl Master for FakeMaster {
         Err(Status::unimplemented("the fake master has no users"))
     }
 
+    async fn allocate_auto_ids(
+        &self,
+        _: Request<cairn_proto::AllocateAutoIdsRequest>,
+    ) -> Rpc<cairn_proto::AllocateAutoIdsResponse> {
+        Err(Status::unimplemented(
+            "the fake master has no auto-increment keys",
+        ))
+    }
+
     async fn list_users(
         &self,
         _: Request<cairn_proto::ListUsersRequest>,

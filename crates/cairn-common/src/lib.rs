@@ -43,6 +43,8 @@ pub use error::{CommonError, Result};
 pub use ids::{IdKind, validate_id};
 pub use partition::{HashLevel, Partition, PartitionSchema};
 pub use predicate::{ColumnPredicate, PredicateOp};
-pub use schema::{AlterOp, ColumnId, ColumnSchema, ColumnSpec, Schema, SchemaMeta};
+pub use schema::{
+    AUTO_INCREMENTING_ID, AlterOp, ColumnId, ColumnSchema, ColumnSpec, Schema, SchemaMeta,
+};
 pub use stats::ColumnStatistics;
 pub use types::{DataType, Value};

@@ -19,6 +19,11 @@ pub const MAX_CELL_BYTES: usize = 64 * 1024;
 /// Arrow field metadata key holding a column's stable id.
 pub const COLUMN_ID_METADATA_KEY: &str = "cairn.column_id";
 
+/// The name of the hidden key column of a table created without a primary key (Kudu
+/// 1.17+'s name for the same thing). Its values come from the master (see
+/// `cairn_client::auto_id`); SQL neither shows it nor lets a user name a column so.
+pub const AUTO_INCREMENTING_ID: &str = "auto_incrementing_id";
+
 /// A column's stable identifier.
 pub type ColumnId = u32;
 
@@ -218,6 +223,25 @@ impl Schema {
     /// Whether column `i` is part of the primary key.
     pub fn is_key_column(&self, i: usize) -> bool {
         self.key_indexes.contains(&i)
+    }
+    /// The position of the hidden auto-incrementing key column, when the table has
+    /// one: its only key column, BIGINT, named [`AUTO_INCREMENTING_ID`].
+    pub fn auto_id_index(&self) -> Option<usize> {
+        match self.key_indexes.as_slice() {
+            [k] if self.columns[*k].name == AUTO_INCREMENTING_ID
+                && self.columns[*k].data_type == DataType::Int64 =>
+            {
+                Some(*k)
+            }
+            _ => None,
+        }
+    }
+    /// The positions of the columns users see: all but the hidden key column.
+    pub fn visible_indexes(&self) -> Vec<usize> {
+        let hidden = self.auto_id_index();
+        (0..self.columns.len())
+            .filter(|&i| Some(i) != hidden)
+            .collect()
     }
     /// The next id a new column will get.
     pub fn next_column_id(&self) -> ColumnId {

@@ -75,6 +75,15 @@ pub struct TableEntry {
     /// The user who created it (may alter and drop it, holds ALL on it).
     #[serde(default)]
     pub owner: String,
+    /// The first value of the hidden auto-incrementing key not yet handed out (tables
+    /// created without a primary key; see [`CatalogOp::AllocateAutoIds`]).
+    #[serde(default = "first_auto_id")]
+    pub next_auto_id: i64,
+}
+
+/// The first value of every table's auto-incrementing key.
+pub fn first_auto_id() -> i64 {
+    1
 }
 
 /// A tablet in the catalog.
@@ -139,6 +148,18 @@ pub enum CatalogOp {
         id: String,
         /// The configuration.
         replicas: Vec<Placement>,
+    },
+    /// Hands out the block `[from, from + count)` of a table's auto-incrementing key.
+    /// `from` must be the table's `next_auto_id` when the op is applied (the leader
+    /// reads it, then proposes), so a block is never handed out twice even if two
+    /// leaders raced.
+    AllocateAutoIds {
+        /// Table id.
+        id: String,
+        /// The block's first value.
+        from: i64,
+        /// Its length.
+        count: u64,
     },
     /// Changes users or privileges (table names already resolved to ids).
     User(UserOp),
@@ -275,6 +296,19 @@ impl Catalog {
             CatalogOp::SetTabletReplicas { id, replicas } => {
                 let t = self.tablets.get_mut(&id).ok_or("no such tablet")?;
                 t.replicas = replicas;
+            }
+            CatalogOp::AllocateAutoIds { id, from, count } => {
+                let t = self.tables.get_mut(&id).ok_or("no such table")?;
+                if t.next_auto_id != from {
+                    return Err(format!(
+                        "auto-increment block starts at {}, not {from}",
+                        t.next_auto_id
+                    ));
+                }
+                let count = i64::try_from(count).map_err(|_| "block too large")?;
+                t.next_auto_id = from
+                    .checked_add(count)
+                    .ok_or("the table's auto-incrementing key is exhausted")?;
             }
             CatalogOp::User(op) => self.apply_user(op)?,
             CatalogOp::SetTokenKey { pkcs8 } => {
@@ -529,6 +563,7 @@ mod tests {
             version: 0,
             pending_steps: vec![],
             owner: "ann".into(),
+            next_auto_id: first_auto_id(),
         }
     }
 
@@ -590,6 +625,42 @@ mod tests {
             "grants leave with the table"
         );
         assert!(c.apply(grant(false, Privileges::SELECT)).is_err());
+    }
+
+    #[test]
+    fn auto_id_blocks_never_overlap() {
+        let mut c = Catalog::default();
+        c.apply(CatalogOp::CreateTable {
+            table: table("a", "t"),
+            tablets: vec![],
+        })
+        .unwrap();
+        let alloc = |from, count| CatalogOp::AllocateAutoIds {
+            id: "a".into(),
+            from,
+            count,
+        };
+        c.apply(alloc(1, 10)).unwrap();
+        assert_eq!(c.tables["a"].next_auto_id, 11);
+        // A block proposed from a stale read is refused and changes nothing.
+        assert!(c.apply(alloc(1, 5)).unwrap_err().contains("starts at 11"));
+        assert_eq!(c.tables["a"].next_auto_id, 11);
+        c.apply(alloc(11, 1)).unwrap();
+        assert_eq!(c.tables["a"].next_auto_id, 12);
+        assert!(c.apply(alloc(12, u64::MAX)).is_err(), "overflow is refused");
+        assert!(
+            c.apply(CatalogOp::AllocateAutoIds {
+                id: "zz".into(),
+                from: 1,
+                count: 1
+            })
+            .is_err()
+        );
+        // Catalogs written before the field existed start at 1.
+        let mut v = serde_json::to_value(&c.tables["a"]).unwrap();
+        v.as_object_mut().unwrap().remove("next_auto_id");
+        let old: TableEntry = serde_json::from_value(v).unwrap();
+        assert_eq!(old.next_auto_id, 1);
     }
 
     #[test]

@@ -147,6 +147,7 @@ impl MasterServer {
             leader_since: Mutex::new(None),
             in_progress: Mutex::new(HashSet::new()),
             ddl: tokio::sync::Mutex::new(()),
+            auto_ids: tokio::sync::Mutex::new(()),
             gate: cairn_proto::auth::AuthGate::new(opts.tls.is_some()),
             login_failures: Default::default(),
             token_key_cache: Mutex::new(None),

@@ -47,6 +47,9 @@ pub struct MasterState {
     pub in_progress: Mutex<HashSet<String>>,
     /// Serialises DDL on the leader.
     pub ddl: tokio::sync::Mutex<()>,
+    /// Serialises auto-incrementing key allocations on the leader (read the next
+    /// value, then propose the block starting there).
+    pub auto_ids: tokio::sync::Mutex<()>,
     /// Decides who is calling.
     pub gate: Arc<cairn_proto::auth::AuthGate>,
     /// Recent failed logins per user.
@@ -304,6 +307,7 @@ impl MasterService {
             version: 0,
             pending_steps: vec![],
             owner,
+            next_auto_id: crate::catalog::first_auto_id(),
         };
         st.propose_for(
             request.as_ref(),
@@ -565,6 +569,38 @@ impl MasterService {
         Ok(())
     }
 
+    /// Reserves `count` values of table `id`'s auto-incrementing key: the block
+    /// `[first, first + count)`, replicated before it is answered, so no value is
+    /// handed out twice, across leader changes too.
+    async fn allocate_auto_ids_inner(&self, id: &str, count: u64) -> Result<i64> {
+        const MAX_BLOCK: u64 = 1_000_000;
+        if count == 0 || count > MAX_BLOCK {
+            return Err(MasterError::InvalidArgument(format!(
+                "an auto-increment block holds 1 to {MAX_BLOCK} values, not {count}"
+            )));
+        }
+        let st = &self.state;
+        st.check_leader()?;
+        let _one = st.auto_ids.lock().await;
+        let from = st
+            .catalog
+            .read(|c| {
+                c.tables
+                    .get(id)
+                    .filter(|t| t.state != TableState::Deleting)
+                    .map(|t| t.next_auto_id)
+            })
+            .ok_or_else(|| MasterError::TableNotFound(id.to_string()))?;
+        st.propose(&CatalogOp::AllocateAutoIds {
+            id: id.to_string(),
+            from,
+            count,
+        })
+        .await?
+        .map_err(MasterError::InvalidArgument)?;
+        Ok(from)
+    }
+
     fn visible_table(&self, name: &str) -> Result<TableEntry> {
         self.state
             .catalog
@@ -710,6 +746,29 @@ impl pb::master_server::Master for MasterService {
             state: t.state.name().into(),
             version: t.version,
         }))
+    }
+
+    async fn allocate_auto_ids(
+        &self,
+        request: Request<pb::AllocateAutoIdsRequest>,
+    ) -> std::result::Result<Response<pb::AllocateAutoIdsResponse>, Status> {
+        let req = request.get_ref();
+        let name = self
+            .state
+            .catalog
+            .read(|c| c.tables.get(&req.table_id).map(|t| t.name.clone()))
+            .unwrap_or_default();
+        self.state.authorize(
+            &request,
+            Action::Table {
+                id: &req.table_id,
+                name: &name,
+                need: cairn_proto::auth::Privileges::INSERT,
+            },
+        )?;
+        let count = req.count;
+        let first = self.allocate_auto_ids_inner(&req.table_id, count).await?;
+        Ok(Response::new(pb::AllocateAutoIdsResponse { first, count }))
     }
 
     async fn get_table_locations(

@@ -17,7 +17,8 @@ use arrow::datatypes::Date32Type;
 use cairn_common::schema::MAX_KEY_BYTES;
 use cairn_common::types::MAX_DECIMAL_PRECISION;
 use cairn_common::{
-    AlterOp, ColumnSpec, CommonError, DataType, HashLevel, PartitionSchema, Schema, Value,
+    AUTO_INCREMENTING_ID, AlterOp, ColumnSpec, CommonError, DataType, HashLevel, PartitionSchema,
+    Schema, Value,
 };
 use datafusion::sql::sqlparser::ast::{
     self, CharacterLength, DataType as SqlType, ExactNumberInfo, Expr, UnaryOperator,
@@ -571,17 +572,26 @@ fn common(e: CommonError) -> ParseError {
 /// - Range bounds are encoded with [`PartitionSchema::encode_range_key`]; `VALUE = x`
 ///   becomes `[key(x), key(x) ‖ 0x00)`, the range holding exactly `x`.
 ///
-/// Errors: no primary key → 42P16 "Cairn tables need a PRIMARY KEY: …"; bad key,
-/// partition or range definitions → 42P16; bad literals → 22023 / 42804.
+/// - Without a primary key, the table is keyed by a hidden BIGINT column
+///   [`AUTO_INCREMENTING_ID`] placed first, whose values the client reserves from the
+///   master (Kudu 1.17+'s auto-incrementing column): `pandas.DataFrame.to_sql` and
+///   other tools that create tables without keys work, and duplicate rows are kept.
+///
+/// Errors: a column named [`AUTO_INCREMENTING_ID`] → 42939; bad key, partition or range
+/// definitions → 42P16; bad literals → 22023 / 42804.
 pub fn table_def(
     ct: &CreateTable,
     columns_from_query: Option<&[(String, DataType, bool)]>,
     default_buckets: u32,
 ) -> Result<TableDef, ParseError> {
-    if ct.primary_key.is_empty() {
-        return Err(ParseError::no_primary_key());
-    }
-    let is_key = |name: &str| ct.primary_key.iter().any(|k| k == name);
+    // A table without a primary key is keyed by a hidden auto-incrementing column.
+    let hidden_key = ct.primary_key.is_empty();
+    let primary_key: Vec<String> = if hidden_key {
+        vec![AUTO_INCREMENTING_ID.to_string()]
+    } else {
+        ct.primary_key.clone()
+    };
+    let is_key = |name: &str| primary_key.iter().any(|k| k == name);
 
     let specs: Vec<ColumnSpec> = if !ct.columns.is_empty() {
         if let Some(q) = columns_from_query
@@ -614,7 +624,22 @@ pub fn table_def(
             })
             .collect()
     };
-    for k in &ct.primary_key {
+    if specs.iter().any(|c| c.name == AUTO_INCREMENTING_ID) {
+        return Err(reserved_name());
+    }
+    let mut specs = specs;
+    if hidden_key {
+        specs.insert(
+            0,
+            ColumnSpec {
+                name: AUTO_INCREMENTING_ID.to_string(),
+                data_type: DataType::Int64,
+                nullable: false,
+                default: None,
+            },
+        );
+    }
+    for k in &primary_key {
         if !specs.iter().any(|c| &c.name == k) {
             let names: Vec<&str> = specs.iter().map(|c| c.name.as_str()).collect();
             return Err(ParseError::invalid_definition(format!(
@@ -624,14 +649,14 @@ pub fn table_def(
             )));
         }
     }
-    let key_refs: Vec<&str> = ct.primary_key.iter().map(String::as_str).collect();
+    let key_refs: Vec<&str> = primary_key.iter().map(String::as_str).collect();
     let schema = Schema::new(specs, &key_refs).map_err(common)?;
 
     let mut partition = PartitionSchema::default();
     if ct.hash.is_empty() && ct.range.is_none() {
         if default_buckets >= 2 {
             partition.hash_levels.push(HashLevel {
-                columns: ct.primary_key.clone(),
+                columns: primary_key.clone(),
                 num_buckets: default_buckets,
                 seed: 0,
             });
@@ -645,7 +670,7 @@ pub fn table_def(
             }
             partition.hash_levels.push(HashLevel {
                 columns: if cols.is_empty() {
-                    ct.primary_key.clone()
+                    primary_key.clone()
                 } else {
                     cols.clone()
                 },
@@ -683,6 +708,16 @@ pub fn table_def(
         replicas: ct.replicas,
         if_not_exists: ct.if_not_exists,
     })
+}
+
+/// The error for a user column named [`AUTO_INCREMENTING_ID`] (42939).
+fn reserved_name() -> ParseError {
+    ParseError::invalid_with(
+        "42939",
+        format!(
+            "column name \"{AUTO_INCREMENTING_ID}\" is reserved for the hidden key of tables without a primary key: choose another name"
+        ),
+    )
 }
 
 fn column_spec(c: &ColumnDef, is_key: bool) -> Result<ColumnSpec, ParseError> {
@@ -829,6 +864,18 @@ pub fn alter_ops(ops: &[AlterColumn]) -> Result<Vec<AlterOp>, ParseError> {
             )
         })
         .map(|op| match op {
+            AlterColumn::Add { column, .. } if column.name == AUTO_INCREMENTING_ID => {
+                Err(reserved_name())
+            }
+            AlterColumn::Rename { to, .. } if to == AUTO_INCREMENTING_ID => Err(reserved_name()),
+            AlterColumn::Drop { name, .. } | AlterColumn::Rename { from: name, .. }
+                if name == AUTO_INCREMENTING_ID =>
+            {
+                Err(ParseError::invalid_with(
+                    "42703",
+                    format!("column \"{name}\" is the hidden key of a table without a primary key; it cannot be dropped or renamed"),
+                ))
+            }
             AlterColumn::Add { column, .. } => {
                 let spec = column_spec(column, false)?;
                 if !spec.nullable && spec.default.is_none() {
@@ -1284,12 +1331,27 @@ mod tests {
 
     #[test]
     fn table_def_errors() {
-        let e = def("CREATE TABLE t (a INT, b TEXT)").expect_err("no pk");
-        assert_eq!(e.sqlstate(), "42P16");
+        // No primary key: a hidden auto-incrementing key, first, hashed by default.
+        let d = def("CREATE TABLE t (a INT, b TEXT)").expect("no pk");
+        assert_eq!(d.schema.auto_id_index(), Some(0));
+        assert_eq!(d.schema.column(0).name, AUTO_INCREMENTING_ID);
+        assert_eq!(d.schema.visible_indexes(), vec![1, 2]);
         assert_eq!(
-            e.message(),
-            "Cairn tables need a PRIMARY KEY: add PRIMARY KEY (col, ...) to the column list"
+            d.partition.hash_levels[0].columns,
+            vec![AUTO_INCREMENTING_ID.to_string()]
         );
+        let d = def("CREATE TABLE t (a INT, b TEXT) PARTITION BY HASH PARTITIONS 3").expect("def");
+        assert_eq!(
+            d.partition.hash_levels[0].columns,
+            vec![AUTO_INCREMENTING_ID.to_string()]
+        );
+        let e = def("CREATE TABLE t (a INT) PARTITION BY HASH (a) PARTITIONS 3")
+            .expect_err("hash on a non-key column");
+        assert_eq!(e.sqlstate(), "42P16");
+        let e = def("CREATE TABLE t (auto_incrementing_id BIGINT PRIMARY KEY)")
+            .expect_err("reserved name");
+        assert_eq!(e.sqlstate(), "42939");
+        assert!(e.message().contains("reserved"), "{e}");
         let e = def("CREATE TABLE t (a INT) PRIMARY KEY (b)").expect_err("unknown pk");
         assert_eq!(e.sqlstate(), "42P16");
         assert!(e.message().contains("'b'"), "{e}");
@@ -1436,12 +1498,12 @@ mod tests {
         assert!(d.schema.column(1).nullable);
         assert_eq!(d.schema.column(1).data_type, DataType::String);
         assert_eq!(d.partition.hash_levels[0].num_buckets, 3);
-        // No PRIMARY KEY clause.
-        let ct = create("CREATE TABLE t2 AS SELECT id FROM t1");
-        assert_eq!(
-            table_def(&ct, Some(&cols), 3).expect_err("pk").sqlstate(),
-            "42P16"
-        );
+        // No PRIMARY KEY clause: the hidden key, then the query's columns.
+        let ct = create("CREATE TABLE t2 AS SELECT id, v FROM t1");
+        let d = table_def(&ct, Some(&cols), 3).expect("def");
+        assert_eq!(d.schema.auto_id_index(), Some(0));
+        assert_eq!(d.schema.visible_indexes(), vec![1, 2]);
+        assert!(d.schema.column(1).nullable, "no longer a key column");
         // Key not among the query's columns.
         let ct = create("CREATE TABLE t2 PRIMARY KEY (nope) AS SELECT id FROM t1");
         assert_eq!(

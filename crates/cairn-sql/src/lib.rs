@@ -21,6 +21,8 @@
 //!   …) the master carries out.
 //! - [`txn`]: `BEGIN` … `COMMIT` as Cairn transactions, with PostgreSQL's isolation
 //!   levels.
+//! - [`information_schema`]: DataFusion's `information_schema` plus the constraint
+//!   views (`table_constraints`, `key_column_usage`, …) that show primary keys.
 //! - [`options`]: `SET cairn.…` settings.
 //! - [`error`]: [`SqlError`] with PostgreSQL SQLSTATE codes.
 
@@ -31,6 +33,7 @@ pub mod dcl;
 pub mod ddl;
 pub mod error;
 pub mod flight;
+pub mod information_schema;
 pub mod options;
 pub mod parser;
 pub mod partitioning;

@@ -106,12 +106,6 @@ impl ParseError {
             code,
         }
     }
-    /// The error of a `CREATE TABLE` without a primary key (42P16).
-    pub fn no_primary_key() -> Self {
-        Self::invalid_definition(
-            "Cairn tables need a PRIMARY KEY: add PRIMARY KEY (col, ...) to the column list",
-        )
-    }
 
     /// The PostgreSQL SQLSTATE of this error.
     pub fn sqlstate(&self) -> &'static str {
@@ -2072,11 +2066,6 @@ mod tests {
         assert_eq!(ParseError::syntax("x").sqlstate(), "42601");
         assert_eq!(ParseError::unsupported("x").sqlstate(), "0A000");
         assert_eq!(ParseError::invalid("x").sqlstate(), "22023");
-        assert_eq!(ParseError::no_primary_key().sqlstate(), "42P16");
         assert_eq!(ParseError::type_mismatch("x").sqlstate(), "42804");
-        assert_eq!(
-            ParseError::no_primary_key().to_string(),
-            "Cairn tables need a PRIMARY KEY: add PRIMARY KEY (col, ...) to the column list"
-        );
     }
 }

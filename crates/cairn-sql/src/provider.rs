@@ -32,10 +32,17 @@ use crate::types::value_to_scalar;
 use crate::write::{CairnWriteExec, Requery, WriteKind};
 
 /// A Cairn table for DataFusion.
+///
+/// SQL sees the table's columns except the hidden auto-incrementing key of a table
+/// created without a primary key ([`cairn_common::AUTO_INCREMENTING_ID`]); UPDATE and
+/// DELETE read that key through [`CairnTable::with_hidden_columns`] to address rows.
 #[derive(Debug, Clone)]
 pub struct CairnTable {
     client: Client,
     table: Table,
+    /// The table columns this provider exposes, in order (provider column `i` is table
+    /// column `visible[i]`).
+    visible: Arc<Vec<usize>>,
     schema: SchemaRef,
     constraints: Constraints,
     defaults: HashMap<String, Expr>,
@@ -46,10 +53,7 @@ pub struct CairnTable {
 impl CairnTable {
     /// A provider for an open table; `tablet_stats` are its tablets' statistics.
     pub fn new(client: Client, table: Table, tablet_stats: TableStatistics) -> Self {
-        let schema = table.schema.to_arrow();
-        let constraints = Constraints::new_unverified(vec![Constraint::PrimaryKey(
-            table.schema.key_indexes().to_vec(),
-        )]);
+        let visible = table.schema.visible_indexes();
         let defaults = table
             .schema
             .columns()
@@ -63,14 +67,46 @@ impl CairnTable {
                 })
             })
             .collect();
-        CairnTable {
+        let mut t = CairnTable {
             client,
             table,
-            schema,
-            constraints,
+            visible: Arc::new(vec![]),
+            schema: Arc::new(arrow::datatypes::Schema::empty()),
+            constraints: Constraints::default(),
             defaults,
             tablet_stats,
-        }
+        };
+        t.expose(visible);
+        t
+    }
+
+    /// Exposes table columns `visible` (positions, in order).
+    fn expose(&mut self, visible: Vec<usize>) {
+        let schema = &self.table.schema;
+        let key: Option<Vec<usize>> = schema
+            .key_indexes()
+            .iter()
+            .map(|k| visible.iter().position(|v| v == k))
+            .collect();
+        self.constraints = match key {
+            Some(key) => Constraints::new_unverified(vec![Constraint::PrimaryKey(key)]),
+            None => Constraints::default(),
+        };
+        self.schema = schema.project_arrow(&visible);
+        self.visible = Arc::new(visible);
+    }
+
+    /// The same table with every column exposed, the hidden key too.
+    pub fn with_hidden_columns(&self) -> CairnTable {
+        let mut t = self.clone();
+        t.expose((0..self.table.schema.num_columns()).collect());
+        t
+    }
+
+    /// Whether every column of the table is exposed (no hidden key, or
+    /// [`CairnTable::with_hidden_columns`]).
+    pub fn exposes_all_columns(&self) -> bool {
+        self.visible.len() == self.table.schema.num_columns()
     }
 
     /// The Cairn table behind this provider.
@@ -109,7 +145,7 @@ impl CairnTable {
         filters: Vec<Expr>,
         extra: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let source = provider_as_source(Arc::new(self.clone()));
+        let source = provider_as_source(Arc::new(self.with_hidden_columns()));
         let mut b = LogicalPlanBuilder::scan(self.table.name.clone(), source, None)?;
         let filters: Vec<Expr> = filters.into_iter().map(unqualify).collect::<Result<_>>()?;
         if let Some(pred) = filters.into_iter().reduce(Expr::and) {
@@ -255,15 +291,17 @@ impl TableProvider for CairnTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let schema = &self.table.schema;
-        let indexes: Vec<usize> = match projection {
+        let exposed: Vec<usize> = match projection {
             Some(p) => p.clone(),
-            None => (0..schema.num_columns()).collect(),
+            None => (0..self.visible.len()).collect(),
         };
+        let out_schema = Arc::new(self.schema.project(&exposed)?);
+        // Provider columns to table columns.
+        let indexes: Vec<usize> = exposed.iter().map(|&i| self.visible[i]).collect();
         let columns: Vec<String> = indexes
             .iter()
             .map(|&i| schema.column(i).name.clone())
             .collect();
-        let out_schema = Arc::new(self.schema.project(&indexes)?);
         let mut predicates: Vec<ColumnPredicate> = vec![];
         for f in filters {
             if let Some(t) = translate(f, schema) {

@@ -266,7 +266,9 @@ impl SqlEngine {
         let mut config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG, SCHEMA)
             .with_create_default_catalog_and_schema(false)
-            .with_information_schema(true)
+            // Schema `information_schema` is registered below (Cairn's, which adds
+            // the constraint views); DataFusion's flag would shadow it.
+            .with_information_schema(false)
             .with_option_extension(CairnOptions::default());
         let opts = config.options_mut();
         opts.sql_parser.map_string_types_to_utf8view = false;
@@ -278,6 +280,16 @@ impl SqlEngine {
             .with_catalog_list(Arc::new(catalogs))
             .build();
         let ctx = SessionContext::new_with_state(state);
+        let catalog_list = ctx.state().catalog_list().clone();
+        if let Some(catalog) = ctx.catalog(CATALOG) {
+            catalog.register_schema(
+                datafusion::catalog::information_schema::INFORMATION_SCHEMA,
+                Arc::new(crate::information_schema::InformationSchema::new(
+                    &catalog_list,
+                    client.clone(),
+                )),
+            )?;
+        }
         datafusion_pg_catalog::setup_pg_catalog(&ctx, CATALOG, PgContext).map_err(|e| *e)?;
         // The library's pg_catalog, completed with Cairn's primary keys.
         if let Some(catalog) = ctx.catalog(CATALOG)
@@ -359,6 +371,7 @@ impl SqlEngine {
             ctx: SessionContext::new_with_state(state),
             user: parking_lot::RwLock::new(None),
             txn: parking_lot::Mutex::new(None),
+            notices: parking_lot::Mutex::new(Vec::new()),
         }
     }
 }
@@ -372,6 +385,8 @@ pub struct SqlSession {
     user: parking_lot::RwLock<Option<String>>,
     /// The open transaction block, if any (`crate::txn` has its methods).
     pub(crate) txn: parking_lot::Mutex<Option<Arc<SessionTxn>>>,
+    /// Notices for the client (PostgreSQL's NOTICE messages) not yet sent.
+    notices: parking_lot::Mutex<Vec<String>>,
 }
 
 impl Drop for SqlSession {
@@ -397,6 +412,20 @@ impl std::fmt::Debug for SqlSession {
 }
 
 impl SqlSession {
+    /// Queues a notice for the client: a PostgreSQL NOTICE through pgwire, a log line
+    /// elsewhere ([`SqlSession::take_notices`]).
+    pub fn notice(&self, message: impl Into<String>) {
+        let message = message.into();
+        tracing::info!(notice = %message, "SQL notice");
+        self.notices.lock().push(message);
+    }
+
+    /// The notices queued since the last call (front ends send them with the
+    /// statement's result).
+    pub fn take_notices(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notices.lock())
+    }
+
     /// The DataFusion context of this session.
     pub fn context(&self) -> &SessionContext {
         &self.ctx
@@ -975,6 +1004,29 @@ impl SqlSession {
                     tag
                 };
                 Ok(QueryResult::Count { tag, rows })
+            }
+            LogicalPlan::Ddl(DdlStatement::CreateIndex(ci)) => {
+                // The planner resolved the table and the columns.
+                let columns: Vec<String> = ci.columns.iter().map(|c| c.expr.to_string()).collect();
+                if ci.unique {
+                    return Err(SqlError::unsupported(format!(
+                        "CREATE UNIQUE INDEX is not supported: Cairn enforces uniqueness of the \
+                         primary key only, so ({}) of {} cannot be made unique",
+                        columns.join(", "),
+                        ci.table
+                    )));
+                }
+                self.notice(format!(
+                    "Cairn has no secondary indexes: CREATE INDEX {} made no index, and \
+                     queries filtering on ({}) scan {} (with predicates evaluated on the \
+                     tablet servers); only the primary key locates rows",
+                    ci.name.as_deref().unwrap_or(""),
+                    columns.join(", "),
+                    ci.table
+                ));
+                Ok(QueryResult::Done {
+                    tag: "CREATE INDEX".into(),
+                })
             }
             LogicalPlan::Ddl(d) => {
                 let what = match d {

@@ -112,6 +112,7 @@ impl SystemCatalog {
             no_function_text("pg_get_function_result"),
             no_function_text("pg_get_function_arguments"),
             no_function_text("pg_get_function_identity_arguments"),
+            no_column_comment(),
             pg_size_pretty(),
             visible("pg_function_is_visible"),
             visible("pg_type_is_visible"),
@@ -151,6 +152,10 @@ impl SystemCatalog {
                 Err(cairn_client::ClientError::TableNotFound(_)) => continue,
                 Err(e) => return Err(DataFusionError::External(Box::new(e))),
             };
+            if table.schema.auto_id_index().is_some() {
+                // Keyed by a hidden column only: no key SQL can see.
+                continue;
+            }
             let columns = table.schema.columns();
             let key_columns = table
                 .schema
@@ -681,6 +686,18 @@ fn no_function_text(name: &str) -> ScalarUDF {
     datafusion::logical_expr::create_udf(
         name,
         vec![ArrowType::Int32],
+        ArrowType::Utf8,
+        Volatility::Stable,
+        Arc::new(|_: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
+    )
+}
+
+/// `col_description(table oid, column number)`: a column's comment, always NULL
+/// (Cairn has no `COMMENT ON`), as psql's `\d+` shows it.
+fn no_column_comment() -> ScalarUDF {
+    datafusion::logical_expr::create_udf(
+        "col_description",
+        vec![ArrowType::Int32, ArrowType::Int32],
         ArrowType::Utf8,
         Volatility::Stable,
         Arc::new(|_: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),

@@ -103,6 +103,15 @@ async fn take_apart(session: &SqlSession, insert: &ast::Insert) -> Result<Upsert
     let name = name_of(last);
     let table = session.engine().client().open_table(&name).await?;
     let schema = &table.schema;
+    if schema.auto_id_index().is_some() {
+        return Err(SqlError::other(
+            "42P10",
+            format!(
+                "there is no unique or exclusion constraint matching the ON CONFLICT \
+                 specification: {name} was created without a primary key"
+            ),
+        ));
+    }
     let key: Vec<String> = schema
         .key_indexes()
         .iter()

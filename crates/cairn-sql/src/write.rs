@@ -507,7 +507,15 @@ impl StatementWrite {
                     ));
                 }
             }
-            for mut op in self.operations(&batch)? {
+            let hidden_ids = match (&self.kind, schema.auto_id_index()) {
+                (WriteKind::Insert(_), Some(_)) if batch.num_rows() > 0 => Some(
+                    self.client
+                        .next_auto_ids(&self.table, batch.num_rows())
+                        .await?,
+                ),
+                _ => None,
+            };
+            for mut op in self.operations(&batch, hidden_ids.as_deref())? {
                 if let Some(ts) = since {
                     op = op.unchanged_since(ts);
                 }
@@ -528,15 +536,24 @@ impl StatementWrite {
         Ok(classify(row_errors, sent, conditional, &keys))
     }
 
-    /// The operations of one input batch.
-    fn operations(&self, batch: &RecordBatch) -> Result<Vec<Operation>, SqlError> {
+    /// The operations of one input batch. An INSERT into a table with a hidden
+    /// auto-incrementing key gets the table's other columns, and `hidden_ids` (one
+    /// per row) fill the key.
+    fn operations(
+        &self,
+        batch: &RecordBatch,
+        hidden_ids: Option<&[i64]>,
+    ) -> Result<Vec<Operation>, SqlError> {
         let schema = &self.table.schema;
         let keys: Vec<usize> = schema.key_indexes().to_vec();
+        let hidden = hidden_ids.and(schema.auto_id_index());
         let types: Vec<cairn_common::DataType> = match &self.kind {
             WriteKind::Insert(_) => schema
                 .columns()
                 .iter()
-                .map(|c| c.data_type.clone())
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != hidden)
+                .map(|(_, c)| c.data_type.clone())
                 .collect(),
             WriteKind::Delete => keys
                 .iter()
@@ -583,6 +600,9 @@ impl StatementWrite {
             let mut values = Vec::with_capacity(columns.len());
             for (a, t) in columns.iter().zip(&types) {
                 values.push(Value::from_array(a.as_ref(), row, t)?);
+            }
+            if let (Some(h), Some(ids)) = (hidden, hidden_ids) {
+                values.insert(h, Value::Int64(ids[row]));
             }
             out.push(match &self.kind {
                 WriteKind::Insert(InsertMode::Insert) => Operation::insert(values),

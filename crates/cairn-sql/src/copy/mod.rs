@@ -79,12 +79,18 @@ pub async fn copy_from(
         ));
     }
     let schema = table.schema.clone();
+    let hidden = schema.auto_id_index();
     let columns: Vec<usize> = if columns.is_empty() {
-        (0..schema.num_columns()).collect()
+        schema.visible_indexes()
     } else {
         columns
             .iter()
-            .map(|c| schema.index_of(c))
+            .map(|c| match schema.index_of(c) {
+                Ok(i) if Some(i) == hidden => {
+                    Err(cairn_common::CommonError::UnknownColumn(c.clone()))
+                }
+                r => r,
+            })
             .collect::<cairn_common::Result<_>>()?
     };
     let table_arrow = schema.to_arrow();
@@ -170,7 +176,15 @@ pub async fn copy_from(
     let loaded = async {
         let mut loader = client.bulk_loader(&table).await?;
         while let Some(b) = rx.recv().await {
-            loader.add(b?).await?;
+            let mut b = b?;
+            if let Some(h) = hidden {
+                // The hidden key of a table without a primary key: fresh values.
+                let ids = client.next_auto_ids(&table, b.num_rows()).await?;
+                let mut columns = b.columns().to_vec();
+                columns[h] = Arc::new(arrow::array::Int64Array::from(ids));
+                b = RecordBatch::try_new(b.schema(), columns)?;
+            }
+            loader.add(b).await?;
         }
         Ok::<_, SqlError>(loader.finish().await?)
     }
@@ -242,7 +256,7 @@ impl CopyIn {
     /// Starts loading into `table` from data still to come.
     pub fn start(client: Client, table: Table, columns: Vec<String>, options: CopyOptions) -> Self {
         let n = if columns.is_empty() {
-            table.schema.num_columns()
+            table.schema.visible_indexes().len()
         } else {
             columns.len()
         };

@@ -38,6 +38,10 @@
 //!   catalog queries before `datafusion-pg-catalog` turns `regproc` into an integer):
 //!   the catalog's `regproc` columns (`pg_type.typinput`) hold function names, and
 //!   pgJDBC's type cache compares `typinput = 'pg_catalog.array_in'::regproc`.
+//! - `ARRAY(SELECT … FROM unnest(x.reloptions) …)` → `CAST(NULL AS TEXT[])` (also in
+//!   [`regproc_names`]'s pass): psql's `\d+` collects a TOAST table's storage options
+//!   so. Cairn has no TOAST tables and no relation has options, so the array is
+//!   always empty, and DataFusion has no array subqueries.
 
 use std::ops::ControlFlow;
 
@@ -456,12 +460,24 @@ fn expand_array_pairs(query: &mut ast::Query) -> Option<()> {
 pub(crate) fn regproc_names(sql: &str) -> Option<String> {
     use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
     use datafusion::sql::sqlparser::parser::Parser;
-    if !sql.to_ascii_lowercase().contains("regproc") {
+    let lower = sql.to_ascii_lowercase();
+    if !lower.contains("regproc") && !lower.contains("reloptions") {
         return None;
     }
     let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
     let mut changed = false;
     let _ = visit_expressions_mut(&mut statements, |expr| {
+        if is_reloptions_subquery(expr) {
+            let Ok(empty) = Parser::new(&PostgreSqlDialect {})
+                .try_with_sql("CAST(NULL AS TEXT[])")
+                .and_then(|mut p| p.parse_expr())
+            else {
+                return ControlFlow::<()>::Continue(());
+            };
+            *expr = empty;
+            changed = true;
+            return ControlFlow::<()>::Continue(());
+        }
         if let Expr::Cast {
             expr: inner,
             data_type,
@@ -484,6 +500,27 @@ pub(crate) fn regproc_names(sql: &str) -> Option<String> {
             .collect::<Vec<_>>()
             .join("; ")
     })
+}
+
+/// Whether `expr` is `ARRAY(SELECT … FROM unnest(….reloptions) …)`.
+fn is_reloptions_subquery(expr: &Expr) -> bool {
+    let Expr::Function(f) = expr else {
+        return false;
+    };
+    if !f.name.to_string().eq_ignore_ascii_case("array") {
+        return false;
+    }
+    let ast::FunctionArguments::Subquery(q) = &f.args else {
+        return false;
+    };
+    let ast::SetExpr::Select(select) = q.body.as_ref() else {
+        return false;
+    };
+    let [from] = select.from.as_slice() else {
+        return false;
+    };
+    let text = from.relation.to_string().to_ascii_lowercase();
+    text.contains("unnest(") && text.contains("reloptions")
 }
 
 #[cfg(test)]
@@ -584,5 +621,15 @@ mod tests {
             Some("SELECT typinput = 'array_in' FROM pg_type")
         );
         assert_eq!(regproc_names("SELECT 'x'::text"), None);
+        assert_eq!(
+            regproc_names(
+                "SELECT array_to_string(c.reloptions || array(select 'toast.' || x from \
+                 pg_catalog.unnest(tc.reloptions) x), ', ') FROM pg_class c"
+            )
+            .as_deref(),
+            Some(
+                "SELECT array_to_string(c.reloptions || CAST(NULL AS TEXT[]), ', ') FROM pg_class c"
+            )
+        );
     }
 }

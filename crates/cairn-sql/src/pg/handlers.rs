@@ -381,6 +381,21 @@ impl Conn {
         })
     }
 
+    /// Sends the notices the session queued (PostgreSQL's NOTICE, SQLSTATE 00000).
+    async fn send_notices<C>(&self, client: &mut C) -> PgWireResult<()>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        for n in self.session.take_notices() {
+            let info = ErrorInfo::new("NOTICE".into(), "00000".into(), n);
+            client
+                .feed(PgWireBackendMessage::NoticeResponse(info.into()))
+                .await?;
+        }
+        Ok(())
+    }
+
     /// The wire response for a statement's result. `described` is the schema the
     /// client was told (extended protocol); rows are sent with its types.
     fn response(
@@ -692,7 +707,7 @@ pub(crate) struct ConnHandler {
 
 #[async_trait]
 impl SimpleQueryHandler for ConnHandler {
-    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
@@ -707,7 +722,9 @@ impl SimpleQueryHandler for ConnHandler {
         let n = statements.len();
         let mut out = Vec::with_capacity(n);
         for (i, sql) in statements.iter().enumerate() {
-            match self.conn.run_simple(sql, i + 1 == n, &cancel).await {
+            let r = self.conn.run_simple(sql, i + 1 == n, &cancel).await;
+            self.conn.send_notices(client).await?;
+            match r {
                 Ok(r) => out.extend(r),
                 Err(e) => {
                     // Like PostgreSQL: the error ends the query string.
@@ -806,7 +823,7 @@ impl ExtendedQueryHandler for ConnHandler {
 
     async fn do_query<C>(
         &self,
-        _client: &mut C,
+        client: &mut C,
         portal: &Portal<PgStatement>,
         _max_rows: usize,
     ) -> PgWireResult<Response>
@@ -849,6 +866,7 @@ impl ExtendedQueryHandler for ConnHandler {
                 if wrote(&result) {
                     self.conn.tx.lock().wrote();
                 }
+                self.conn.send_notices(client).await?;
                 let described = rows.then_some(prepared.schema.as_ref());
                 self.conn
                     .response(result, &portal.result_column_format, stop, described)

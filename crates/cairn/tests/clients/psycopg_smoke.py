@@ -425,6 +425,22 @@ def copy(table):
               f"CSV lines: {lines[:12]!r}")
         check(cur.rowcount == 20000 + 3 + 3, f"COPY TO rowcount {cur.rowcount}")
 
+        # A table without a primary key: COPY fills its hidden key, keeps duplicates
+        # and never sends the hidden column back.
+        cur.execute(f"CREATE TABLE {table}_keyless (tag TEXT, n INT)")
+        try:
+            with cur.copy(f"COPY {table}_keyless FROM STDIN") as cp:
+                for i in range(3000):
+                    cp.write_row(("same", i % 3))
+            check(cur.rowcount == 3000, f"keyless COPY rowcount {cur.rowcount}")
+            cur.execute(f"SELECT count(*), count(DISTINCT n) FROM {table}_keyless")
+            check(cur.fetchone() == (3000, 3), "keyless COPY rows")
+            with cur.copy(f"COPY {table}_keyless TO STDOUT") as cp:
+                rows = list(cp.rows())
+            check(len(rows) == 3000 and len(rows[0]) == 2, f"keyless COPY TO: {rows[:2]}")
+        finally:
+            cur.execute(f"DROP TABLE {table}_keyless")
+
 
 def cancel(big):
     with connect(autocommit=True) as conn:

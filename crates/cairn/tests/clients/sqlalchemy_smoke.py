@@ -10,7 +10,8 @@ real libraries over psycopg 3:
   get_pk_constraint (a composite key in key order, not column order), get_indexes,
   get_foreign_keys, and Table(..., autoload_with=...) reflection;
 - pandas: DataFrame.to_sql appending to a keyed table, read_sql with parameters,
-  read_sql_table;
+  read_sql_table; to_sql creating a table of its own (no primary key: a hidden
+  auto-incrementing key; with pandas' index column and CREATE INDEX) and replacing it;
 - begin_nested(): a failed read inside a savepoint rolls back to it and the outer
   transaction goes on.
 Tables get unique names and are dropped at the end. Exits non-zero on the first
@@ -42,6 +43,7 @@ def main():
     suffix = uuid.uuid4().hex[:8]
     keyed = f"sa_keyed_{suffix}"
     frame = f"sa_frame_{suffix}"
+    fresh = f"sa_fresh_{suffix}"
     with engine.begin() as conn:
         conn.execute(sa.text(
             f"CREATE TABLE {keyed} (region TEXT, id BIGINT, name VARCHAR(20) NOT NULL, "
@@ -85,6 +87,21 @@ def main():
                            engine, params={"low": 2})
         check(some["a"].tolist() == [2, 3], f"read_sql with a parameter: {some}")
 
+        # pandas creates a table without a primary key (and an index on its index
+        # column); duplicate rows stay, and the hidden key is never shown.
+        df2 = pd.DataFrame({"x": [1.5, 2.5, 2.5], "label": ["a", "b", "b"]})
+        df2.to_sql(fresh, engine)
+        back = pd.read_sql(sa.text(f'SELECT * FROM {fresh} ORDER BY "index"'), engine)
+        check(list(back.columns) == ["index", "x", "label"], f"to_sql columns: {back}")
+        check(back["label"].tolist() == ["a", "b", "b"], f"to_sql rows: {back}")
+        check(inspector.get_pk_constraint(fresh)["constrained_columns"] == [],
+              "a pandas table has no primary key")
+        df2.to_sql(fresh, engine, if_exists="append")
+        df2.to_sql(fresh, engine, if_exists="replace", index=False)
+        back = pd.read_sql_table(fresh, engine)
+        check(list(back.columns) == ["x", "label"] and len(back) == 3,
+              f"to_sql if_exists=replace: {back}")
+
         # Core statements on the reflected table.
         with engine.begin() as conn:
             conn.execute(table.insert(), [
@@ -111,6 +128,7 @@ def main():
         with engine.begin() as conn:
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {keyed}"))
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {frame}"))
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {fresh}"))
         engine.dispose()
     print("sqlalchemy_smoke.py: OK")
 

@@ -34,8 +34,16 @@ async fn ddl_dml_pushdown_snapshots_and_errors() {
     );
     let e = err(&s, "CREATE TABLE kv (k INT PRIMARY KEY)").await;
     assert_eq!(e.sqlstate(), "42P07", "{e}");
-    let e = err(&s, "CREATE TABLE nopk (a INT, b INT)").await;
-    assert_eq!(e.sqlstate(), "42P16", "{e}");
+    let e = err(
+        &s,
+        "CREATE TABLE nopk (a INT, b INT) PARTITION BY HASH (a) PARTITIONS 2",
+    )
+    .await;
+    assert_eq!(
+        e.sqlstate(),
+        "42P16",
+        "partitioned by a non-key column: {e}"
+    );
 
     // INSERT, duplicate keys, UPSERT, ON CONFLICT DO NOTHING.
     assert_eq!(

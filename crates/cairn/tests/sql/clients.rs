@@ -148,8 +148,10 @@ async fn psql_psycopg_jdbc_and_adbc() {
     eprintln!("{ran} clients ran");
 }
 
-/// psql's describe commands find Cairn's primary keys (in `pg_index`, `pg_constraint`
-/// and the key's index relation in `pg_class`), and a savepoint around a failed read
+/// psql's describe commands (`\\d`, `\\d+`, `\\di`, `\\df`, `\\dt`, `\\l`, `\\dn`) work
+/// and find Cairn's primary keys (in `pg_index`, `pg_constraint` and the key's index
+/// relation in `pg_class`), so does `information_schema`; a table without a key keeps
+/// duplicates; CREATE INDEX says it made no index; a savepoint around a failed read
 /// rolls back as in PostgreSQL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn psql_describe_shows_primary_keys() {
@@ -182,6 +184,28 @@ async fn psql_describe_shows_primary_keys() {
                 "SELECT conname, conkey, pg_get_constraintdef(oid) FROM pg_constraint \
                  WHERE conrelid = 'described'::regclass",
                 "-c",
+                "\\d+ described",
+                "-c",
+                "\\dt",
+                "-c",
+                "\\l",
+                "-c",
+                "\\dn",
+                "-c",
+                "SELECT string_agg(kcu.column_name, ',' ORDER BY kcu.ordinal_position) AS pk \
+                 FROM information_schema.table_constraints tc \
+                 JOIN information_schema.key_column_usage kcu \
+                 ON tc.constraint_name = kcu.constraint_name \
+                 WHERE tc.table_name = 'described' AND tc.constraint_type = 'PRIMARY KEY'",
+                "-c",
+                "CREATE TABLE keyless (a TEXT, b INT)",
+                "-c",
+                "CREATE INDEX keyless_a ON keyless (a)",
+                "-c",
+                "INSERT INTO keyless VALUES ('x', 1), ('x', 1)",
+                "-c",
+                "\\d keyless",
+                "-c",
                 "BEGIN",
                 "-c",
                 "SAVEPOINT a",
@@ -207,8 +231,27 @@ async fn psql_describe_shows_primary_keys() {
         "described_pkey | index",
         "List of functions",
         "described_pkey | {2,1}  | PRIMARY KEY (id, region)",
+        // \d+ (storage and description columns), \dt, \l, \dn.
+        "| Storage  |",
+        "| described | table |",
+        "List of databases",
+        "List of schemas",
+        // The key through information_schema, in key order.
+        " id,region\n",
+        // A table without a key: duplicates kept, the hidden key not shown.
+        "INSERT 0 2",
+        "Table \"public.keyless\"",
         "ROLLBACK",
     ] {
         assert!(stdout.contains(expected), "{expected:?} not in:\n{stdout}");
     }
+    assert!(
+        !stdout.contains("auto_incrementing_id"),
+        "the hidden key is shown:\n{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("NOTICE:  Cairn has no secondary indexes"),
+        "CREATE INDEX says it made no index:\n{stderr}"
+    );
 }

@@ -3,7 +3,7 @@
 //! sqllogictest files under `tests/slt/` (`slt`); all 22 TPC-H queries at scale factor
 //! 0.01 against DataFusion on the same data (`tpch`); real PostgreSQL and Flight SQL
 //! clients (`clients`); and concurrent read-modify-write statements, pgbench included
-//! (`concurrency`).
+//! (`concurrency`); tables without a primary key (`keyless`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -14,6 +14,7 @@ mod clients;
 mod concurrency;
 mod copy;
 mod hostile;
+mod keyless;
 mod limits;
 mod point;
 mod security;
