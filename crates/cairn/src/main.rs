@@ -76,7 +76,13 @@ fn main() {
         )
         .init();
     let cli = Cli::parse();
+    // SQL runs DataFusion with one partition per core, and an operator may compute for
+    // seconds inside one poll (a join, an aggregate over buffered rows). Two workers
+    // more than cores keep timers, cancel requests, RPCs and Raft heartbeats served
+    // while every core computes, so `statement_timeout` and cancel answer on time.
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores + 2)
         .enable_all()
         .build()
     {

@@ -502,3 +502,79 @@ async fn tls_and_the_loopback_rule() {
         }
     }
 }
+
+/// `statement_timeout` answers on time on `cairn local` while every core computes one
+/// query (a cross join whose operators compute for seconds per poll): the server's
+/// runtime keeps workers beyond the query's partitions for timers and connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_answers_while_every_core_computes() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = reserve_addr();
+    let pg = reserve_addr();
+    let mut local = Proc::spawn(
+        vec![
+            "local".into(),
+            "--data-dir".into(),
+            dir.path().join("data").display().to_string(),
+            "--master-addr".into(),
+            master.clone(),
+            "--tserver-port".into(),
+            reserve_port().to_string(),
+            "--web-addr".into(),
+            "".into(),
+            "--pg-addr".into(),
+            pg.clone(),
+            "--flight-sql-addr".into(),
+            "".into(),
+        ],
+        master.clone(),
+        dir.path().join("local.log"),
+    );
+    let c = Client::connect(std::slice::from_ref(&master))
+        .await
+        .unwrap();
+    wait_live_servers(&c, 1, Duration::from_secs(30)).await;
+    let (host, port) = pg.rsplit_once(':').unwrap();
+    let mut sql = None;
+    for _ in 0..100 {
+        match tokio_postgres::connect(
+            &format!("host={host} port={port} user=cairn dbname=cairn"),
+            tokio_postgres::NoTls,
+        )
+        .await
+        {
+            Ok((client, conn)) => {
+                tokio::spawn(conn);
+                sql = Some(client);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let sql = sql.expect("the PostgreSQL front end answers");
+    sql.batch_execute(
+        "CREATE TABLE big (id BIGINT PRIMARY KEY); \
+         INSERT INTO big SELECT * FROM generate_series(0, 1999); \
+         SET statement_timeout = '1s'",
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let e = sql
+        .simple_query("SELECT count(*) FROM big a, big b, big c WHERE a.id + b.id + c.id >= 0")
+        .await
+        .expect_err("8e9 rows do not finish within a second");
+    let took = started.elapsed();
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
+        "{e}"
+    );
+    // A second (the timeout) plus scheduling; without spare workers it took the
+    // whole query (about 30 s on 2 cores).
+    assert!(
+        took < Duration::from_secs(10),
+        "the timeout came after {took:?}"
+    );
+    local.kill9();
+}
