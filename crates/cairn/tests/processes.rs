@@ -230,30 +230,35 @@ fn cairn(args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// `cairn local` with its data in `dir`, its master at `master` and the PostgreSQL
+/// front end at `pg` (no web page, no Flight SQL).
+fn spawn_local(dir: &std::path::Path, master: &str, pg: &str) -> Proc {
+    Proc::spawn(
+        vec![
+            "local".into(),
+            "--data-dir".into(),
+            dir.join("data").display().to_string(),
+            "--master-addr".into(),
+            master.to_string(),
+            "--tserver-port".into(),
+            reserve_port().to_string(),
+            "--web-addr".into(),
+            "".into(),
+            "--pg-addr".into(),
+            pg.to_string(),
+            "--flight-sql-addr".into(),
+            "".into(),
+        ],
+        master.to_string(),
+        dir.join("local.log"),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_tools_on_cairn_local() {
     let dir = tempfile::tempdir().unwrap();
     let master = reserve_addr();
-    let ts_port = reserve_port().to_string();
-    let mut local = Proc::spawn(
-        vec![
-            "local".into(),
-            "--data-dir".into(),
-            dir.path().join("data").display().to_string(),
-            "--master-addr".into(),
-            master.clone(),
-            "--tserver-port".into(),
-            ts_port,
-            "--web-addr".into(),
-            "".into(),
-            "--pg-addr".into(),
-            reserve_addr(),
-            "--flight-sql-addr".into(),
-            "".into(),
-        ],
-        master.clone(),
-        dir.path().join("local.log"),
-    );
+    let mut local = spawn_local(dir.path(), &master, &reserve_addr());
     let c = Client::connect(std::slice::from_ref(&master))
         .await
         .unwrap();
@@ -511,25 +516,7 @@ async fn statement_timeout_answers_while_every_core_computes() {
     let dir = tempfile::tempdir().unwrap();
     let master = reserve_addr();
     let pg = reserve_addr();
-    let mut local = Proc::spawn(
-        vec![
-            "local".into(),
-            "--data-dir".into(),
-            dir.path().join("data").display().to_string(),
-            "--master-addr".into(),
-            master.clone(),
-            "--tserver-port".into(),
-            reserve_port().to_string(),
-            "--web-addr".into(),
-            "".into(),
-            "--pg-addr".into(),
-            pg.clone(),
-            "--flight-sql-addr".into(),
-            "".into(),
-        ],
-        master.clone(),
-        dir.path().join("local.log"),
-    );
+    let mut local = spawn_local(dir.path(), &master, &pg);
     let c = Client::connect(std::slice::from_ref(&master))
         .await
         .unwrap();
