@@ -22,11 +22,12 @@ use cairn_client::Client;
 use datafusion::catalog::information_schema::InformationSchemaProvider;
 use datafusion::catalog::{CatalogProviderList, SchemaProvider, Session, TableProvider};
 use datafusion::common::{DataFusionError, Result};
-use datafusion::datasource::{MemTable, TableType};
+use datafusion::datasource::TableType;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::session::{CATALOG, SCHEMA};
+use crate::system::{scan_batch, visible_primary_key};
 
 /// The constraint views this module adds.
 const VIEWS: [&str; 4] = [
@@ -174,27 +175,19 @@ struct ConstraintView {
 impl ConstraintView {
     /// Every table's visible primary key, by table name.
     async fn keys(&self) -> Result<Vec<PrimaryKey>> {
-        let ext = |e: cairn_client::ClientError| DataFusionError::External(Box::new(e));
+        let summaries = self
+            .client
+            .list_tables()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let mut keys = vec![];
-        for summary in self.client.list_tables().await.map_err(ext)? {
-            let table = match self.client.open_table(&summary.name).await {
-                Ok(t) => t,
-                // Dropped since the list was made.
-                Err(cairn_client::ClientError::TableNotFound(_)) => continue,
-                Err(e) => return Err(ext(e)),
-            };
-            let schema = &table.schema;
-            if schema.auto_id_index().is_some() {
-                continue;
+        for summary in summaries {
+            if let Some(key) = visible_primary_key(&self.client, &summary.name).await? {
+                keys.push(PrimaryKey {
+                    table: summary.name,
+                    columns: key.into_iter().map(|(_, column)| column).collect(),
+                });
             }
-            keys.push(PrimaryKey {
-                table: table.name.clone(),
-                columns: schema
-                    .key_indexes()
-                    .iter()
-                    .map(|&i| schema.column(i).name.clone())
-                    .collect(),
-            });
         }
         Ok(keys)
     }
@@ -308,8 +301,6 @@ impl TableProvider for ConstraintView {
             self.keys().await?
         };
         let batch = self.rows(&keys)?;
-        MemTable::try_new(self.schema.clone(), vec![vec![batch]])?
-            .scan(state, projection, filters, limit)
-            .await
+        scan_batch(&self.schema, batch, state, projection, filters, limit).await
     }
 }

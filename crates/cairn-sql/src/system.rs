@@ -146,27 +146,12 @@ impl SystemCatalog {
                 continue;
             }
             let name = names.value(row);
-            let table = match self.client.open_table(name).await {
-                Ok(t) => t,
-                // Dropped since the list was made.
-                Err(cairn_client::ClientError::TableNotFound(_)) => continue,
-                Err(e) => return Err(DataFusionError::External(Box::new(e))),
-            };
-            if table.schema.auto_id_index().is_some() {
-                // Keyed by a hidden column only: no key SQL can see.
+            let Some(key) = visible_primary_key(&self.client, name).await? else {
                 continue;
-            }
-            let columns = table.schema.columns();
-            let key_columns = table
-                .schema
-                .key_indexes()
-                .iter()
-                .map(|&i| {
-                    (
-                        i16::try_from(i + 1).unwrap_or(i16::MAX),
-                        columns[i].name.clone(),
-                    )
-                })
+            };
+            let key_columns = key
+                .into_iter()
+                .map(|(i, column)| (i16::try_from(i + 1).unwrap_or(i16::MAX), column))
                 .collect();
             keys.push(Key {
                 table_oid: oids.value(row),
@@ -459,10 +444,47 @@ impl TableProvider for KeyTableProvider {
             KeyTable::Index => self.catalog.pg_index(state).await?,
             KeyTable::Constraint => self.catalog.pg_constraint(state).await?,
         };
-        MemTable::try_new(self.schema.clone(), vec![vec![batch]])?
-            .scan(state, projection, filters, limit)
-            .await
+        scan_batch(&self.schema, batch, state, projection, filters, limit).await
     }
+}
+
+/// The primary key SQL sees of table `name`: (column position, name) in key order.
+/// `None` when the table was dropped meanwhile, or is keyed by a hidden
+/// auto-incrementing column only (no key SQL can see).
+pub(crate) async fn visible_primary_key(
+    client: &Client,
+    name: &str,
+) -> Result<Option<Vec<(usize, String)>>> {
+    let table = match client.open_table(name).await {
+        Ok(t) => t,
+        Err(cairn_client::ClientError::TableNotFound(_)) => return Ok(None),
+        Err(e) => return Err(DataFusionError::External(Box::new(e))),
+    };
+    let schema = &table.schema;
+    if schema.auto_id_index().is_some() {
+        return Ok(None);
+    }
+    Ok(Some(
+        schema
+            .key_indexes()
+            .iter()
+            .map(|&i| (i, schema.column(i).name.clone()))
+            .collect(),
+    ))
+}
+
+/// Scans `batch` (computed when a catalog view is read) as a table with `schema`.
+pub(crate) async fn scan_batch(
+    schema: &SchemaRef,
+    batch: RecordBatch,
+    state: &dyn Session,
+    projection: Option<&Vec<usize>>,
+    filters: &[Expr],
+    limit: Option<usize>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    MemTable::try_new(schema.clone(), vec![vec![batch]])?
+        .scan(state, projection, filters, limit)
+        .await
 }
 
 /// PostgreSQL's `pg_class.reloptions` (`text[]`), which the library leaves out.
