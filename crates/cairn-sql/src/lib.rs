@@ -50,4 +50,6 @@ mod upsert;
 pub mod write;
 
 pub use error::{Result, SqlError};
-pub use session::{CATALOG, EngineLimits, Prepared, QueryResult, SCHEMA, SqlEngine, SqlSession};
+pub use session::{
+    CATALOG, EngineLimits, Notice, Prepared, QueryResult, SCHEMA, SqlEngine, SqlSession,
+};

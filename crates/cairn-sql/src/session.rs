@@ -385,8 +385,8 @@ pub struct SqlSession {
     user: parking_lot::RwLock<Option<String>>,
     /// The open transaction block, if any (`crate::txn` has its methods).
     pub(crate) txn: parking_lot::Mutex<Option<Arc<SessionTxn>>>,
-    /// Notices for the client (PostgreSQL's NOTICE messages) not yet sent.
-    notices: parking_lot::Mutex<Vec<String>>,
+    /// Notices for the client (PostgreSQL's NOTICE and WARNING messages) not yet sent.
+    notices: parking_lot::Mutex<Vec<Notice>>,
 }
 
 impl Drop for SqlSession {
@@ -405,6 +405,17 @@ impl Drop for SqlSession {
     }
 }
 
+/// A message for the client that is not an error (PostgreSQL's NoticeResponse).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// `NOTICE` or `WARNING`.
+    pub severity: &'static str,
+    /// The SQLSTATE: `00000` for a notice, `01000` for a warning.
+    pub code: &'static str,
+    /// What the client should know.
+    pub message: String,
+}
+
 impl std::fmt::Debug for SqlSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlSession").finish_non_exhaustive()
@@ -417,12 +428,50 @@ impl SqlSession {
     pub fn notice(&self, message: impl Into<String>) {
         let message = message.into();
         tracing::info!(notice = %message, "SQL notice");
-        self.notices.lock().push(message);
+        self.notices.lock().push(Notice {
+            severity: "NOTICE",
+            code: "00000",
+            message,
+        });
     }
 
-    /// The notices queued since the last call (front ends send them with the
-    /// statement's result).
-    pub fn take_notices(&self) -> Vec<String> {
+    /// Queues a warning for the client (PostgreSQL's WARNING, SQLSTATE 01000): the
+    /// statement did what it says, but not all a PostgreSQL user would expect.
+    pub fn warning(&self, message: impl Into<String>) {
+        let message = message.into();
+        tracing::info!(warning = %message, "SQL warning");
+        self.notices.lock().push(Notice {
+            severity: "WARNING",
+            code: "01000",
+            message,
+        });
+    }
+
+    /// The transaction block a COPY FROM writes in, if one is open.
+    fn copy_transaction(&self) -> Option<crate::copy::InTransaction> {
+        let opts = self.options();
+        self.transaction().map(|txn| crate::copy::InTransaction {
+            txn,
+            batch_rows: opts.write_batch_rows,
+            max_atomic_rows: opts.max_atomic_rows,
+        })
+    }
+
+    /// Warns that `what`, run inside a transaction block, takes effect at once: Cairn's
+    /// schema, user and privilege changes are not part of transactions, so a later
+    /// ROLLBACK does not undo them (PostgreSQL's would).
+    fn warn_if_in_block(&self, what: &str) {
+        if self.transaction().is_some() {
+            self.warning(format!(
+                "{what} inside a transaction block takes effect now and is not undone by \
+                 ROLLBACK: Cairn's schema, user and privilege changes are not transactional"
+            ));
+        }
+    }
+
+    /// The notices and warnings queued since the last call (front ends send them
+    /// with the statement's result).
+    pub fn take_notices(&self) -> Vec<Notice> {
         std::mem::take(&mut *self.notices.lock())
     }
 
@@ -855,6 +904,7 @@ impl SqlSession {
             }
             CairnStatement::Dcl(d) => {
                 self.check_write("a user or privilege statement")?;
+                self.warn_if_in_block("a user or privilege statement");
                 self.run_dcl(d).await
             }
             CairnStatement::InsertOnConflictUpdate(insert) => {
@@ -865,6 +915,7 @@ impl SqlSession {
                 self.check_write("CREATE TABLE")?;
                 self.authorize(cairn_proto::auth::Action::CreateTable)
                     .await?;
+                self.warn_if_in_block("CREATE TABLE");
                 self.create_table(ct).await
             }
             CairnStatement::DropTable { names, if_exists } => {
@@ -876,6 +927,7 @@ impl SqlSession {
                         r => r?,
                     }
                 }
+                self.warn_if_in_block("DROP TABLE");
                 for n in &names {
                     self.engine.client().drop_table(n, if_exists).await?;
                 }
@@ -887,6 +939,7 @@ impl SqlSession {
             CairnStatement::AlterTable { name, ops } => {
                 self.check_write("ALTER TABLE")?;
                 self.authorize_owner(&name).await?;
+                self.warn_if_in_block("ALTER TABLE");
                 let client = self.engine.client();
                 let table = client.open_table(&name).await?;
                 let steps = ddl::alter_ops_for_schema(&ops, &table.schema)?;
@@ -920,6 +973,7 @@ impl SqlSession {
                             c.columns,
                             CopyInput::File(path),
                             c.options,
+                            self.copy_transaction(),
                         )
                         .await?;
                         Ok(QueryResult::Count { tag: "COPY", rows })
@@ -941,6 +995,7 @@ impl SqlSession {
                             table,
                             c.columns,
                             c.options,
+                            self.copy_transaction(),
                         )))
                     }
                 }
@@ -1159,6 +1214,7 @@ impl SqlSession {
             opts.write_batch_rows,
             opts.max_atomic_rows,
             state.task_ctx(),
+            None,
         )
         .await?;
         Ok(QueryResult::Count {

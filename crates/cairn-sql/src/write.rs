@@ -287,7 +287,10 @@ impl ExecutionPlan for CairnWriteExec {
 }
 
 /// Writes every row of `input` into `table` as `kind` without a scan of its own
-/// (CREATE TABLE AS): each tablet's share all or nothing. Returns the rows written.
+/// (CREATE TABLE AS, COPY in a transaction block). With `txn` the rows are that
+/// transaction's provisional writes; without, each tablet's share is all or nothing.
+/// Returns the rows written.
+#[allow(clippy::too_many_arguments)]
 pub async fn write_rows(
     client: Client,
     table: Table,
@@ -296,7 +299,9 @@ pub async fn write_rows(
     batch_rows: usize,
     max_atomic_rows: usize,
     context: Arc<TaskContext>,
+    txn: Option<Arc<SessionTxn>>,
 ) -> Result<u64, SqlError> {
+    let statement = txn.map(|t| StatementContext::new_in(None, InsertMode::Insert, Some(t)));
     StatementWrite {
         client,
         table,
@@ -306,7 +311,7 @@ pub async fn write_rows(
         requery: None,
         context,
     }
-    .run(input, None)
+    .run(input, statement)
     .await
 }
 

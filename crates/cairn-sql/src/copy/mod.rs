@@ -12,6 +12,10 @@
 //! its MemRowSet too, in case the load re-inserted rows that had been deleted (those go
 //! the row path).
 //!
+//! Inside a transaction block ([`InTransaction`]) the rows are instead written as
+//! INSERT writes them: provisional writes of the block's transaction, which its
+//! statements see, COMMIT makes visible and ROLLBACK undoes, as in PostgreSQL.
+//!
 //! A `COPY … FROM STDIN` is a [`CopyIn`]: the front end feeds it the client's data as
 //! it arrives ([`CopyIn::write`], with backpressure) and ends it with
 //! [`CopyIn::finish`] or [`CopyIn::abort`]. [`text`] reads PostgreSQL's text format.
@@ -33,8 +37,16 @@ use cairn_proto::RowErrorKind;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use datafusion::error::DataFusionError;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
+
 use crate::error::{Result, SqlError};
+use crate::options::InsertMode;
 use crate::parser::{CopyFormat, CopyOptions};
+use crate::txn::SessionTxn;
+use crate::write::{WriteKind, write_rows};
 
 /// Rows per batch handed to the loader.
 const BATCH_ROWS: usize = 8192;
@@ -57,14 +69,27 @@ impl CopyInput {
     }
 }
 
+/// The transaction block a COPY runs in: its rows are that transaction's writes.
+#[derive(Clone)]
+pub struct InTransaction {
+    /// The block's transaction.
+    pub txn: Arc<SessionTxn>,
+    /// Rows per write request (`cairn.write_batch_rows`).
+    pub batch_rows: usize,
+    /// `cairn.max_atomic_rows`.
+    pub max_atomic_rows: usize,
+}
+
 /// Loads `input` in the format of `options` into `table` (`columns`: the input's
 /// columns in order; empty: all of the table's); returns the number of rows written.
+/// With `in_txn` the rows are written in that transaction (see the module docs).
 pub async fn copy_from(
     client: Client,
     table: Table,
     columns: Vec<String>,
     input: CopyInput,
     options: CopyOptions,
+    in_txn: Option<InTransaction>,
 ) -> Result<u64> {
     if let CopyInput::File(path) = &input
         && !Path::new(path).is_file()
@@ -96,7 +121,7 @@ pub async fn copy_from(
     let table_arrow = schema.to_arrow();
     let what = input.describe();
     let what_read = what.clone();
-    let (tx, mut rx) = mpsc::channel::<Result<RecordBatch>>(4);
+    let (tx, rx) = mpsc::channel::<Result<RecordBatch>>(4);
     let shape = Shaper {
         table: table.clone(),
         table_arrow: table_arrow.clone(),
@@ -173,6 +198,14 @@ pub async fn copy_from(
         }
         Ok(())
     });
+    if let Some(t) = in_txn {
+        let written = load_in_transaction(&client, &table, rx, t).await;
+        reader
+            .await
+            .map_err(|e| SqlError::other("XX000", format!("COPY reader failed: {e}")))??;
+        return written;
+    }
+    let mut rx = rx;
     let loaded = async {
         let mut loader = client.bulk_loader(&table).await?;
         while let Some(b) = rx.recv().await {
@@ -228,6 +261,34 @@ pub async fn copy_from(
     Ok(written)
 }
 
+/// Writes the batches `rx` receives (shaped like the whole table) as INSERT rows of
+/// the transaction `t`; the rows of a table without a primary key get fresh hidden
+/// keys on the way (`crate::write`).
+async fn load_in_transaction(
+    client: &Client,
+    table: &Table,
+    mut rx: mpsc::Receiver<Result<RecordBatch>>,
+    t: InTransaction,
+) -> Result<u64> {
+    let visible = table.schema.visible_indexes();
+    let out = Arc::new(table.schema.to_arrow().project(&visible)?);
+    let batches = futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(move |b| {
+        b.and_then(|b| Ok(b.project(&visible)?))
+            .map_err(|e| DataFusionError::External(Box::new(e)))
+    });
+    write_rows(
+        client.clone(),
+        table.clone(),
+        WriteKind::Insert(InsertMode::Insert),
+        Box::pin(RecordBatchStreamAdapter::new(out, batches)),
+        t.batch_rows,
+        t.max_atomic_rows,
+        Arc::new(TaskContext::default()),
+        Some(t.txn),
+    )
+    .await
+}
+
 /// A `COPY … FROM STDIN` under way: the load runs as a task that reads what
 /// [`CopyIn::write`] hands it.
 pub struct CopyIn {
@@ -253,8 +314,15 @@ impl std::fmt::Debug for CopyIn {
 }
 
 impl CopyIn {
-    /// Starts loading into `table` from data still to come.
-    pub fn start(client: Client, table: Table, columns: Vec<String>, options: CopyOptions) -> Self {
+    /// Starts loading into `table` from data still to come (in the transaction
+    /// `in_txn`, if any).
+    pub fn start(
+        client: Client,
+        table: Table,
+        columns: Vec<String>,
+        options: CopyOptions,
+        in_txn: Option<InTransaction>,
+    ) -> Self {
         let n = if columns.is_empty() {
             table.schema.visible_indexes().len()
         } else {
@@ -273,6 +341,7 @@ impl CopyIn {
             columns,
             CopyInput::Stream(reader),
             options,
+            in_txn,
         ));
         CopyIn {
             data: Some(tx),

@@ -27,9 +27,10 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::DataRow;
 
-use super::encode::{Stop, pg_error, query_response};
+use super::encode::{Stop, query_response};
 use super::handlers::ConnHandler;
 use crate::copy::CopyIn;
+use crate::error::SqlError;
 use crate::parser::{CopyFormat, CopyOptions};
 
 /// COPY's overall format code for text and CSV (1 would be binary).
@@ -176,7 +177,14 @@ impl CopyHandler for ConnHandler {
                 "CopyDone without a COPY FROM STDIN in progress".into(),
             ))));
         };
-        let rows = load.finish().await.map_err(|e| pg_error(&e))?;
+        let rows = match load.finish().await {
+            Ok(rows) => rows,
+            Err(e) => {
+                // As any failed statement: in a block, the transaction is aborted.
+                self.conn.session.after_error(&e).await;
+                return Err(self.conn.failed(false, e));
+            }
+        };
         let tag = Tag::new("COPY").with_rows(usize::try_from(rows).unwrap_or(usize::MAX));
         client
             .send(PgWireBackendMessage::CommandComplete(tag.into()))
@@ -193,11 +201,11 @@ impl CopyHandler for ConnHandler {
         if let Some(load) = self.conn.copy_in.lock().take() {
             load.abort();
         }
-        PgWireError::UserError(Box::new(ErrorInfo::new(
-            "ERROR".into(),
-            "57014".into(),
-            format!("COPY from stdin failed: {}", fail.message),
-        )))
+        // Rows may have been written in the block's transaction: the block fails.
+        self.conn.failed(
+            false,
+            SqlError::other("57014", format!("COPY from stdin failed: {}", fail.message)),
+        )
     }
 }
 

@@ -381,14 +381,14 @@ impl Conn {
         })
     }
 
-    /// Sends the notices the session queued (PostgreSQL's NOTICE, SQLSTATE 00000).
+    /// Sends the notices and warnings the session queued.
     async fn send_notices<C>(&self, client: &mut C) -> PgWireResult<()>
     where
         C: Sink<PgWireBackendMessage> + Unpin + Send,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         for n in self.session.take_notices() {
-            let info = ErrorInfo::new("NOTICE".into(), "00000".into(), n);
+            let info = ErrorInfo::new(n.severity.into(), n.code.into(), n.message);
             client
                 .feed(PgWireBackendMessage::NoticeResponse(info.into()))
                 .await?;
@@ -514,7 +514,7 @@ impl Conn {
 
     /// Notes a failed engine statement in the transaction block and returns its
     /// wire error. `read_only`: the statement only reads.
-    fn failed(&self, read_only: bool, e: SqlError) -> PgWireError {
+    pub(crate) fn failed(&self, read_only: bool, e: SqlError) -> PgWireError {
         self.tx.lock().failed(!wrote_nothing(read_only, &e));
         pg_error(&e)
     }

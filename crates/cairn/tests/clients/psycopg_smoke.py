@@ -441,6 +441,36 @@ def copy(table):
         finally:
             cur.execute(f"DROP TABLE {table}_keyless")
 
+    # In a transaction block (psycopg's default): COPY's rows are the block's,
+    # ROLLBACK undoes them, COMMIT publishes them, a failed COPY fails the block.
+    with connect() as conn, connect(autocommit=True) as other:
+        cur, seen = conn.cursor(), other.cursor()
+        total = f"SELECT count(*) FROM {table} WHERE id >= 100000"
+        with cur.copy(f"COPY {table} (id, name) FROM STDIN") as cp:
+            for i in range(100000, 100500):
+                cp.write_row((i, "in a block"))
+        cur.execute(total)
+        check(cur.fetchone() == (500,), "the block sees its COPY")
+        seen.execute(total)
+        check(seen.fetchone() == (0,), "another session does not see an uncommitted COPY")
+        conn.rollback()
+        seen.execute(total)
+        check(seen.fetchone() == (0,), "ROLLBACK undoes a COPY")
+        with cur.copy(f"COPY {table} (id, name) FROM STDIN") as cp:
+            for i in range(100000, 100500):
+                cp.write_row((i, "committed"))
+        conn.commit()
+        seen.execute(total)
+        check(seen.fetchone() == (500,), "COMMIT publishes a COPY")
+        try:
+            with cur.copy(f"COPY {table} (id) FROM STDIN") as cp:
+                cp.write_row((100000,))
+            raise AssertionError("COPY of a duplicate key succeeded in a block")
+        except psycopg.Error as e:
+            check(e.sqlstate == "23505", f"duplicate key in a block: {e.sqlstate}: {e}")
+        expect_error(cur, "SELECT 1", None, "25P02")
+        conn.rollback()
+
 
 def cancel(big):
     with connect(autocommit=True) as conn:

@@ -148,6 +148,7 @@ async fn tpch_sf001_all_queries_match_datafusion() {
             1000,
             100_000,
             engine.session().context().task_ctx(),
+            None,
         )
         .await
         .unwrap();

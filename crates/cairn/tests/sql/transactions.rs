@@ -9,6 +9,7 @@
 //!   (40P01) and the other transaction goes on;
 //! - `READ ONLY` refuses writes (25006);
 //! - an autocommit statement spanning tablets is all or nothing;
+//! - COPY FROM in a block is undone by ROLLBACK; DDL in a block warns;
 //! - the bank workload: transfers in transactions from many sessions, on three
 //!   replicated tablet servers with maintenance running, keep the total at every
 //!   snapshot.
@@ -98,6 +99,70 @@ async fn commit_publishes_and_rollback_discards_across_tablets() {
     drop(c);
     count(&b, "UPDATE acct SET v = 5 WHERE k = 1").await;
     assert_eq!(value(&a, "acct", 1).await, Some(5));
+}
+
+/// COPY FROM inside a block writes the block's rows: its statements see them, others
+/// do not, ROLLBACK undoes them and COMMIT publishes them, also for a table without a
+/// primary key. A schema change inside a block warns that ROLLBACK will not undo it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn copy_in_a_block_is_undone_by_rollback() {
+    let (_cl, engine) = sql_cluster(1).await;
+    let a = engine.session();
+    let b = engine.session();
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("rows.csv");
+    let rows: String = (0..300).map(|k| format!("{k},{}\n", k * 2)).collect();
+    std::fs::write(&csv, rows).unwrap();
+    let copy = |t: &str| format!("COPY {t} FROM '{}' WITH (FORMAT csv)", csv.display());
+    run(
+        &a,
+        "CREATE TABLE keyed (k BIGINT PRIMARY KEY, v BIGINT) PARTITION BY HASH (k) PARTITIONS 3",
+    )
+    .await;
+    run(&a, "CREATE TABLE heap (k BIGINT, v BIGINT)").await;
+    assert!(a.take_notices().is_empty());
+    for t in ["keyed", "heap"] {
+        run(&a, "BEGIN").await;
+        assert_eq!(count(&a, &copy(t)).await, 300, "{t}");
+        assert_eq!(
+            q(&a, &format!("SELECT count(*), sum(v) FROM {t}")).await[0],
+            ["300", "89700"],
+            "{t}: the block sees its COPY"
+        );
+        assert_eq!(q(&b, &format!("SELECT count(*) FROM {t}")).await[0], ["0"]);
+        run(&a, "ROLLBACK").await;
+        assert_eq!(
+            q(&b, &format!("SELECT count(*) FROM {t}")).await[0],
+            ["0"],
+            "{t}: ROLLBACK undoes the COPY"
+        );
+        run(&a, "BEGIN").await;
+        count(&a, &copy(t)).await;
+        run(&a, "COMMIT").await;
+        assert_eq!(
+            q(&b, &format!("SELECT count(*), sum(v) FROM {t}")).await[0],
+            ["300", "89700"],
+            "{t}: COMMIT publishes the COPY"
+        );
+    }
+    // A duplicate key fails the COPY, and nothing of it stays after ROLLBACK.
+    run(&a, "BEGIN").await;
+    count(&a, "INSERT INTO keyed VALUES (1000, 1)").await;
+    assert_eq!(err(&a, &copy("keyed")).await.sqlstate(), "23505");
+    run(&a, "ROLLBACK").await;
+    assert_eq!(q(&b, "SELECT count(*) FROM keyed").await[0], ["300"]);
+    // DDL in a block takes effect at once, with a warning that says so.
+    run(&a, "BEGIN").await;
+    run(&a, "CREATE TABLE made_in_block (k INT PRIMARY KEY)").await;
+    let notices = a.take_notices();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].severity, "WARNING");
+    assert!(
+        notices[0].message.contains("not undone by ROLLBACK"),
+        "{notices:?}"
+    );
+    run(&a, "ROLLBACK").await;
+    assert_eq!(q(&b, "SELECT count(*) FROM made_in_block").await[0], ["0"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
