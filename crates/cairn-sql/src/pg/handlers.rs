@@ -17,7 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use arrow::array::StringArray;
-use arrow::datatypes::{DataType as ArrowType, Field, Schema};
+use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -50,6 +50,7 @@ use pgwire::messages::extendedquery::{Bind, BindComplete, Describe, TARGET_TYPE_
 use tokio::sync::watch;
 
 use super::PgOptions;
+use super::colnames::{pg_column_names, renamed};
 use super::encode::{Stop, fields, pg_error, query_response, timed_out, wire_schema};
 use super::local::{Local, Vars, classify, show_column};
 use super::params::decode_params;
@@ -480,6 +481,7 @@ impl Conn {
         };
         let n = results.len();
         let mut out = Vec::with_capacity(n);
+        let names = pg_column_names(sql);
         for (i, r) in results.into_iter().enumerate() {
             if wrote(&r) {
                 self.tx.lock().wrote();
@@ -504,7 +506,11 @@ impl Conn {
                     }
                 }
             };
-            out.push(self.response(r, &Format::UnifiedText, stop.clone(), None)?);
+            let described = match (&r, &names) {
+                (QueryResult::Rows { schema, .. }, Some(names)) => renamed(schema, names),
+                _ => None,
+            };
+            out.push(self.response(r, &Format::UnifiedText, stop.clone(), described.as_deref())?);
         }
         if out.is_empty() {
             out.push(Response::EmptyQuery);
@@ -618,6 +624,9 @@ pub(crate) enum PgStatement {
         prepared: Arc<Prepared>,
         /// Whether it returns rows (see [`Prepared::returns_rows`]).
         rows: bool,
+        /// The result columns as the client is told them: the statement's, with
+        /// PostgreSQL's names ([`super::colnames`]).
+        columns: SchemaRef,
     },
     /// Answered by the front end.
     Local(Local),
@@ -661,9 +670,13 @@ impl QueryParser for CairnParser {
             .prepare(sql)
             .await
             .map_err(|e| self.conn.failed(true, e))?;
+        let columns = pg_column_names(sql)
+            .and_then(|names| renamed(&prepared.schema, &names))
+            .unwrap_or_else(|| prepared.schema.clone());
         Ok(Some(PgStatement::Engine {
             rows: prepared.returns_rows(),
             prepared: Arc::new(prepared),
+            columns,
         }))
     }
 
@@ -692,7 +705,7 @@ impl QueryParser for CairnParser {
         match stmt {
             PgStatement::Local(Local::Show(name)) => fields(&show_schema(name), format),
             PgStatement::Local(_) | PgStatement::Engine { rows: false, .. } => Ok(vec![]),
-            PgStatement::Engine { prepared, .. } => fields(&wire_schema(&prepared.schema), format),
+            PgStatement::Engine { columns, .. } => fields(&wire_schema(columns), format),
         }
     }
 }
@@ -841,7 +854,11 @@ impl ExtendedQueryHandler for ConnHandler {
                     .run_local(local, &portal.result_column_format)
                     .await
             }
-            PgStatement::Engine { prepared, rows } => {
+            PgStatement::Engine {
+                prepared,
+                rows,
+                columns,
+            } => {
                 self.conn.tx.lock().check(false).map_err(|e| pg_error(&e))?;
                 let params = decode_params(
                     &portal.parameters,
@@ -867,7 +884,7 @@ impl ExtendedQueryHandler for ConnHandler {
                     self.conn.tx.lock().wrote();
                 }
                 self.conn.send_notices(client).await?;
-                let described = rows.then_some(prepared.schema.as_ref());
+                let described = rows.then_some(columns.as_ref());
                 self.conn
                     .response(result, &portal.result_column_format, stop, described)
             }

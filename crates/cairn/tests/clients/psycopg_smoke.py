@@ -123,6 +123,10 @@ def basic(table):
         cur.execute(select)
         check_rows(cur.fetchall(), "text results")
         check([d.name for d in cur.description][:3] == ["id", "name", "score"], "description")
+        # Unaliased function calls get PostgreSQL's names (the extended protocol's).
+        cur.execute(f"SELECT count(*), max(id), min(id) AS lowest FROM {table}")
+        names = [d.name for d in cur.description]
+        check(names[:3] == ["count", "max", "lowest"], f"aggregate column names: {names}")
 
         # Binary results.
         bcur = conn.cursor(binary=True)

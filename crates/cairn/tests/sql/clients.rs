@@ -206,6 +206,8 @@ async fn psql_describe_shows_primary_keys() {
                 "-c",
                 "\\d keyless",
                 "-c",
+                "SELECT count(*), max(b) AS most FROM keyless",
+                "-c",
                 "BEGIN",
                 "-c",
                 "SAVEPOINT a",
@@ -241,6 +243,8 @@ async fn psql_describe_shows_primary_keys() {
         // A table without a key: duplicates kept, the hidden key not shown.
         "INSERT 0 2",
         "Table \"public.keyless\"",
+        // Unaliased function calls are named as PostgreSQL names them.
+        " count | most \n-------+------\n     2 |    1\n",
         "ROLLBACK",
     ] {
         assert!(stdout.contains(expected), "{expected:?} not in:\n{stdout}");
