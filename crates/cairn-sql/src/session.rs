@@ -426,23 +426,21 @@ impl SqlSession {
     /// Queues a notice for the client: a PostgreSQL NOTICE through pgwire, a log line
     /// elsewhere ([`SqlSession::take_notices`]).
     pub fn notice(&self, message: impl Into<String>) {
-        let message = message.into();
-        tracing::info!(notice = %message, "SQL notice");
-        self.notices.lock().push(Notice {
-            severity: "NOTICE",
-            code: "00000",
-            message,
-        });
+        self.queue_notice("NOTICE", "00000", message.into());
     }
 
     /// Queues a warning for the client (PostgreSQL's WARNING, SQLSTATE 01000): the
     /// statement did what it says, but not all a PostgreSQL user would expect.
     pub fn warning(&self, message: impl Into<String>) {
-        let message = message.into();
-        tracing::info!(warning = %message, "SQL warning");
+        self.queue_notice("WARNING", "01000", message.into());
+    }
+
+    /// Logs a notice or warning and queues it for [`SqlSession::take_notices`].
+    fn queue_notice(&self, severity: &'static str, code: &'static str, message: String) {
+        tracing::info!(severity, message = %message, "SQL notice");
         self.notices.lock().push(Notice {
-            severity: "WARNING",
-            code: "01000",
+            severity,
+            code,
             message,
         });
     }

@@ -481,7 +481,12 @@ impl Conn {
         };
         let n = results.len();
         let mut out = Vec::with_capacity(n);
-        let names = pg_column_names(sql);
+        // PostgreSQL's column names, figured only when there are rows to describe.
+        let names = results
+            .iter()
+            .any(|r| matches!(r, QueryResult::Rows { .. }))
+            .then(|| pg_column_names(sql))
+            .flatten();
         for (i, r) in results.into_iter().enumerate() {
             if wrote(&r) {
                 self.tx.lock().wrote();
