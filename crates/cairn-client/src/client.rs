@@ -697,6 +697,7 @@ impl Client {
         }
         let req = GetTableLocationsRequest {
             name: table.name.clone(),
+            ..Default::default()
         };
         let fetched = Instant::now();
         let resp = self

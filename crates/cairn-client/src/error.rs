@@ -150,6 +150,11 @@ pub enum ClientError {
     /// would deadlock: roll the transaction back and run it again.
     #[error("{0}")]
     TxnDeadlock(String),
+    /// A transaction's commit was sent but whether it took effect could not be
+    /// learned (its home tablet stayed unreachable): check the data before running
+    /// it again. PostgreSQL's `transaction_resolution_unknown`.
+    #[error("{0}")]
+    TxnOutcomeUnknown(String),
     /// A bug in the client.
     #[error("internal client error: {0} (this is a bug; please report it)")]
     Internal(String),

@@ -13,6 +13,15 @@
 //!   is the largest prepare timestamp, and every participant commits at it — so a
 //!   snapshot sees all of the transaction or none of it, on every tablet.
 //!
+//! One participant, the *home* (the first in tablet-id order), holds the
+//! transaction's status record (`cairn_tablet::txn`, "The status record"): each
+//! prepare tells the participant where the home is, and the coordinator commits at
+//! the home first. The home's commit record, replicated by its Raft group, is the
+//! decision; the other participants commit after it. If the coordinator dies after
+//! the decision, each remaining participant learns it from the home once the
+//! coordinator has been silent for the abandon timeout; if it dies before, the home
+//! aborts the transaction alone and the others learn that.
+//!
 //! [`Transaction::rollback`] (or a failed prepare) aborts everywhere.
 //!
 //! [`Transaction::scan`] reads as the transaction: each tablet returns the
@@ -24,10 +33,6 @@
 //! has heard nothing from for its abandon timeout, so a coordinator that dies (or a
 //! handle dropped without `commit`/`rollback`) leaves no rows owned for long.
 //!
-//! What this coordinator does not do yet: it keeps no durable record of its decision,
-//! so if it dies between the prepares and the last commit, prepared participants stay
-//! prepared (their keys owned, snapshots after them waiting) until an operator or a
-//! later resolver ends them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -143,36 +148,65 @@ impl Transaction {
         self.link.participants.lock().len()
     }
 
+    /// The tablets the transaction has written to, with their tables, in tablet-id
+    /// order: at commit the first is the home, which holds the status record.
+    pub fn tablets(&self) -> Vec<(String, Table)> {
+        self.parts()
+    }
+
     /// Commits: one phase on a single participant, two-phase commit across several.
     /// Returns the commit timestamp (a read at or after it sees the whole
     /// transaction); a transaction that wrote nothing commits at the client's current
-    /// timestamp. If a participant cannot prepare, the transaction is aborted
-    /// everywhere and the error returned.
+    /// timestamp. If a participant cannot prepare, or the home tablet refuses the
+    /// commit, the transaction is aborted everywhere and the error returned
+    /// ([`ClientError::TxnNotOpen`]: it can be run again). If the home cannot be
+    /// reached to learn whether it committed, [`ClientError::TxnOutcomeUnknown`].
     pub async fn commit(self) -> Result<HybridTime> {
+        let res = self.commit_inner().await;
         self.link
             .ended
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        res
+    }
+
+    async fn commit_inner(&self) -> Result<HybridTime> {
         let parts = self.parts();
         match parts.as_slice() {
             [] => Ok(HybridTime(self.client.last_timestamp())),
             [(tablet, table)] => {
-                let r = self.step(table, tablet, TxnAction::TxnCommit, 0).await;
+                let r = self.step(table, tablet, Step::commit(0)).await;
                 match r {
                     Ok(ts) => Ok(HybridTime(ts)),
                     Err(e) => {
                         // The commit may not have happened: make sure it never does.
-                        let _ = self.step(table, tablet, TxnAction::TxnAbort, 0).await;
+                        let _ = self.step(table, tablet, Step::abort()).await;
                         Err(e)
                     }
                 }
             }
-            _ => {
-                let prepares = futures::future::join_all(
-                    parts
-                        .iter()
-                        .map(|(t, tb)| self.step(tb, t, TxnAction::TxnBeginCommit, 0)),
-                )
-                .await;
+            [(home_tablet, home_table), others @ ..] => {
+                let home_role = Step {
+                    action: TxnAction::TxnBeginCommit,
+                    commit_ts: 0,
+                    is_home: true,
+                    home: None,
+                };
+                let role = Step {
+                    action: TxnAction::TxnBeginCommit,
+                    commit_ts: 0,
+                    is_home: false,
+                    home: Some((home_table.id.clone(), home_tablet.clone())),
+                };
+                let prepares =
+                    futures::future::join_all(parts.iter().enumerate().map(|(i, (t, tb))| {
+                        let step = if i == 0 {
+                            home_role.clone()
+                        } else {
+                            role.clone()
+                        };
+                        self.step(tb, t, step)
+                    }))
+                    .await;
                 let mut commit_ts = 0;
                 let mut failed = None;
                 for p in prepares {
@@ -186,25 +220,84 @@ impl Transaction {
                     let _ = self.abort_all(&parts).await;
                     return Err(e);
                 }
-                // Every participant is prepared: the decision is commit, and each
-                // participant is told until it answers (a participant's leader may
-                // change meanwhile; the new one holds the prepared state).
+                fail::fail_point!("txn::before_home_commit", |_| Err(ClientError::Internal(
+                    "failpoint txn::before_home_commit".into()
+                )));
+                // Every participant is prepared. The home's commit record is the
+                // decision.
+                if let Err(e) = self
+                    .step(home_table, home_tablet, Step::commit(commit_ts))
+                    .await
+                {
+                    return Err(self.after_failed_home_commit(&parts, e).await);
+                }
+                fail::fail_point!("txn::after_home_commit", |_| Err(ClientError::Internal(
+                    "failpoint txn::after_home_commit".into()
+                )));
+                // Committed. Each other participant is told until it answers (its
+                // leader may change meanwhile; the new one holds the prepared state);
+                // one that cannot be told learns the decision from the home.
                 let commits = futures::future::join_all(
-                    parts
+                    others
                         .iter()
-                        .map(|(t, tb)| self.step(tb, t, TxnAction::TxnCommit, commit_ts)),
+                        .map(|(t, tb)| self.step(tb, t, Step::commit(commit_ts))),
                 )
                 .await;
-                if let Some(e) = commits.into_iter().find_map(|r| r.err()) {
-                    return Err(ClientError::Internal(format!(
-                        "transaction {:016x} was committed at {commit_ts} but a participant \
-                         did not confirm: {e}",
-                        self.link.id
-                    )));
+                for (r, (t, _)) in commits.into_iter().zip(others) {
+                    if let Err(e) = r {
+                        tracing::warn!(txn = self.link.id, tablet = %t, error = %e,
+                            "a participant did not confirm the commit; it will learn it from \
+                             the transaction's home tablet");
+                    }
                 }
                 self.client.observe_timestamp(commit_ts);
                 Ok(HybridTime(commit_ts))
             }
+        }
+    }
+
+    /// What a failed commit at the home tablet means, found out by aborting there:
+    /// an abort that takes, or a home that had aborted already, means the transaction
+    /// never committed (then it is aborted everywhere and `TxnNotOpen` returned); a
+    /// home that answers "committed" means the commit took, and the caller's error
+    /// was only the answer lost — yet the commit must then be completed by the
+    /// resolvers, so the outcome is reported unknown rather than guessed.
+    async fn after_failed_home_commit(
+        &self,
+        parts: &[(String, Table)],
+        e: ClientError,
+    ) -> ClientError {
+        let (home_tablet, home_table) = &parts[0];
+        match self.step(home_table, home_tablet, Step::abort()).await {
+            Ok(_) => {
+                let _ = self.abort_all(&parts[1..]).await;
+                match e {
+                    ClientError::TxnNotOpen(_) => e,
+                    e => ClientError::TxnNotOpen(format!(
+                        "transaction {:016x} was aborted: its commit did not reach the home \
+                         tablet {home_tablet} ({e}); run it again",
+                        self.link.id
+                    )),
+                }
+            }
+            Err(ClientError::TxnNotOpen(msg)) if msg.contains("committed") => {
+                ClientError::TxnOutcomeUnknown(format!(
+                    "transaction {:016x} committed at its home tablet {home_tablet}, but the \
+                     answer was lost ({e}); the other participants complete the commit",
+                    self.link.id
+                ))
+            }
+            Err(ClientError::TxnNotOpen(_)) => {
+                let _ = self.abort_all(&parts[1..]).await;
+                e
+            }
+            Err(abort) => ClientError::TxnOutcomeUnknown(format!(
+                "whether transaction {:016x} committed is unknown: its home tablet \
+                 {home_tablet} could not be reached ({e}; then {abort}); the transaction \
+                 will be committed or aborted as the home decided — check before running it \
+                 again",
+                self.link.id
+            )),
         }
     }
 
@@ -229,32 +322,43 @@ impl Transaction {
 
     /// Aborts on every participant; the first error, if any.
     async fn abort_all(&self, parts: &[(String, Table)]) -> Result<()> {
-        let res = futures::future::join_all(
-            parts
-                .iter()
-                .map(|(t, tb)| self.step(tb, t, TxnAction::TxnAbort, 0)),
-        )
-        .await;
+        let res =
+            futures::future::join_all(parts.iter().map(|(t, tb)| self.step(tb, t, Step::abort())))
+                .await;
         res.into_iter().find_map(|r| r.err()).map_or(Ok(()), Err)
     }
 
     /// One step on one participant's leader, retried until the operation timeout.
-    async fn step(
-        &self,
-        table: &Table,
-        tablet_id: &str,
-        action: TxnAction,
-        commit_ts: u64,
-    ) -> Result<u64> {
-        step(
-            &self.client,
-            self.link.id,
-            table,
-            tablet_id,
+    async fn step(&self, table: &Table, tablet_id: &str, step: Step) -> Result<u64> {
+        run_step(&self.client, self.link.id, table, tablet_id, step).await
+    }
+}
+
+/// One `TxnControl` call's arguments.
+#[derive(Clone, Debug)]
+struct Step {
+    action: TxnAction,
+    commit_ts: u64,
+    /// A prepare of the home tablet.
+    is_home: bool,
+    /// A prepare of another participant: the home's table id and tablet id.
+    home: Option<(String, String)>,
+}
+
+impl Step {
+    fn of(action: TxnAction, commit_ts: u64) -> Step {
+        Step {
             action,
             commit_ts,
-        )
-        .await
+            is_home: false,
+            home: None,
+        }
+    }
+    fn commit(commit_ts: u64) -> Step {
+        Step::of(TxnAction::TxnCommit, commit_ts)
+    }
+    fn abort() -> Step {
+        Step::of(TxnAction::TxnAbort, 0)
     }
 }
 
@@ -280,7 +384,8 @@ async fn keep_alive(
             return;
         }
         for (tablet, table) in parts {
-            if let Err(e) = step(&client, id, &table, &tablet, TxnAction::TxnKeepalive, 0).await {
+            let keep = Step::of(TxnAction::TxnKeepalive, 0);
+            if let Err(e) = run_step(&client, id, &table, &tablet, keep).await {
                 tracing::debug!(txn = id, %tablet, error = %e, "transaction keep-alive");
             }
         }
@@ -289,32 +394,37 @@ async fn keep_alive(
 
 /// One step of transaction `txn` on one participant's leader, retried until the
 /// operation timeout.
-async fn step(
+async fn run_step(
     client: &Client,
     txn: u64,
     table: &Table,
     tablet_id: &str,
-    action: TxnAction,
-    commit_ts: u64,
+    step: Step,
 ) -> Result<u64> {
     let what = format!(
         "{} transaction {txn:016x} on tablet {tablet_id} of table '{}'",
-        match action {
+        match step.action {
             TxnAction::TxnBeginCommit => "preparing",
             TxnAction::TxnCommit => "committing",
             TxnAction::TxnAbort => "aborting",
             TxnAction::TxnKeepalive => "keeping alive",
+            TxnAction::TxnStatus => "asking the state of",
         },
         table.name
     );
     let deadline = Deadline::after(client.options().operation_timeout);
     let call = |server: LeaderServer, t| {
+        let (home_table_id, home_tablet_id) = step.home.clone().unwrap_or_default();
         let req = TxnControlRequest {
             tablet_id: tablet_id.to_string(),
             txn_id: txn,
-            action: action as i32,
-            commit_timestamp: commit_ts,
+            action: step.action as i32,
+            commit_timestamp: step.commit_ts,
             propagated_timestamp: client.last_timestamp(),
+            is_home: step.is_home,
+            home_table_id,
+            home_tablet_id,
+            prepared_at: 0,
         };
         async move {
             match server {

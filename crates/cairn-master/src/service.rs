@@ -778,7 +778,15 @@ impl pb::master_server::Master for MasterService {
         let st = &self.state;
         st.authorize(&request, ANY)?;
         st.check_leader()?;
-        let t = self.visible_table(&request.into_inner().name)?;
+        let req = request.into_inner();
+        let t = if req.table_id.is_empty() {
+            self.visible_table(&req.name)?
+        } else {
+            st.catalog
+                .read(|c| c.tables.get(&req.table_id).cloned())
+                .filter(|t| t.state != TableState::Deleting)
+                .ok_or_else(|| MasterError::TableNotFound(format!("id {}", req.table_id)))?
+        };
         let entries: Vec<TabletEntry> = st.catalog.read(|c| {
             t.tablets
                 .iter()

@@ -172,6 +172,7 @@ fn client_sqlstate(e: &ClientError) -> &'static str {
         ClientError::Common(c) => common_sqlstate(c),
         ClientError::TableChanged { .. } | ClientError::TxnNotOpen(_) => "40001",
         ClientError::TxnDeadlock(_) => "40P01",
+        ClientError::TxnOutcomeUnknown(_) => "08007",
         ClientError::WriteFailed { cause, .. } => client_sqlstate(cause),
         ClientError::PermissionDenied(_) => "42501",
         ClientError::Unauthenticated(_) => "28000",

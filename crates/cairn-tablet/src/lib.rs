@@ -63,10 +63,10 @@ pub use cairn_wal::FsyncPolicy;
 pub use error::{Result, TabletError};
 pub use local::LocalTablet;
 pub use maintenance::MaintenanceManager;
-pub use ops::{OpKind, RequestId, RequestRecord, RowCondition, RowError, RowOp, TxnId};
+pub use ops::{OpKind, RequestId, RequestRecord, RowCondition, RowError, RowOp, TxnId, TxnRole};
 pub use scan::{ScanSpec, Scanner};
 pub use tablet::{
     AlterOp, PreparedBulk, PreparedWrite, ReadMode, Tablet, TabletOptions, TxnDecision, WriteResult,
 };
-pub use txn::{TxnInfo, TxnOutcome};
+pub use txn::{TxnDecisionRecord, TxnInfo, TxnOutcome};
 pub use writer::Codec;

@@ -163,10 +163,11 @@ impl LocalTablet {
         self.log_checked(p, atomic)
     }
 
-    /// Prepares `txn` to commit; returns the prepare timestamp.
-    pub fn txn_begin_commit(&self, txn: TxnId) -> Result<HybridTime> {
+    /// Prepares `txn` to commit, its status record where `role` says; returns the
+    /// prepare timestamp.
+    pub fn txn_begin_commit(&self, txn: TxnId, role: Option<crate::TxnRole>) -> Result<HybridTime> {
         let mut log = self.log.lock();
-        let (ts, rec) = self.tablet.start_begin_commit(txn)?;
+        let (ts, rec) = self.tablet.start_begin_commit(txn, role)?;
         let res = self.log_and_apply(&mut log, &rec);
         self.tablet.finish_write(ts);
         res.map(|_| ts)

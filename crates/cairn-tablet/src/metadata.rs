@@ -99,6 +99,10 @@ pub struct TabletMeta {
     /// below that record's. A restart applies the log again from there.
     #[serde(default)]
     pub txn_floor: Option<(u64, u64)>,
+    /// The decisions of the two-phase commits this tablet is home of, kept for
+    /// [`crate::txn::DECISION_RETENTION`] (see "The status record" in [`crate::txn`]).
+    #[serde(default)]
+    pub txn_decisions: Vec<crate::txn::TxnDecisionRecord>,
 }
 
 impl TabletMeta {
@@ -113,6 +117,7 @@ impl TabletMeta {
             rowsets: vec![],
             results: vec![],
             txn_floor: None,
+            txn_decisions: vec![],
         }
     }
 

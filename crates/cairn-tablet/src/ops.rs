@@ -477,6 +477,9 @@ pub enum LogRecord {
         txn: TxnId,
         /// The prepare timestamp, held in flight until the transaction finishes.
         ts: HybridTime,
+        /// Where the transaction's status record lives (`None`: a record written
+        /// before status records existed).
+        role: Option<TxnRole>,
     },
     /// The end of transaction `txn` on this tablet: with `commit_ts`, its provisional
     /// writes become rows at that timestamp; without, they are discarded.
@@ -490,6 +493,24 @@ pub enum LogRecord {
         /// durable index may pass the transaction's earlier records, and a restart
         /// that applies it again must not need them.
         ops: Vec<LoggedOp>,
+    },
+}
+
+/// Where a two-phase commit's status record lives, as a participant learns it at
+/// prepare time (see [`crate::txn`]: "The status record").
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum TxnRole {
+    /// This tablet holds the status record: its commit or abort record *is* the
+    /// transaction's decision, and it may abort the transaction alone while no
+    /// decision exists.
+    Home,
+    /// Another tablet holds the status record: the home tablet of table `table_id`
+    /// with id `tablet_id`, asked for the decision if the coordinator goes silent.
+    Participant {
+        /// The home tablet's table.
+        table_id: String,
+        /// The home tablet.
+        tablet_id: String,
     },
 }
 
@@ -515,6 +536,7 @@ const TAG_BULK: u8 = 5;
 const TAG_TXN_WRITE: u8 = 6;
 const TAG_TXN_BEGIN_COMMIT: u8 = 7;
 const TAG_TXN_FINISH: u8 = 8;
+const TAG_TXN_BEGIN_COMMIT_ROLE: u8 = 9;
 
 /// Appends a list of logged ops.
 fn put_ops(out: &mut Vec<u8>, ops: &[LoggedOp]) {
@@ -597,10 +619,25 @@ impl LogRecord {
                 }
                 put_ops(&mut out, ops);
             }
-            LogRecord::TxnBeginCommit { txn, ts } => {
-                out.push(TAG_TXN_BEGIN_COMMIT);
+            LogRecord::TxnBeginCommit { txn, ts, role } => {
+                out.push(match role {
+                    None => TAG_TXN_BEGIN_COMMIT,
+                    Some(_) => TAG_TXN_BEGIN_COMMIT_ROLE,
+                });
                 codec::put_u64(&mut out, txn.0);
                 codec::put_u64(&mut out, ts.0);
+                match role {
+                    None => {}
+                    Some(TxnRole::Home) => out.push(0),
+                    Some(TxnRole::Participant {
+                        table_id,
+                        tablet_id,
+                    }) => {
+                        out.push(1);
+                        codec::put_bytes(&mut out, table_id.as_bytes());
+                        codec::put_bytes(&mut out, tablet_id.as_bytes());
+                    }
+                }
             }
             LogRecord::TxnFinish {
                 txn,
@@ -694,10 +731,23 @@ impl LogRecord {
                     request,
                 })
             }
-            TAG_TXN_BEGIN_COMMIT => Ok(LogRecord::TxnBeginCommit {
-                txn: TxnId(r.u64()?),
-                ts: HybridTime(r.u64()?),
-            }),
+            tag @ (TAG_TXN_BEGIN_COMMIT | TAG_TXN_BEGIN_COMMIT_ROLE) => {
+                let txn = TxnId(r.u64()?);
+                let ts = HybridTime(r.u64()?);
+                let role = if tag == TAG_TXN_BEGIN_COMMIT {
+                    None
+                } else {
+                    Some(match r.u8()? {
+                        0 => TxnRole::Home,
+                        1 => TxnRole::Participant {
+                            table_id: r.string()?,
+                            tablet_id: r.string()?,
+                        },
+                        t => return Err(bad_record(&format!("unknown transaction role {t}"))),
+                    })
+                };
+                Ok(LogRecord::TxnBeginCommit { txn, ts, role })
+            }
             TAG_TXN_FINISH => {
                 let txn = TxnId(r.u64()?);
                 let commit = r.u8()? == 1;
@@ -809,6 +859,20 @@ mod tests {
             LogRecord::TxnBeginCommit {
                 txn: TxnId(77),
                 ts: HybridTime(11),
+                role: None,
+            },
+            LogRecord::TxnBeginCommit {
+                txn: TxnId(77),
+                ts: HybridTime(11),
+                role: Some(TxnRole::Home),
+            },
+            LogRecord::TxnBeginCommit {
+                txn: TxnId(77),
+                ts: HybridTime(11),
+                role: Some(TxnRole::Participant {
+                    table_id: "tbl".into(),
+                    tablet_id: "tab-ü".into(),
+                }),
             },
             LogRecord::TxnFinish {
                 txn: TxnId(77),

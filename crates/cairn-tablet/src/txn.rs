@@ -29,6 +29,26 @@
 //!   The metadata file records the log position of the oldest open transaction's
 //!   first record ([`TxnTable::floor`]) and the tablet's durable index stays below
 //!   it, so a restart re-applies those records and finds the transaction again.
+//!
+//! # The status record
+//!
+//! A two-phase commit needs one place that says whether the transaction committed,
+//! so that a coordinator dying between the prepares and the last commit leaves no
+//! participant prepared for ever. Kudu keeps it in a transaction status tablet;
+//! Cairn keeps it on one of the participants, the transaction's *home* (as
+//! CockroachDB keeps its transaction record on the range of the first key written):
+//!
+//! - Each prepare names the participant's [`TxnRole`]: the home, or a participant
+//!   that knows where the home is.
+//! - The coordinator commits at the home first. The home's commit record — replicated
+//!   by its Raft group like any record — is the decision; the other participants
+//!   commit after it. A prepared home may abort alone while no decision exists.
+//! - The home remembers its decisions ([`TxnTable::decision`]) in memory and in the
+//!   metadata file for [`DECISION_RETENTION`], so that the answer outlives the log
+//!   records it came from, across restarts.
+//! - A participant whose coordinator went silent asks the home. A home that never
+//!   heard of the transaction, or forgot it, aborts it first (a tombstone, itself a
+//!   recorded decision), so a late commit can never land there afterwards.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
@@ -37,7 +57,7 @@ use cairn_common::{HybridTime, Schema, Value};
 use parking_lot::{Condvar, Mutex};
 
 use crate::history::Row;
-use crate::ops::{LoggedOp, OpKind, TxnId};
+use crate::ops::{LoggedOp, OpKind, TxnId, TxnRole};
 
 /// How long a transaction waits for a key owned by another, unprepared one before its
 /// wait is taken for part of a deadlock across tablets. Twice PostgreSQL's
@@ -46,6 +66,12 @@ pub const DEADLOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 
 /// How many finished transactions a tablet remembers the outcome of.
 const REMEMBERED_OUTCOMES: usize = 65_536;
+
+/// How long a home tablet keeps the decision of a two-phase commit it was home of
+/// (see "The status record" in the module docs). A participant left prepared for
+/// longer than this — its whole tablet down the while — can no longer learn the
+/// decision and stays prepared, with an error in the log.
+pub const DECISION_RETENTION: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// How a transaction ended on this tablet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +96,31 @@ pub(crate) struct OpenTxn {
     /// When the last record of the transaction was applied here (for the detection of
     /// abandoned transactions).
     pub(crate) last_active: Instant,
+    /// Where its status record lives, once prepared (`None` before, or for a prepare
+    /// written before status records existed).
+    pub(crate) role: Option<TxnRole>,
+}
+
+/// A decision a home tablet recorded (see "The status record" in the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TxnDecisionRecord {
+    /// The transaction.
+    pub txn: u64,
+    /// Its commit timestamp, or 0: aborted.
+    pub commit_ts: u64,
+    /// When the home recorded it (a HybridTime): it is forgotten
+    /// [`DECISION_RETENTION`] later.
+    pub recorded: u64,
+}
+
+impl TxnDecisionRecord {
+    /// The outcome it records.
+    pub fn outcome(&self) -> TxnOutcome {
+        match self.commit_ts {
+            0 => TxnOutcome::Aborted,
+            ts => TxnOutcome::Committed(HybridTime(ts)),
+        }
+    }
 }
 
 /// What a tablet's tools and its server's resolver see of an open transaction.
@@ -81,6 +132,8 @@ pub struct TxnInfo {
     pub keys: usize,
     /// Its prepare timestamp, once prepared.
     pub prepared: Option<HybridTime>,
+    /// Where its status record lives, once prepared.
+    pub role: Option<TxnRole>,
     /// Milliseconds since its last record here was applied.
     pub idle_ms: u64,
 }
@@ -91,6 +144,9 @@ struct State {
     owners: HashMap<Vec<u8>, TxnId>,
     outcomes: HashMap<TxnId, TxnOutcome>,
     outcome_order: VecDeque<TxnId>,
+    /// Decisions of the transactions this tablet is home of (durable: see
+    /// [`TxnTable::decisions`]).
+    decisions: HashMap<TxnId, TxnDecisionRecord>,
     committing: usize,
     /// Transactions waiting on this tablet for a key's owner: waiter -> (owner, since).
     /// The leader's memory only; it exists to find deadlocks.
@@ -201,7 +257,7 @@ impl TxnTable {
         if let Some(t) = g.open.get(&txn) {
             return Some(t.prepared.is_none());
         }
-        if g.outcomes.contains_key(&txn) {
+        if g.outcomes.contains_key(&txn) || g.decisions.contains_key(&txn) {
             return Some(false);
         }
         None
@@ -239,7 +295,10 @@ impl TxnTable {
         op: LoggedOp,
     ) -> bool {
         let mut g = self.state.lock();
-        if g.outcomes.contains_key(&txn) || g.owners.get(&key).is_some_and(|o| *o != txn) {
+        if g.outcomes.contains_key(&txn)
+            || g.decisions.contains_key(&txn)
+            || g.owners.get(&key).is_some_and(|o| *o != txn)
+        {
             return false;
         }
         let t = g.open.entry(txn).or_insert_with(|| OpenTxn {
@@ -248,6 +307,7 @@ impl TxnTable {
             keys: BTreeMap::new(),
             prepared: None,
             last_active: Instant::now(),
+            role: None,
         });
         if t.prepared.is_some() {
             return false;
@@ -258,9 +318,9 @@ impl TxnTable {
         true
     }
 
-    /// Marks `txn` prepared at `ts`. False if it is not open here or already prepared
-    /// (then nothing holds `ts`).
-    pub(crate) fn prepare(&self, txn: TxnId, ts: HybridTime) -> bool {
+    /// Marks `txn` prepared at `ts`, its status record where `role` says. False if it
+    /// is not open here or already prepared (then nothing holds `ts`).
+    pub(crate) fn prepare(&self, txn: TxnId, ts: HybridTime, role: Option<TxnRole>) -> bool {
         let mut g = self.state.lock();
         let Some(t) = g.open.get_mut(&txn) else {
             return false;
@@ -269,6 +329,7 @@ impl TxnTable {
             return false;
         }
         t.prepared = Some(ts);
+        t.role = role;
         t.last_active = Instant::now();
         g.committing += 1;
         true
@@ -280,9 +341,17 @@ impl TxnTable {
     }
 
     /// Removes `txn` (its keys are free again) and remembers how it ended. Returns its
-    /// state if it was open.
+    /// state if it was open. At `now`, the outcome becomes a recorded decision if this
+    /// tablet is the transaction's home, or if the transaction was not open here (an
+    /// abort of a transaction this tablet never heard of, or forgot, is a tombstone:
+    /// see "The status record" in the module docs).
     /// The caller wakes waiters with [`TxnTable::notify`] once the commit is applied.
-    pub(crate) fn finish(&self, txn: TxnId, outcome: TxnOutcome) -> Option<OpenTxn> {
+    pub(crate) fn finish(
+        &self,
+        txn: TxnId,
+        outcome: TxnOutcome,
+        now: HybridTime,
+    ) -> Option<OpenTxn> {
         let mut g = self.state.lock();
         let t = g.open.remove(&txn);
         if let Some(t) = &t {
@@ -292,6 +361,24 @@ impl TxnTable {
             if t.prepared.is_some() {
                 g.committing -= 1;
             }
+        }
+        let home = match &t {
+            Some(t) => t.role == Some(TxnRole::Home),
+            None => outcome == TxnOutcome::Aborted && !g.outcomes.contains_key(&txn),
+        };
+        if home && !g.decisions.contains_key(&txn) {
+            let commit_ts = match outcome {
+                TxnOutcome::Committed(ts) => ts.0,
+                TxnOutcome::Aborted => 0,
+            };
+            g.decisions.insert(
+                txn,
+                TxnDecisionRecord {
+                    txn: txn.0,
+                    commit_ts,
+                    recorded: now.0,
+                },
+            );
         }
         if g.outcomes.insert(txn, outcome).is_none() {
             g.outcome_order.push_back(txn);
@@ -311,7 +398,43 @@ impl TxnTable {
 
     /// How `txn` ended here, if this tablet still remembers.
     pub fn outcome(&self, txn: TxnId) -> Option<TxnOutcome> {
-        self.state.lock().outcomes.get(&txn).copied()
+        let g = self.state.lock();
+        g.outcomes
+            .get(&txn)
+            .copied()
+            .or_else(|| g.decisions.get(&txn).map(TxnDecisionRecord::outcome))
+    }
+
+    /// The decision this tablet recorded as `txn`'s home, if it did (and has not
+    /// forgotten it yet).
+    pub fn decision(&self, txn: TxnId) -> Option<TxnOutcome> {
+        self.state
+            .lock()
+            .decisions
+            .get(&txn)
+            .map(TxnDecisionRecord::outcome)
+    }
+
+    /// The recorded decisions younger than [`DECISION_RETENTION`] at `now`, for the
+    /// metadata file; older ones are forgotten here.
+    pub(crate) fn decisions(&self, now: HybridTime) -> Vec<TxnDecisionRecord> {
+        let keep_from = now
+            .physical_micros()
+            .saturating_sub(DECISION_RETENTION.as_micros() as u64);
+        let mut g = self.state.lock();
+        g.decisions
+            .retain(|_, d| HybridTime(d.recorded).physical_micros() >= keep_from);
+        let mut v: Vec<TxnDecisionRecord> = g.decisions.values().copied().collect();
+        v.sort_by_key(|d| (d.recorded, d.txn));
+        v
+    }
+
+    /// Loads the decisions the metadata file recorded (at open).
+    pub(crate) fn load_decisions(&self, decisions: &[TxnDecisionRecord]) {
+        let mut g = self.state.lock();
+        for d in decisions {
+            g.decisions.insert(TxnId(d.txn), *d);
+        }
     }
 
     /// Prepared transactions not yet finished.
@@ -372,6 +495,7 @@ impl TxnTable {
                 txn: *id,
                 keys: t.keys.len(),
                 prepared: t.prepared,
+                role: t.role.clone(),
                 idle_ms: t.last_active.elapsed().as_millis() as u64,
             })
             .collect();
@@ -504,12 +628,16 @@ mod tests {
             t.wait_unowned(&[b"a"], Some(TxnId(1)), soon, hour),
             WaitOutcome::Free
         );
-        assert!(t.prepare(TxnId(1), HybridTime(200)));
+        assert!(t.prepare(TxnId(1), HybridTime(200), None));
         assert_eq!(t.committing(), 1);
         let t2 = t.clone();
         let h = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(20));
-            t2.finish(TxnId(1), TxnOutcome::Committed(HybridTime(210)));
+            t2.finish(
+                TxnId(1),
+                TxnOutcome::Committed(HybridTime(210)),
+                HybridTime(220),
+            );
             t2.notify();
         });
         let later = Instant::now() + std::time::Duration::from_secs(10);
@@ -562,7 +690,7 @@ mod tests {
             WaitOutcome::Deadlock(TxnId(1))
         );
         // 2 aborts; 1 gets its key.
-        t.finish(TxnId(2), TxnOutcome::Aborted);
+        t.finish(TxnId(2), TxnOutcome::Aborted, HybridTime(300));
         t.notify();
         assert_eq!(waiter.join().unwrap(), WaitOutcome::Free);
         assert!(t.state.lock().waits_for.is_empty());
@@ -578,5 +706,59 @@ mod tests {
             t.wait_unowned(&[b"a"], None, soon, short),
             WaitOutcome::TimedOut
         );
+    }
+
+    #[test]
+    fn homes_record_decisions_and_tombstones() {
+        let t = TxnTable::default();
+        let hour_us = DECISION_RETENTION.as_micros() as u64;
+        let at = |us: u64| HybridTime::from_micros(us);
+        // Home of 1: its commit is a decision.
+        assert!(t.add(
+            TxnId(1),
+            10,
+            HybridTime(100),
+            b"a".to_vec(),
+            op(OpKind::Insert, 1, None)
+        ));
+        assert!(t.prepare(TxnId(1), HybridTime(200), Some(TxnRole::Home)));
+        t.finish(TxnId(1), TxnOutcome::Committed(HybridTime(210)), at(1_000));
+        assert_eq!(
+            t.decision(TxnId(1)),
+            Some(TxnOutcome::Committed(HybridTime(210)))
+        );
+        // A mere participant of 2 records no decision.
+        let role = TxnRole::Participant {
+            table_id: "t".into(),
+            tablet_id: "x".into(),
+        };
+        assert!(t.add(
+            TxnId(2),
+            11,
+            HybridTime(101),
+            b"b".to_vec(),
+            op(OpKind::Insert, 2, None)
+        ));
+        assert!(t.prepare(TxnId(2), HybridTime(201), Some(role)));
+        t.finish(TxnId(2), TxnOutcome::Committed(HybridTime(211)), at(1_000));
+        assert_eq!(t.decision(TxnId(2)), None);
+        // An abort of a transaction never seen here is a tombstone: no later write of it.
+        t.finish(TxnId(3), TxnOutcome::Aborted, at(2_000));
+        assert_eq!(t.decision(TxnId(3)), Some(TxnOutcome::Aborted));
+        assert!(!t.add(
+            TxnId(3),
+            12,
+            HybridTime(102),
+            b"c".to_vec(),
+            op(OpKind::Insert, 3, None)
+        ));
+        // Decisions survive a reload, and are forgotten after the retention.
+        let kept = t.decisions(at(1_500 + hour_us));
+        assert_eq!(kept.iter().map(|d| d.txn).collect::<Vec<_>>(), vec![3]);
+        let again = TxnTable::default();
+        again.load_decisions(&kept);
+        assert_eq!(again.decision(TxnId(3)), Some(TxnOutcome::Aborted));
+        assert_eq!(again.writable(TxnId(3)), Some(false));
+        assert!(again.decisions(at(2_001 + hour_us)).is_empty());
     }
 }

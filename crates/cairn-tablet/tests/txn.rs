@@ -26,6 +26,7 @@ use std::time::Duration;
 use cairn_common::{ColumnSpec, DataType, HybridTime, Schema, Value};
 use cairn_tablet::{
     LocalTablet, OpKind, ReadMode, RowError, RowOp, ScanSpec, TxnDecision, TxnId, TxnOutcome,
+    TxnRole,
 };
 use common::{rows_of, small_options};
 use rand::rngs::StdRng;
@@ -64,6 +65,10 @@ struct Oracle {
     /// Per open transaction: its writes' net effect per key.
     open: BTreeMap<u64, BTreeMap<i64, Option<Option<i64>>>>,
     prepared: BTreeMap<u64, HybridTime>,
+    /// Prepared transactions this tablet is the home of (the status record).
+    home: BTreeSet<u64>,
+    /// The decisions a home recorded: commit timestamp, or `None` for an abort.
+    decisions: BTreeMap<u64, Option<HybridTime>>,
 }
 
 impl Oracle {
@@ -270,7 +275,18 @@ fn run_seed(seed: u64) {
                     .map(|(t, _)| *t)
                     .collect();
                 if let Some(&txn) = cands.get(rng.random_range(0..cands.len().max(1))) {
-                    let p = t.txn_begin_commit(TxnId(txn)).unwrap();
+                    let role = match rng.random_range(0..3) {
+                        0 => None,
+                        1 => Some(TxnRole::Home),
+                        _ => Some(TxnRole::Participant {
+                            table_id: "t".into(),
+                            tablet_id: "home".into(),
+                        }),
+                    };
+                    if role == Some(TxnRole::Home) {
+                        o.home.insert(txn);
+                    }
+                    let p = t.txn_begin_commit(TxnId(txn), role).unwrap();
                     o.prepared.insert(txn, p);
                 }
             }
@@ -281,9 +297,13 @@ fn run_seed(seed: u64) {
                 };
                 let writes = o.open.remove(&txn).unwrap();
                 let prepared = o.prepared.remove(&txn);
+                let home = o.home.remove(&txn);
                 if rng.random_bool(0.25) {
                     assert_eq!(t.txn_finish(TxnId(txn), TxnDecision::Abort).unwrap(), None);
                     assert_eq!(t.txns().outcome(TxnId(txn)), Some(TxnOutcome::Aborted));
+                    if home {
+                        o.decisions.insert(txn, None);
+                    }
                     continue;
                 }
                 let decision = match prepared {
@@ -295,6 +315,9 @@ fn run_seed(seed: u64) {
                 let cts = t.txn_finish(TxnId(txn), decision).unwrap().unwrap();
                 if let TxnDecision::Commit(Some(want)) = decision {
                     assert_eq!(cts, want);
+                }
+                if home {
+                    o.decisions.insert(txn, Some(cts));
                 }
                 for (k, row) in writes {
                     o.versions.entry(k).or_default().insert(cts, row);
@@ -338,6 +361,15 @@ fn run_seed(seed: u64) {
                     .map(|(t, _)| *t)
                     .collect();
                 assert_eq!(listed, want, "{ctx}: open transactions after reopening");
+                // A home's decisions outlive the records they came from.
+                for (txn, d) in &o.decisions {
+                    let want = d.map_or(TxnOutcome::Aborted, TxnOutcome::Committed);
+                    assert_eq!(
+                        t.txns().decision(TxnId(*txn)),
+                        Some(want),
+                        "{ctx}: decision of txn {txn} after reopening"
+                    );
+                }
             }
             _ => {}
         }
@@ -400,7 +432,7 @@ fn a_write_waits_for_the_transaction_that_owns_its_key() {
     );
     // A flush is not held up by an open (unprepared) transaction.
     t.flush_all().unwrap();
-    let p = t.txn_begin_commit(txn).unwrap();
+    let p = t.txn_begin_commit(txn, None).unwrap();
     // While prepared, a latest read waits too (it must not read below writes
     // acknowledged after the prepare).
     let t4 = t.clone();
@@ -482,7 +514,7 @@ fn bank_transfers_keep_the_total() {
                         continue;
                     }
                     let decision = if rng.random_bool(0.5) {
-                        TxnDecision::Commit(Some(t.txn_begin_commit(txn).unwrap()))
+                        TxnDecision::Commit(Some(t.txn_begin_commit(txn, None).unwrap()))
                     } else {
                         TxnDecision::Commit(None)
                     };

@@ -31,7 +31,7 @@ use cairn_consensus::{RaftGroup, SmError, StateMachine};
 use cairn_tablet::ops::{decode_row_errors, encode_row_errors};
 use cairn_tablet::{
     MaintenanceManager, ReadMode, RequestId, RowError, RowOp, Tablet, TabletOptions, TxnDecision,
-    TxnId,
+    TxnId, TxnOutcome, TxnRole,
 };
 use parking_lot::{Mutex, RwLock};
 use tokio::time::Instant;
@@ -177,15 +177,46 @@ pub struct WriteOptions {
 }
 
 /// A step of a transaction on one tablet ([`TabletReplica::txn_control`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TxnStep {
-    /// Prepare: the first phase of a two-phase commit.
-    BeginCommit,
+    /// Prepare: the first phase of a two-phase commit; the role says where the
+    /// transaction's status record lives (`None`: an older coordinator's prepare).
+    BeginCommit(Option<TxnRole>),
     /// Commit or abort.
     Finish(TxnDecision),
     /// The coordinator is alive (no log record).
     KeepAlive,
 }
+
+/// A transaction's state as its home tablet tells it ([`TabletReplica::txn_status`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HomeState {
+    /// Not decided: open or prepared at the home.
+    Pending,
+    /// Committed at this timestamp.
+    Committed(HybridTime),
+    /// Aborted.
+    Aborted,
+    /// The home no longer knows (the asker was prepared longer ago than the home
+    /// keeps decisions).
+    Unknown,
+}
+
+/// How a participant asks a transaction's home tablet for its state: (home table id,
+/// home tablet id, transaction, the participant's prepare timestamp) → the state.
+/// The tablet server provides it (it knows the masters and has channels); a
+/// participant's resolver calls it for prepared transactions whose coordinator went
+/// silent.
+pub type AskHome = Arc<
+    dyn Fn(
+            String,
+            String,
+            TxnId,
+            HybridTime,
+        ) -> futures::future::BoxFuture<'static, std::result::Result<HomeState, String>>
+        + Send
+        + Sync,
+>;
 
 /// A write's answer: its timestamp and row errors by position in the caller's batch.
 pub type WriteAnswer = (HybridTime, Vec<(usize, RowError)>);
@@ -384,8 +415,8 @@ impl TabletReplica {
             let _order = self.propose.lock().await;
             let (ts, rec) = match step {
                 TxnStep::KeepAlive => unreachable!("answered above"),
-                TxnStep::BeginCommit => {
-                    let (ts, rec) = tablet.start_begin_commit(txn)?;
+                TxnStep::BeginCommit(role) => {
+                    let (ts, rec) = tablet.start_begin_commit(txn, role)?;
                     (Some(ts), rec)
                 }
                 TxnStep::Finish(d) => match tablet.start_finish(txn, d)? {
@@ -425,38 +456,117 @@ impl TabletReplica {
         }
     }
 
-    /// Aborts the open, unprepared transactions whose coordinator has sent nothing
-    /// (no write, no keep-alive) for `idle`, if this replica leads; a follower
-    /// marks them all active instead (see `TxnTable::touch_all`). A prepared
-    /// transaction is left alone: only its coordinator knows whether it commits.
-    /// Returns how many were aborted.
-    pub async fn abort_abandoned(self: &Arc<Self>, idle: Duration) -> usize {
+    /// The home tablet's side of [`HomeState`]: how transaction `txn` stands here,
+    /// for a participant prepared at `prepared_at` whose coordinator went silent.
+    /// Answers from the recorded decision or outcome, `Pending` while the transaction
+    /// is open or prepared here, and otherwise aborts it first (a replicated
+    /// tombstone: the transaction can no longer commit here) unless `prepared_at` is
+    /// older than decisions are kept, which is `Unknown`. Leadership is confirmed
+    /// first, so a deposed home never answers from stale state.
+    pub async fn txn_status(
+        self: &Arc<Self>,
+        txn: TxnId,
+        prepared_at: HybridTime,
+        deadline: Instant,
+    ) -> Result<HomeState> {
+        self.group.confirm_leadership(deadline).await?;
+        let tablet = self.tablet();
+        let known = |tablet: &Tablet| match tablet.txns().outcome(txn) {
+            Some(TxnOutcome::Committed(ts)) => Some(HomeState::Committed(ts)),
+            Some(TxnOutcome::Aborted) => Some(HomeState::Aborted),
+            None if tablet.txns().list().iter().any(|t| t.txn == txn) => Some(HomeState::Pending),
+            None => None,
+        };
+        if let Some(s) = known(&tablet) {
+            return Ok(s);
+        }
+        let oldest = tablet
+            .clock()
+            .now()
+            .minus_micros(cairn_tablet::txn::DECISION_RETENTION.as_micros() as u64);
+        if prepared_at < oldest {
+            return Ok(HomeState::Unknown);
+        }
+        match self
+            .txn_control(txn, TxnStep::Finish(TxnDecision::Abort), deadline)
+            .await
+        {
+            Ok(_) => {}
+            // Committed meanwhile (it cannot be: it was unknown here), or the like:
+            // what the tablet knows now is the answer.
+            Err(TserverError::Tablet(cairn_tablet::TabletError::TxnNotOpen { .. })) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(known(&tablet).unwrap_or(HomeState::Aborted))
+    }
+
+    /// Resolves the transactions whose coordinator has sent nothing (no write, no
+    /// keep-alive) for `idle`, if this replica leads; a follower marks them all
+    /// active instead (see `TxnTable::touch_all`):
+    /// - an unprepared transaction is aborted;
+    /// - a prepared one whose status record lives here (its home) is aborted: no
+    ///   decision exists yet, and this abort is the decision;
+    /// - a prepared one whose home is another tablet gets that home's decision
+    ///   (`ask_home`) and commits or aborts accordingly; while the home has not
+    ///   decided, it waits;
+    /// - a prepared one from a coordinator older than status records is left alone.
+    ///
+    /// Returns how many were resolved.
+    pub async fn resolve_abandoned(self: &Arc<Self>, idle: Duration, ask_home: &AskHome) -> usize {
         let txns = self.tablet();
         if self.group.check_leader_ready().is_err() {
             txns.txns().touch_all();
             return 0;
         }
-        let mut aborted = 0;
+        let mut resolved = 0;
         for t in txns.txns().list() {
-            if t.prepared.is_some() || t.idle_ms < idle.as_millis() as u64 {
+            if t.idle_ms < idle.as_millis() as u64 {
                 continue;
             }
+            let decision = match (&t.prepared, &t.role) {
+                (None, _) | (Some(_), Some(TxnRole::Home)) => TxnDecision::Abort,
+                (
+                    Some(p),
+                    Some(TxnRole::Participant {
+                        table_id,
+                        tablet_id,
+                    }),
+                ) => match ask_home(table_id.clone(), tablet_id.clone(), t.txn, *p).await {
+                    Ok(HomeState::Committed(ts)) => TxnDecision::Commit(Some(ts)),
+                    Ok(HomeState::Aborted) => TxnDecision::Abort,
+                    Ok(HomeState::Pending) => continue,
+                    Ok(HomeState::Unknown) => {
+                        tracing::error!(tablet = %self.meta.tablet_id, txn = %t.txn,
+                                home = %tablet_id, prepared_at = p.0,
+                                "a prepared transaction's home tablet no longer knows its \
+                                 decision: it stays prepared (its keys owned, later \
+                                 snapshots waiting) until an operator ends it");
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::debug!(txn = %t.txn, home = %tablet_id, error = %e,
+                                "asking a transaction's home tablet for its decision");
+                        continue;
+                    }
+                },
+                (Some(_), None) => continue,
+            };
             let deadline = Instant::now() + Duration::from_secs(10);
             match self
-                .txn_control(t.txn, TxnStep::Finish(TxnDecision::Abort), deadline)
+                .txn_control(t.txn, TxnStep::Finish(decision), deadline)
                 .await
             {
                 Ok(_) => {
-                    aborted += 1;
+                    resolved += 1;
                     tracing::warn!(tablet = %self.meta.tablet_id, txn = %t.txn, idle_ms = t.idle_ms,
-                        "aborted a transaction whose coordinator went silent");
+                        ?decision, "resolved a transaction whose coordinator went silent");
                 }
                 Err(e) => {
-                    tracing::debug!(txn = %t.txn, error = %e, "aborting an abandoned transaction")
+                    tracing::debug!(txn = %t.txn, error = %e, "resolving an abandoned transaction")
                 }
             }
         }
-        aborted
+        resolved
     }
 
     /// The leader's bulk-insert path: checks the rows, replicates them as one record

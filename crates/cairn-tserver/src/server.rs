@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::error::{Result, TserverError};
 use crate::manager::TabletManager;
+use crate::replica::{AskHome, HomeState};
 use crate::service::{ServiceLimits, TabletService, report};
 
 /// Flags of a tablet server.
@@ -166,6 +167,7 @@ impl TabletServer {
         let mut rx = stop_rx.clone();
         let replicas = manager.clone();
         let idle = opts.limits.txn_abandon_after;
+        let ask = home_asker(pool.clone(), opts.masters.clone());
         tasks.push(tokio::spawn(async move {
             let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
             loop {
@@ -177,7 +179,7 @@ impl TabletServer {
                     break;
                 }
                 for r in replicas.list() {
-                    r.abort_abandoned(idle).await;
+                    r.resolve_abandoned(idle, &ask).await;
                 }
             }
         }));
@@ -232,6 +234,97 @@ impl TabletServer {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
     }
+}
+
+/// How this server's participants ask a transaction's home tablet for its decision
+/// (see [`crate::replica::AskHome`]): the master says where the home tablet's
+/// replicas are, and its leader answers `TxnControl(TXN_STATUS)`.
+fn home_asker(pool: ChannelPool, masters: Vec<String>) -> AskHome {
+    Arc::new(move |table_id, tablet_id, txn, prepared_at| {
+        let pool = pool.clone();
+        let masters = masters.clone();
+        Box::pin(
+            async move { ask_home(&pool, &masters, &table_id, &tablet_id, txn, prepared_at).await },
+        )
+    })
+}
+
+/// One attempt of [`home_asker`]'s question.
+async fn ask_home(
+    pool: &ChannelPool,
+    masters: &[String],
+    table_id: &str,
+    tablet_id: &str,
+    txn: cairn_tablet::TxnId,
+    prepared_at: cairn_common::HybridTime,
+) -> std::result::Result<HomeState, String> {
+    const WAIT: Duration = Duration::from_secs(5);
+    let mut last = format!("no master answered for table {table_id}");
+    let mut replicas = None;
+    for m in masters {
+        let ch = match pool.get(m) {
+            Ok(ch) => ch,
+            Err(e) => {
+                last = e.to_string();
+                continue;
+            }
+        };
+        let req = pb::GetTableLocationsRequest {
+            table_id: table_id.to_string(),
+            ..Default::default()
+        };
+        let mut c = MasterClient::new(ch);
+        match tokio::time::timeout(WAIT, c.get_table_locations(req)).await {
+            Ok(Ok(r)) => {
+                let r = r.into_inner();
+                let Some(t) = r.tablets.into_iter().find(|t| t.tablet_id == tablet_id) else {
+                    return Err(format!(
+                        "tablet {tablet_id} is no longer part of table {table_id}"
+                    ));
+                };
+                let mut rs = t.replicas;
+                rs.sort_by_key(|r| !r.leader);
+                replicas = Some(rs);
+                break;
+            }
+            Ok(Err(s)) => last = s.message().to_string(),
+            Err(_) => last = format!("master {m} did not answer in time"),
+        }
+    }
+    let replicas = replicas.ok_or(last.clone())?;
+    for r in replicas {
+        let ch = match pool.get(&r.addr) {
+            Ok(ch) => ch,
+            Err(e) => {
+                last = e.to_string();
+                continue;
+            }
+        };
+        let req = pb::TxnControlRequest {
+            tablet_id: tablet_id.to_string(),
+            txn_id: txn.0,
+            action: pb::TxnAction::TxnStatus as i32,
+            prepared_at: prepared_at.0,
+            ..Default::default()
+        };
+        let mut c = pb::tablet_server_client::TabletServerClient::new(ch);
+        match tokio::time::timeout(WAIT * 2, c.txn_control(req)).await {
+            Ok(Ok(a)) => {
+                let a = a.into_inner();
+                return Ok(match a.state() {
+                    pb::TxnState::Pending => HomeState::Pending,
+                    pb::TxnState::Committed => {
+                        HomeState::Committed(cairn_common::HybridTime(a.timestamp))
+                    }
+                    pb::TxnState::Aborted => HomeState::Aborted,
+                    pb::TxnState::Unknown => HomeState::Unknown,
+                });
+            }
+            Ok(Err(s)) => last = format!("{}: {}", r.addr, s.message()),
+            Err(_) => last = format!("{} did not answer in time", r.addr),
+        }
+    }
+    Err(last)
 }
 
 /// Where and how often a tablet server heartbeats, and the gate that learns the

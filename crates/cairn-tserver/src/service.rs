@@ -24,8 +24,8 @@ use tonic::{Request, Response, Status};
 use crate::convert::{decode_ipc, encode_ipc, request_id, row_error, row_ops};
 use crate::error::{Result, TserverError};
 use crate::manager::TabletManager;
-use crate::replica::{DEFAULT_DEADLINE, TabletReplica, TxnStep, WriteOptions};
-use cairn_tablet::TxnDecision;
+use crate::replica::{DEFAULT_DEADLINE, HomeState, TabletReplica, TxnStep, WriteOptions};
+use cairn_tablet::{TxnDecision, TxnRole};
 
 struct OpenScanner {
     scanner: Scanner,
@@ -379,7 +379,33 @@ impl TabletService {
         let replica = self.leader_replica(&req.tablet_id)?;
         let txn = cairn_tablet::TxnId(req.txn_id);
         let step = match pb::TxnAction::try_from(req.action) {
-            Ok(pb::TxnAction::TxnBeginCommit) => TxnStep::BeginCommit,
+            Ok(pb::TxnAction::TxnBeginCommit) => TxnStep::BeginCommit(if req.is_home {
+                Some(TxnRole::Home)
+            } else if !req.home_tablet_id.is_empty() {
+                cairn_common::validate_id(cairn_common::IdKind::Tablet, &req.home_tablet_id)?;
+                cairn_common::validate_id(cairn_common::IdKind::Table, &req.home_table_id)?;
+                Some(TxnRole::Participant {
+                    table_id: req.home_table_id.clone(),
+                    tablet_id: req.home_tablet_id.clone(),
+                })
+            } else {
+                None
+            }),
+            Ok(pb::TxnAction::TxnStatus) => {
+                let state = replica
+                    .txn_status(txn, HybridTime(req.prepared_at), deadline)
+                    .await?;
+                let (state, timestamp) = match state {
+                    HomeState::Pending => (pb::TxnState::Pending, 0),
+                    HomeState::Committed(ts) => (pb::TxnState::Committed, ts.0),
+                    HomeState::Aborted => (pb::TxnState::Aborted, 0),
+                    HomeState::Unknown => (pb::TxnState::Unknown, 0),
+                };
+                return Ok(pb::TxnControlResponse {
+                    timestamp,
+                    state: state as i32,
+                });
+            }
             Ok(pb::TxnAction::TxnCommit) => TxnStep::Finish(TxnDecision::Commit(
                 (req.commit_timestamp != 0).then_some(HybridTime(req.commit_timestamp)),
             )),
@@ -398,6 +424,7 @@ impl TabletService {
         let ts = replica.txn_control(txn, step, deadline).await?;
         Ok(pb::TxnControlResponse {
             timestamp: ts.map_or(0, |t| t.0),
+            state: pb::TxnState::Pending as i32,
         })
     }
 }

@@ -363,7 +363,11 @@ async fn rpc_handlers_survive_malformed_requests() {
         ),
         (
             "/cairn.Master/GetTableLocations",
-            pb::GetTableLocationsRequest { name: "t".into() }.encode_to_vec(),
+            pb::GetTableLocationsRequest {
+                name: "t".into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
         ),
         (
             "/cairn.Master/Heartbeat",

@@ -84,8 +84,8 @@ impl Tablet {
                 ops,
                 request,
             } => self.apply_txn_write(index, txn, ts, ops, request.as_ref()),
-            LogRecord::TxnBeginCommit { txn, ts } => {
-                self.apply_begin_commit(index, txn, ts);
+            LogRecord::TxnBeginCommit { txn, ts, role } => {
+                self.apply_begin_commit(index, txn, ts, role);
                 Ok(Vec::new())
             }
             LogRecord::TxnFinish {

@@ -304,6 +304,8 @@ impl Tablet {
             durable_ts
         };
         let first_mrs = meta.next_rowset_id;
+        let txns = crate::txn::TxnTable::default();
+        txns.load_decisions(&meta.txn_decisions);
         Ok(Arc::new(Tablet {
             dir: dir.to_path_buf(),
             clock,
@@ -327,7 +329,7 @@ impl Tablet {
             persisting: Mutex::new(()),
             cache,
             results: ResultTracker::from_persisted(meta.results),
-            txns: crate::txn::TxnTable::default(),
+            txns,
             counters: ScanCounters::default(),
             shut_down: AtomicBool::new(false),
             failed: Mutex::new(None),
@@ -559,6 +561,7 @@ impl Tablet {
             rowsets: comps.disk.iter().map(|r| r.meta()).collect(),
             results: self.results.to_persist(),
             txn_floor: self.txns.floor(),
+            txn_decisions: self.txns.decisions(self.clock.now()),
         };
         edit(&mut meta);
         let stored = (|| -> Result<()> {

@@ -13,7 +13,7 @@ use cairn_common::{HybridTime, Value};
 use super::Tablet;
 use crate::error::{Result, TabletError};
 use crate::history::Row;
-use crate::ops::{LogRecord, LoggedOp, OpKind, RequestRecord, RowError, RowOp, TxnId};
+use crate::ops::{LogRecord, LoggedOp, OpKind, RequestRecord, RowError, RowOp, TxnId, TxnRole};
 use crate::rowsets::Components;
 use crate::txn::{TxnOutcome, TxnTable, fold_row, live_after};
 
@@ -108,9 +108,14 @@ impl Tablet {
     /// registered in flight, released with [`Tablet::finish_write`] once the record
     /// is applied; applying it holds the timestamp again until the transaction
     /// finishes — and encodes the record. The coordinator commits at the largest
-    /// prepare timestamp of its participants, or later.
+    /// prepare timestamp of its participants, or later. `role` says where the
+    /// transaction's status record lives (see [`crate::txn`]).
     /// REQUIRES: the caller's proposal-order lock.
-    pub fn start_begin_commit(&self, txn: TxnId) -> Result<(HybridTime, Vec<u8>)> {
+    pub fn start_begin_commit(
+        &self,
+        txn: TxnId,
+        role: Option<TxnRole>,
+    ) -> Result<(HybridTime, Vec<u8>)> {
         self.check_healthy()?;
         if let Some(ts) = self.txns.prepared_at(txn) {
             return Err(TabletError::InvalidRequest(format!(
@@ -128,7 +133,7 @@ impl Tablet {
             });
         }
         let ts = self.mvcc.start(&self.clock);
-        Ok((ts, LogRecord::TxnBeginCommit { txn, ts }.encode()))
+        Ok((ts, LogRecord::TxnBeginCommit { txn, ts, role }.encode()))
     }
 
     /// Ends `txn` here. Returns the record to log and the timestamp registered in
@@ -240,10 +245,16 @@ impl Tablet {
 
     /// Applies a [`LogRecord::TxnBeginCommit`]: the prepare timestamp stays in flight
     /// until the transaction finishes.
-    pub(super) fn apply_begin_commit(&self, index: u64, txn: TxnId, ts: HybridTime) {
+    pub(super) fn apply_begin_commit(
+        &self,
+        index: u64,
+        txn: TxnId,
+        ts: HybridTime,
+        role: Option<TxnRole>,
+    ) {
         self.mvcc.start_at(&self.clock, ts);
         let gate = self.gate.read();
-        let held = self.txns.prepare(txn, ts);
+        let held = self.txns.prepare(txn, ts, role);
         self.note_applied(index, ts);
         drop(gate);
         if !held {
@@ -276,7 +287,7 @@ impl Tablet {
             None => Ok(()),
         };
         let outcome = commit_ts.map_or(TxnOutcome::Aborted, TxnOutcome::Committed);
-        if let Some(t) = self.txns.finish(txn, outcome)
+        if let Some(t) = self.txns.finish(txn, outcome, self.clock.now())
             && let Some(p) = t.prepared
         {
             self.mvcc.finish(p);
