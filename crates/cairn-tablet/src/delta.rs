@@ -58,6 +58,23 @@ impl DeltaMemStore {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         self.map.insert((ordinal, ts.0, seq), change);
     }
+    /// Calls `f` with the changes of `ordinal`, newest first, until it returns false.
+    pub fn visit_newest_first(
+        &self,
+        ordinal: u32,
+        mut f: impl FnMut(HybridTime, &RowChange) -> bool,
+    ) {
+        for e in self
+            .map
+            .range((ordinal, 0, 0)..(ordinal.saturating_add(1), 0, 0))
+            .rev()
+        {
+            if !f(HybridTime(e.key().1), e.value()) {
+                return;
+            }
+        }
+    }
+
     /// Changes to ordinals in `[lo, hi)`, ordered by (ordinal, timestamp, arrival).
     pub fn range(&self, lo: u32, hi: u32) -> Vec<DeltaEntry> {
         self.map

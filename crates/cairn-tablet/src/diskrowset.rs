@@ -36,7 +36,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::cache::{BLOCK_ROWS, BlockCache};
 use crate::delta::{DeltaEntry, DeltaFile, DeltaMemStore};
 use crate::error::{Result, TabletError};
-use crate::history::{Row, apply_change};
+use crate::history::{NewestFirst, Row, apply_change};
 use crate::keyindex::KeyIndex;
 use crate::metadata::{BaseFileMeta, FileMeta, RowSetMeta};
 use crate::ops::RowChange;
@@ -349,7 +349,31 @@ impl DiskRowSet {
 
     /// The full row at `ordinal` as of `snap` (`None`: not visible).
     pub fn row_at(&self, schema: &Schema, ordinal: u32, snap: HybridTime) -> Result<Option<Row>> {
-        let (redo, undo) = self.deltas.read().collect_for(ordinal, ordinal + 1, snap);
+        let deltas = self.deltas.read().clone();
+        let undo_matters = deltas
+            .undo_files
+            .iter()
+            .any(|f| f.max_ts > snap && f.range(ordinal, ordinal + 1).iter().any(|e| e.ts > snap));
+        if !undo_matters && std::env::var("NOFOLD").is_err() {
+            // Only REDOs at or below the snapshot: fold them newest first, so a hot
+            // row's long delta chain is read only back to its latest values.
+            let mut fold = NewestFirst::new(schema, snap);
+            deltas
+                .dms
+                .visit_newest_first(ordinal, |ts, c| fold.visit(ts, c));
+            if let Some(d) = &deltas.frozen_dms {
+                d.visit_newest_first(ordinal, |ts, c| fold.visit(ts, c));
+            }
+            for f in deltas.redo_files.iter().rev() {
+                for e in f.range(ordinal, ordinal + 1).iter().rev() {
+                    if !fold.visit(e.ts, &e.change) {
+                        break;
+                    }
+                }
+            }
+            return fold.finish(|| self.base_row(schema, ordinal).map(Some));
+        }
+        let (redo, undo) = deltas.collect_for(ordinal, ordinal + 1, snap);
         let mut state = Some(self.base_row(schema, ordinal)?);
         for e in undo.iter().rev() {
             if e.ts > snap {

@@ -17,7 +17,10 @@ use cairn_common::{HybridTime, Schema};
 use crossbeam_skiplist::SkipMap;
 use parking_lot::Mutex;
 
-use crate::history::{Row, RowHistory, apply_change};
+use crate::history::{NewestFirst, Row, RowHistory, apply_change};
+
+/// A row with more changes than this is read newest first ([`NewestFirst`]).
+const NEWEST_FIRST_FROM: usize = 8;
 use crate::ops::RowChange;
 
 /// One row of a MemRowSet.
@@ -46,6 +49,20 @@ impl MrsRow {
         let muts = self.mutations.lock();
         if muts.first().is_none_or(|(ts, _)| *ts > snap) {
             return Some(Cow::Borrowed(&self.row));
+        }
+        if muts.len() > NEWEST_FIRST_FROM && std::env::var("NOFOLD2").is_err() {
+            // A hot row: read its changes newest first, only back to its latest values.
+            let mut fold = NewestFirst::new(schema, snap);
+            for (ts, m) in muts.iter().rev() {
+                if !fold.visit(*ts, m) {
+                    break;
+                }
+            }
+            return fold
+                .finish(|| Ok(Some(self.row.clone())))
+                .ok()
+                .flatten()
+                .map(Cow::Owned);
         }
         let mut state = Some(self.row.clone());
         for (ts, m) in muts.iter() {
