@@ -74,6 +74,7 @@ pub mod auto_id;
 pub mod bulk;
 pub mod client;
 pub mod error;
+pub mod get;
 pub mod requests;
 mod retry;
 pub mod scan;

@@ -400,6 +400,9 @@ impl TabletServer for FakeTs {
     ) -> Rpc<cairn_proto::TxnControlResponse> {
         Err(Status::unimplemented("x"))
     }
+    async fn get(&self, _: Request<cairn_proto::GetRequest>) -> Rpc<cairn_proto::GetResponse> {
+        Err(Status::unimplemented("x"))
+    }
     async fn write(&self, r: Request<WriteRequest>) -> Rpc<WriteResponse> {
         let r = r.into_inner();
         if !self.leads.contains(&r.tablet_id) {

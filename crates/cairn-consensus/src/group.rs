@@ -100,6 +100,9 @@ pub struct RaftGroup {
     /// The last completed leadership confirmation: when it started and the read index
     /// it returned. Concurrent reads share rounds (see [`RaftGroup::confirm_leadership`]).
     read_round: tokio::sync::Mutex<Option<(tokio::time::Instant, u64)>>,
+    /// The leader lease from the last confirmation: (term, until when this member may
+    /// serve reads without another round). See [`RaftGroup::confirm_leadership`].
+    lease: parking_lot::Mutex<Option<(u64, tokio::time::Instant)>>,
 }
 
 impl std::fmt::Debug for RaftGroup {
@@ -164,6 +167,7 @@ impl RaftGroup {
             stepping_down: parking_lot::Mutex::new(None),
             ready_from: parking_lot::Mutex::new(None),
             read_round: tokio::sync::Mutex::new(None),
+            lease: parking_lot::Mutex::new(None),
         }))
     }
 
@@ -262,8 +266,26 @@ impl RaftGroup {
     ///
     /// Concurrent callers share rounds: a caller uses the last round if that round
     /// started after the caller arrived, else it waits for (or runs) the next one.
+    ///
+    /// A round also grants a *leader lease* (Raft §6.4.1) of half an election timeout
+    /// from when it started, during which calls return at once. It is safe because the
+    /// voters that answered the round refuse to vote for anyone else for openraft's
+    /// leader lease — the upper election timeout, three times as long — after they
+    /// heard from this leader, which was after the round started; any quorum that
+    /// could elect a new leader includes one of them. The rest of the margin covers
+    /// clocks that run at different rates. Every acknowledged write was applied here
+    /// before it was acknowledged, and what earlier leaders committed was applied
+    /// before this one became ready, so a leader within its lease serves linearizable
+    /// reads from what it has applied.
     pub async fn confirm_leadership(&self, deadline: tokio::time::Instant) -> Result<()> {
         self.check_leader_ready()?;
+        let term = self.raft.metrics().borrow().current_term;
+        if let Some((t, until)) = *self.lease.lock()
+            && t == term
+            && tokio::time::Instant::now() < until
+        {
+            return Ok(());
+        }
         let arrived = tokio::time::Instant::now();
         let index = {
             let mut last = tokio::time::timeout_at(deadline, self.read_round.lock())
@@ -290,6 +312,7 @@ impl RaftGroup {
                         }
                     };
                     *last = Some((started, index));
+                    *self.lease.lock() = Some((term, started + self.election_timeout / 2));
                     index
                 }
             }
@@ -461,6 +484,7 @@ impl RaftGroup {
         self.check_leader_ready()?;
         let until = tokio::time::Instant::now() + self.election_timeout * 6;
         *self.stepping_down.lock() = Some(until);
+        *self.lease.lock() = None;
         self.raft.runtime_config().heartbeat(false);
         self.raft.runtime_config().elect(false);
         let me = self.clone();

@@ -39,6 +39,9 @@ pub trait InProcessTabletServer: Send + Sync {
         &self,
         req: crate::TxnControlRequest,
     ) -> BoxFuture<'static, Result<crate::TxnControlResponse, Status>>;
+    /// The `Get` RPC.
+    fn get(&self, req: crate::GetRequest)
+    -> BoxFuture<'static, Result<crate::GetResponse, Status>>;
     /// The `BulkInsert` RPC, with the rows as a batch (`req.arrow_ipc` is ignored).
     fn bulk_insert(
         &self,

@@ -14,8 +14,8 @@
 //!
 //! - **SELECT**: plain columns of one Cairn table, filtered by a conjunction of
 //!   `key_column = value` that names every primary-key column exactly once and nothing
-//!   else. It becomes one scan with equality predicates, which the client prunes to
-//!   the one tablet that can hold the key, read at the statement's snapshot.
+//!   else. It becomes one `Get` of the key at the tablet's leader (`Client::get`):
+//!   no scanner, no predicates, no Arrow IPC.
 //! - **UPDATE**: the same filter, and SET values that are parameters or constants (no
 //!   expression reads the row). It becomes one unconditional update of the key: the
 //!   tablet leader applies it under the row lock if the row exists, and reports it
@@ -38,7 +38,7 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType as ArrowType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use cairn_client::{Client, Operation, ReadMode, Table};
-use cairn_common::{ColumnPredicate, DataType, Value};
+use cairn_common::{DataType, Value};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator, WriteOp};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -297,7 +297,7 @@ impl PointPlan {
         }
     }
 
-    /// Reads one row by key.
+    /// Reads one row by key: one `Get` at the tablet's leader (`Client::get`).
     async fn select(
         &self,
         client: &Client,
@@ -308,32 +308,26 @@ impl PointPlan {
         snapshot: Option<u64>,
     ) -> Result<QueryResult> {
         let schema = &self.table.schema;
-        let mut scan = client
-            .scan(&self.table)
-            .projection(columns.iter().cloned())
-            .limit(1)
-            .read_mode(match snapshot {
-                Some(ts) => ReadMode::Snapshot(ts),
-                None => ReadMode::ReadYourWrites,
-            });
-        for (v, &i) in key.into_iter().zip(schema.key_indexes()) {
-            scan = scan.predicate(ColumnPredicate::eq(schema.column(i).name.clone(), v));
-        }
-        let result = scan.execute().await?;
-        let batch = if result.num_rows() == 0 {
-            RecordBatch::new_empty(out.clone())
-        } else {
-            let b = result.concat()?;
-            let mut arrays = Vec::with_capacity(pick.len());
-            for (&j, field) in pick.iter().zip(out.fields()) {
-                let a = b.column(j);
-                arrays.push(if a.data_type() == field.data_type() {
-                    a.clone()
-                } else {
-                    arrow::compute::cast(a, field.data_type())?
-                });
+        let mode = match snapshot {
+            Some(ts) => ReadMode::Snapshot(ts),
+            None => ReadMode::ReadYourWrites,
+        };
+        let row = client.get(&self.table, &key, columns, mode).await?;
+        let batch = match row {
+            None => RecordBatch::new_empty(out.clone()),
+            Some(values) => {
+                let mut arrays = Vec::with_capacity(pick.len());
+                for (&j, field) in pick.iter().zip(out.fields()) {
+                    let c = schema.column(schema.index_of(&columns[j])?);
+                    let a = cairn_common::types::array_from_values(&c.data_type, [&values[j]])?;
+                    arrays.push(if a.data_type() == field.data_type() {
+                        a
+                    } else {
+                        arrow::compute::cast(&a, field.data_type())?
+                    });
+                }
+                RecordBatch::try_new(out.clone(), arrays)?
             }
-            RecordBatch::try_new(out.clone(), arrays)?
         };
         let stream = futures::stream::once(async move { Ok(batch) });
         Ok(QueryResult::Rows {

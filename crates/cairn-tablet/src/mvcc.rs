@@ -41,6 +41,14 @@ impl MvccManager {
         *g.entry(ts).or_default() += 1;
     }
 
+    /// A fresh timestamp from `clock` (not registered) and the oldest write in flight,
+    /// read together: every write whose timestamp is at or below the returned one is
+    /// either finished or at or after the returned oldest in flight.
+    pub fn now_and_oldest(&self, clock: &HybridClock) -> (HybridTime, Option<HybridTime>) {
+        let g = self.in_flight.lock();
+        (clock.now(), g.keys().next().copied())
+    }
+
     /// Marks a write at `ts` as applied.
     pub fn finish(&self, ts: HybridTime) {
         let mut g = self.in_flight.lock();

@@ -526,6 +526,46 @@ impl std::fmt::Display for TxnId {
     }
 }
 
+/// The first byte of a group-commit batch: several row-write records logged as one
+/// entry (see [`encode_batch`]). No [`LogRecord`] tag has this value.
+pub const TAG_BATCH: u8 = 0xB0;
+
+/// Frames row-write records ([`LogRecord::Write`], [`LogRecord::TxnWrite`]) as one log
+/// entry, in order: [`TAG_BATCH`], a count, and each record length-prefixed. A tablet
+/// applies such an entry with [`crate::Tablet::apply_batch`].
+pub fn encode_batch(records: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + records.iter().map(|r| r.len() + 4).sum::<usize>());
+    out.push(TAG_BATCH);
+    codec::put_u32(&mut out, records.len() as u32);
+    for r in records {
+        codec::put_bytes(&mut out, r);
+    }
+    out
+}
+
+/// The records of an entry written by [`encode_batch`], or `None` for an entry that
+/// is a single record.
+pub fn decode_batch(b: &[u8]) -> cairn_common::Result<Option<Vec<&[u8]>>> {
+    if b.first() != Some(&TAG_BATCH) {
+        return Ok(None);
+    }
+    let mut r = Reader::new(&b[1..], "batch of log records");
+    let n = r.u32()? as usize;
+    if n > r.remaining() / 4 {
+        return Err(bad_record(&format!(
+            "a batch of {n} records is longer than its entry"
+        )));
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(r.bytes()?);
+    }
+    if !r.is_empty() {
+        return Err(bad_record("bytes after the last record of a batch"));
+    }
+    Ok(Some(out))
+}
+
 // Record tags. 1 and 3 are the forms before conditions and request ids; they are still
 // read.
 const TAG_WRITE_V1: u8 = 1;
@@ -888,9 +928,16 @@ mod tests {
                 ops: vec![],
             },
         ];
-        for rec in txn_records {
-            assert_eq!(LogRecord::decode(&rec.encode()).unwrap(), rec);
+        for rec in &txn_records {
+            assert_eq!(&LogRecord::decode(&rec.encode()).unwrap(), rec);
         }
+        let encoded: Vec<Vec<u8>> = txn_records.iter().map(LogRecord::encode).collect();
+        let batch = encode_batch(&encoded);
+        let back = decode_batch(&batch).unwrap().unwrap();
+        assert_eq!(back, encoded.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        assert_eq!(decode_batch(&encoded[0]).unwrap(), None);
+        assert!(decode_batch(&batch[..batch.len() - 1]).is_err());
+        assert!(decode_batch(&[TAG_BATCH, 255, 255, 255, 255]).is_err());
         let errs = vec![(3, RowError::Conflict), (9, RowError::Invalid("m".into()))];
         assert_eq!(decode_row_errors(&encode_row_errors(&errs)).unwrap(), errs);
         assert!(LogRecord::decode(&[1, 2, 3]).is_err());

@@ -473,6 +473,25 @@ fn run(seed: u64, steps: usize) {
                     )
                     .unwrap();
                 assert_eq!(got.as_ref(), oracle.current(&k), "{ctx}: get {k:?}");
+                // The leader's point read (newest changes first, no snapshot wait).
+                let key = [Value::String(k.0.clone()), Value::Int32(k.1)];
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                let (_, got) = tablet
+                    .tablet()
+                    .get_point(&key, deadline, true)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(got.as_ref(), oracle.current(&k), "{ctx}: get_point {k:?}");
+                // And at a past snapshot.
+                if let Some(&ts) = timestamps.get(rng.random_range(0..timestamps.len().max(1))) {
+                    let got = tablet.get(&key, ReadMode::Snapshot(ts)).unwrap();
+                    let want = oracle
+                        .versions
+                        .get(&k)
+                        .and_then(|vs| vs.iter().rev().find(|(t, _)| *t <= ts))
+                        .and_then(|(_, r)| r.clone());
+                    assert_eq!(got, want, "{ctx}: get {k:?} at {ts:?}");
+                }
             }
             _ => {
                 // Ordered, limited scan of the latest state.

@@ -4,10 +4,12 @@
 //! - [`replica`]: one replica — the tablet as a [`cairn_consensus::StateMachine`], the
 //!   leader's write path (validate, lock rows, take a HybridTime, submit to Raft in
 //!   timestamp order, apply on commit) and snapshot reads on followers.
+//! - [`proposer`]: group commit — the leader's queue of records into the Raft log;
+//!   concurrent row writes share one entry, one append and one fsync.
 //! - [`manager`]: the tablet manager — creates, opens (after a restart) and deletes
 //!   replicas on disk.
 //! - [`service`]: the gRPC `TabletServer` service: writes, stateful scanners with
-//!   expiry, checksums, membership changes, schema changes.
+//!   expiry, keyed reads (`Get`), checksums, membership changes, schema changes.
 //! - [`server`]: wiring — the RPC listener (tablet server + consensus services) and the
 //!   heartbeat to the master with incremental tablet reports.
 //! - [`convert`]: Arrow IPC and error conversions at the RPC boundary.
@@ -15,6 +17,7 @@
 pub mod convert;
 pub mod error;
 pub mod manager;
+pub mod proposer;
 pub mod replica;
 pub mod server;
 pub mod service;

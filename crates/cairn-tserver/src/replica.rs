@@ -27,8 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_common::{HybridClock, HybridTime, Partition, PartitionSchema, SchemaMeta};
+use cairn_consensus::ConsensusError;
 use cairn_consensus::{RaftGroup, SmError, StateMachine};
-use cairn_tablet::ops::{decode_row_errors, encode_row_errors};
+use cairn_tablet::ops::{decode_batch, decode_row_errors, encode_row_errors};
 use cairn_tablet::{
     MaintenanceManager, ReadMode, RequestId, RowError, RowOp, Tablet, TabletOptions, TxnDecision,
     TxnId, TxnOutcome, TxnRole,
@@ -37,6 +38,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::time::Instant;
 
 use crate::error::{Result, TserverError};
+use crate::proposer::{Proposer, join_answers};
 
 /// What a replica records about itself (`replica.json`, written last at creation).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -106,8 +108,19 @@ impl TabletSm {
 impl StateMachine for TabletSm {
     fn apply(&self, index: u64, data: &[u8]) -> Result<Vec<u8>, SmError> {
         let t = self.tablet();
-        match t.apply(index, data) {
-            Ok(errs) => Ok(encode_row_errors(&errs)),
+        let res = match decode_batch(data) {
+            Ok(Some(records)) => t.apply_batch(index, &records).map(|all| {
+                let parts: Vec<Vec<u8>> = all.iter().map(|e| encode_row_errors(e)).collect();
+                join_answers(&parts)
+            }),
+            Ok(None) => t.apply(index, data).map(|errs| encode_row_errors(&errs)),
+            Err(e) => Err(cairn_tablet::TabletError::corruption(
+                &self.dir,
+                format!("log entry {index}: {e}"),
+            )),
+        };
+        match res {
+            Ok(answer) => Ok(answer),
             Err(e) => {
                 // The replica cannot go on (its group stops): say so to the master,
                 // which replaces it.
@@ -233,8 +246,11 @@ pub struct TabletReplica {
     pub sm: Arc<TabletSm>,
     /// The Raft group member.
     pub group: Arc<RaftGroup>,
-    /// Serialises "take a timestamp, submit to Raft" so log order is timestamp order.
+    /// Serialises "take a timestamp, queue for the log" so log order is timestamp
+    /// order.
     propose: tokio::sync::Mutex<()>,
+    /// The queue into the log (group commit).
+    proposer: Arc<Proposer>,
     in_flight: InFlight,
 }
 
@@ -264,6 +280,8 @@ struct Proposal<H, F> {
     /// Runs after the answer is known, before it is returned (a failpoint).
     reply_failpoint: fn(),
     deadline: Instant,
+    /// A row write, which may share its log entry with others (group commit).
+    batchable: bool,
 }
 
 /// What a request attempt found when it registered.
@@ -282,6 +300,7 @@ impl TabletReplica {
         TabletReplica {
             meta,
             sm,
+            proposer: Proposer::new(group.clone()),
             group,
             propose: tokio::sync::Mutex::new(()),
             in_flight: Mutex::new(HashMap::new()),
@@ -291,6 +310,11 @@ impl TabletReplica {
     /// The tablet.
     pub fn tablet(&self) -> Arc<Tablet> {
         self.sm.tablet()
+    }
+
+    /// What group commit did on this replica while it led.
+    pub fn proposer_stats(&self) -> crate::proposer::ProposerStats {
+        self.proposer.stats()
     }
 
     /// Looks up `request` (None: no request id) among answered and running attempts.
@@ -380,6 +404,7 @@ impl TabletReplica {
                 // Tests make the answer late here, as a slow network would.
                 reply_failpoint: || fail::fail_point!("tserver::write::reply"),
                 deadline,
+                batchable: true,
             },
             move || t.start_write(&p, atomic, record),
         )
@@ -429,19 +454,10 @@ impl TabletReplica {
                     }
                 },
             };
-            match self.group.submit(rec).await {
-                Ok(rx) => (ts, rx),
-                Err(e) => {
-                    if let Some(ts) = ts {
-                        tablet.finish_write(ts);
-                    }
-                    return Err(e.into());
-                }
-            }
+            (ts, self.proposer.submit(rec, false))
         };
-        let me = self.clone();
         let waiter = tokio::spawn(async move {
-            let res = me.group.wait_response(rx).await;
+            let res = rx.await.unwrap_or(Err(ConsensusError::ShutDown));
             if let Some(ts) = ts {
                 tablet.finish_write(ts);
             }
@@ -614,6 +630,7 @@ impl TabletReplica {
                 guard,
                 reply_failpoint: || fail::fail_point!("tserver::bulk::reply"),
                 deadline,
+                batchable: false,
             },
             move || t.start_bulk(&p, record),
         )
@@ -645,21 +662,15 @@ impl TabletReplica {
             guard,
             reply_failpoint,
             deadline,
+            batchable,
         } = p;
         let (ts, rx) = {
             let _order = self.propose.lock().await;
             let (ts, rec) = start();
-            match self.group.submit(rec).await {
-                Ok(rx) => (ts, rx),
-                Err(e) => {
-                    tablet.finish_write(ts);
-                    return Err(e.into());
-                }
-            }
+            (ts, self.proposer.submit(rec, batchable))
         };
-        let me = self.clone();
         let waiter = tokio::spawn(async move {
-            let res = me.group.wait_response(rx).await;
+            let res = rx.await.unwrap_or(Err(ConsensusError::ShutDown));
             tablet.finish_write(ts);
             drop(hold);
             let answer = res.map_err(TserverError::from).and_then(|resp| {
@@ -768,11 +779,12 @@ impl TabletReplica {
     pub async fn propose_alter(&self, record: Vec<u8>, deadline: Instant) -> Result<()> {
         let rx = {
             let _order = self.propose.lock().await;
-            self.group.submit(record).await?
+            self.proposer.submit(record, false)
         };
-        tokio::time::timeout_at(deadline, self.group.wait_response(rx))
+        tokio::time::timeout_at(deadline, rx)
             .await
-            .map_err(|_| deadline_passed())??;
+            .map_err(|_| deadline_passed())?
+            .unwrap_or(Err(ConsensusError::ShutDown))?;
         Ok(())
     }
 }

@@ -198,6 +198,84 @@ impl TabletService {
             .await
     }
 
+    /// The `Get` RPC after authorization: one row by primary key at the tablet's
+    /// leader. A latest read takes a fresh snapshot after the client's timestamp and
+    /// waits only for writes in flight on its own key ([`cairn_tablet::Tablet::get_point`]),
+    /// on a blocking thread only when it must wait; a read at a given snapshot waits
+    /// for that snapshot to be safe.
+    pub async fn get_row(
+        &self,
+        req: pb::GetRequest,
+        deadline: tokio::time::Instant,
+    ) -> Result<pb::GetResponse> {
+        self.observe(req.propagated_timestamp)?;
+        let replica = self.leader_replica(&req.tablet_id)?;
+        let tablet = replica.tablet();
+        let schema = tablet.schema();
+        let mut r = cairn_common::codec::Reader::new(&req.key, "primary key");
+        let mut key = Vec::with_capacity(schema.key_indexes().len());
+        for _ in schema.key_indexes() {
+            key.push(r.value().map_err(|e| {
+                TserverError::InvalidArgument(format!("malformed key of a Get: {e}"))
+            })?);
+        }
+        if !r.is_empty() {
+            return Err(TserverError::InvalidArgument(format!(
+                "the key of a Get has more values than the table's {} key columns",
+                schema.key_indexes().len()
+            )));
+        }
+        let projection: Vec<usize> = if req.projection.is_empty() {
+            (0..schema.num_columns()).collect()
+        } else {
+            req.projection
+                .iter()
+                .map(|c| schema.index_of(c))
+                .collect::<cairn_common::Result<_>>()?
+        };
+        let (snap, row) = if req.snapshot_timestamp == 0 {
+            replica.group.confirm_leadership(deadline).await?;
+            let std_deadline = deadline.into_std();
+            match tablet.get_point(&key, std_deadline, false)? {
+                Some(found) => found,
+                None => {
+                    let t = tablet.clone();
+                    tokio::task::spawn_blocking(move || t.get_point(&key, std_deadline, true))
+                        .await
+                        .map_err(|e| TserverError::Internal(e.to_string()))??
+                        .ok_or_else(|| {
+                            TserverError::Internal("a blocking point read did not read".into())
+                        })?
+                }
+            }
+        } else {
+            let mode = self
+                .resolve_mode(
+                    &replica,
+                    pb::ReadMode::ReadAtSnapshot as i32,
+                    req.snapshot_timestamp,
+                    deadline,
+                )
+                .await?;
+            let t = tablet.clone();
+            let row = tokio::task::spawn_blocking(move || t.get(&key, mode))
+                .await
+                .map_err(|e| TserverError::Internal(e.to_string()))??;
+            (HybridTime(req.snapshot_timestamp), row)
+        };
+        let mut out = Vec::new();
+        if let Some(row) = &row {
+            for &i in &projection {
+                cairn_common::codec::put_value(&mut out, &row[i]);
+            }
+        }
+        Ok(pb::GetResponse {
+            found: row.is_some(),
+            row: out.into(),
+            snapshot_timestamp: snap.0,
+        })
+    }
+
     /// The `Scan` RPC for a caller in this process: the response with `arrow_ipc` left
     /// empty and the rows as they were read (no IPC encoding), with the scan's schema
     /// (`None` when a scanner was only closed).
@@ -611,6 +689,17 @@ impl pb::tablet_server_server::TabletServer for TabletService {
         Ok(Response::new(response))
     }
 
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
+        let deadline = deadline_of(&request);
+        self.check_table(&request, &request.get_ref().tablet_id, Privileges::SELECT)?;
+        Ok(Response::new(
+            self.get_row(request.into_inner(), deadline).await?,
+        ))
+    }
+
     async fn scanner_keep_alive(
         &self,
         request: Request<pb::ScannerKeepAliveRequest>,
@@ -810,6 +899,14 @@ impl pb::InProcessTabletServer for TabletService {
     {
         let svc = self.clone();
         Box::pin(async move { Ok(svc.txn_step(req, default_deadline()).await?) })
+    }
+
+    fn get(
+        &self,
+        req: pb::GetRequest,
+    ) -> futures::future::BoxFuture<'static, std::result::Result<pb::GetResponse, Status>> {
+        let svc = self.clone();
+        Box::pin(async move { Ok(svc.get_row(req, default_deadline()).await?) })
     }
 
     fn bulk_insert(

@@ -99,6 +99,88 @@ impl Tablet {
         }
     }
 
+    /// Applies a group-commit entry at log index `index`: row-write records
+    /// ([`LogRecord::Write`], [`LogRecord::TxnWrite`]) that concurrent writers' leader
+    /// logged together ([`crate::ops::encode_batch`]) so that they share one log
+    /// append and fsync. They are applied in order under one hold of the write gate,
+    /// so a maintenance cut falls before or after the whole entry and the records'
+    /// shared index means the same to every store. Returns each record's row errors,
+    /// as [`Tablet::apply`] would.
+    pub fn apply_batch(
+        &self,
+        index: u64,
+        records: &[&[u8]],
+    ) -> Result<Vec<Vec<(usize, RowError)>>> {
+        self.check_healthy()?;
+        let mut recs = Vec::with_capacity(records.len());
+        for r in records {
+            let rec = LogRecord::decode(r).map_err(|e| {
+                TabletError::corruption(&self.dir, format!("log entry {index}: {e}"))
+            })?;
+            match rec {
+                LogRecord::Write { .. } | LogRecord::TxnWrite { .. } => recs.push(rec),
+                _ => {
+                    return Err(TabletError::corruption(
+                        &self.dir,
+                        format!("log entry {index}: a batch may hold only row writes"),
+                    ));
+                }
+            }
+        }
+        fail::fail_point!("tablet::apply", |arg| Err(TabletError::io(
+            &self.dir,
+            std::io::Error::other(arg.unwrap_or_else(|| "injected failure".into()))
+        )));
+        let stamp = |rec: &LogRecord| match rec {
+            LogRecord::Write { ts, .. } | LogRecord::TxnWrite { ts, .. } => *ts,
+            _ => unreachable!("only row writes are batched"),
+        };
+        let mut last = HybridTime::MIN;
+        for rec in &recs {
+            self.mvcc.start_at(&self.clock, stamp(rec));
+            last = last.max(stamp(rec));
+        }
+        let stamps: Vec<HybridTime> = recs.iter().map(stamp).collect();
+        let gate = self.gate.read();
+        let mut out = Vec::with_capacity(recs.len());
+        let mut failed = None;
+        for rec in recs {
+            let res = match rec {
+                LogRecord::Write {
+                    ts,
+                    ops,
+                    atomic,
+                    request,
+                } => self.apply_write(index, ts, ops, atomic, request.as_ref()),
+                LogRecord::TxnWrite {
+                    txn,
+                    ts,
+                    ops,
+                    request,
+                } => self.txn_write_locked(index, txn, ts, ops, request.as_ref()),
+                _ => unreachable!("only row writes are batched"),
+            };
+            match res {
+                Ok(errs) => out.push(errs),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if failed.is_none() {
+            self.note_applied(index, last);
+        }
+        drop(gate);
+        for ts in stamps {
+            self.mvcc.finish(ts);
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
     /// The answer this tablet gave to client request `id`, if it still remembers it
     /// (timestamp and row errors by position in the client's batch).
     pub fn answer_of(&self, id: &RequestId) -> Option<(HybridTime, Vec<(usize, RowError)>)> {

@@ -48,7 +48,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_common::{ColumnStatistics, HybridClock, HybridTime, Schema, Value};
 use parking_lot::{Mutex, RwLock};
@@ -445,6 +445,78 @@ impl Tablet {
             Location::Mem(_, r) => Ok(r.state_at(&schema, snap)),
             Location::Absent => Ok(None),
         }
+    }
+
+    /// Reads one row by primary key (values in key-column order) at a fresh snapshot,
+    /// the leader's point read. Returns the snapshot and the row.
+    ///
+    /// A snapshot read waits until no write at or below its timestamp is in flight
+    /// ([`Tablet::snapshot_for`]); a point read needs only the writes of its own key.
+    /// A row write holds its key's row lock from before it takes its timestamp until
+    /// it is applied, so once the lock is free every write of the key at or below the
+    /// snapshot is applied, and later ones get later timestamps. Two kinds of write
+    /// hold no row lock, and the read waits as a snapshot read when one of them may
+    /// cover the key: a bulk insert (whose key range is registered until applied —
+    /// the read waits for it) and a transaction's commit (the key is owned by the
+    /// transaction until its commit is applied — the read waits for every write at
+    /// or below its snapshot). With nothing in flight at or below the snapshot, the
+    /// read waits for nothing.
+    ///
+    /// Without `may_block`, answers `Ok(None)` instead of waiting (or reading when a
+    /// wait was needed), so an async caller can move to a blocking thread only then.
+    ///
+    /// REQUIRES: this replica leads and has applied everything it acknowledged (the
+    /// caller checked); the caller observed the client's timestamp first; a blocking
+    /// context if `may_block`.
+    pub fn get_point(
+        &self,
+        key: &[Value],
+        deadline: Instant,
+        may_block: bool,
+    ) -> Result<Option<(HybridTime, Option<Row>)>> {
+        self.check_healthy()?;
+        let schema = self.schema();
+        if key.len() != schema.key_indexes().len() {
+            return Err(TabletError::InvalidRequest(format!(
+                "the primary key has {} columns but {} values were given",
+                schema.key_indexes().len(),
+                key.len()
+            )));
+        }
+        for (&k, v) in schema.key_indexes().iter().zip(key) {
+            v.check_type(&schema.column(k).name, &schema.column(k).data_type)?;
+        }
+        let refs: Vec<&Value> = key.iter().collect();
+        let enc = cairn_common::key::encode_values(&refs)?;
+        let (snap, oldest) = self.mvcc.now_and_oldest(&self.clock);
+        if oldest.is_some_and(|o| o <= snap) {
+            if !may_block {
+                return Ok(None);
+            }
+            let timed_out = || TabletError::SafeTimeTimeout {
+                snapshot: snap,
+                waited_ms: self.opts.safe_time_timeout.as_millis() as u64,
+            };
+            let deadline = deadline.min(Instant::now() + self.opts.safe_time_timeout);
+            if !self.pending_bulk.wait_clear(&[&enc], deadline) {
+                return Err(timed_out());
+            }
+            drop(
+                self.locks
+                    .lock_all([&enc], Some(deadline))
+                    .ok_or_else(timed_out)?,
+            );
+            if self.txns.owner(&enc).is_some() {
+                self.snapshot_for(ReadMode::Snapshot(snap))?;
+            }
+        }
+        let comps = self.components();
+        let row = match self.locate(&comps, &enc) {
+            Location::Disk(rs, o) => rs.row_at(&schema, o, snap)?,
+            Location::Mem(_, r) => r.state_at(&schema, snap),
+            Location::Absent => None,
+        };
+        Ok(Some((snap, row)))
     }
 
     /// Scans with the given spec.

@@ -223,24 +223,36 @@ impl Tablet {
     ) -> Result<Vec<(usize, RowError)>> {
         self.mvcc.start_at(&self.clock, ts);
         let gate = self.gate.read();
-        let res = (|| {
-            if let Some(first) = self.answered_elsewhere(request, index) {
-                return Ok(first.errors);
-            }
-            let schema = self.schema();
-            let mut errors = Vec::new();
-            for (pos, op) in ops.into_iter().enumerate() {
-                let key = logged_key(&schema, &op)?;
-                if !self.txns.add(txn, index, ts, key, op) {
-                    errors.push((pos, RowError::Conflict));
-                }
-            }
-            Ok(self.answer(request, index, ts, errors))
-        })();
+        let res = self.txn_write_locked(index, txn, ts, ops, request);
         self.note_applied(index, ts);
         drop(gate);
         self.mvcc.finish(ts);
         res
+    }
+
+    /// The work of [`Tablet::apply_txn_write`]: records each op as the transaction's
+    /// provisional write.
+    /// REQUIRES: the write gate held shared; the caller notes the index applied.
+    pub(super) fn txn_write_locked(
+        &self,
+        index: u64,
+        txn: TxnId,
+        ts: HybridTime,
+        ops: Vec<LoggedOp>,
+        request: Option<&RequestRecord>,
+    ) -> Result<Vec<(usize, RowError)>> {
+        if let Some(first) = self.answered_elsewhere(request, index) {
+            return Ok(first.errors);
+        }
+        let schema = self.schema();
+        let mut errors = Vec::new();
+        for (pos, op) in ops.into_iter().enumerate() {
+            let key = logged_key(&schema, &op)?;
+            if !self.txns.add(txn, index, ts, key, op) {
+                errors.push((pos, RowError::Conflict));
+            }
+        }
+        Ok(self.answer(request, index, ts, errors))
     }
 
     /// Applies a [`LogRecord::TxnBeginCommit`]: the prepare timestamp stays in flight
