@@ -16,7 +16,11 @@ pub type Row = Vec<Value>;
 
 /// A delete (`None`) or re-insert (its cells) seen by [`NewestFirst`]: when, and its
 /// visit number.
-type Reset = (HybridTime, u64, Option<Vec<(cairn_common::ColumnId, Value)>>);
+type Reset = (
+    HybridTime,
+    u64,
+    Option<Vec<(cairn_common::ColumnId, Value)>>,
+);
 
 /// One row as of a snapshot, built from its changes visited *newest first* — what a
 /// point read needs when a row has many changes (a hot key's REDO deltas): replaying
