@@ -202,6 +202,34 @@ mod tests {
     use crate::history::History;
 
     #[test]
+    fn bank_checker_catches_a_torn_read() {
+        let h = History::new();
+        h.invoke(0, "transfer", "0->1", Some(3), None)
+            .complete(Kind::Ok, None);
+        h.invoke(1, "balances", "accounts", None, None)
+            .read_rows(vec![(0, 97), (1, 103)]);
+        let ev = h.events();
+        let good = [(0, 97), (1, 103)];
+        assert!(bank(&ev, &good, 2, 200).ok);
+        assert!(
+            !bank(&ev, &[(0, 97), (1, 100)], 2, 200).ok,
+            "a final read that misses half a transfer"
+        );
+        assert!(!bank(&ev, &[(0, 200)], 2, 200).ok, "an account missing");
+        h.invoke(1, "balances", "accounts", None, None)
+            .read_rows(vec![(0, 97), (1, 100)]);
+        assert!(
+            !bank(&h.events(), &good, 2, 200).ok,
+            "a snapshot read that saw half a transfer"
+        );
+        let none = History::new();
+        assert!(
+            !bank(&none.events(), &good, 2, 200).ok,
+            "no transfer committed"
+        );
+    }
+
+    #[test]
     fn counter_and_set_checkers_catch_losses() {
         let h = History::new();
         h.invoke(0, "add", "c", Some(1), None)
@@ -266,5 +294,60 @@ mod tests {
             !verdict(true).ok,
             "cas(3 -> 4) failing on a register holding 3"
         );
+    }
+}
+
+/// Checks the bank: every balances read that succeeded — and the final read — saw
+/// every account once and the total they opened with (snapshot isolation: a
+/// transfer is seen whole or not at all); at least one transfer committed.
+pub fn bank(events: &[Event], final_read: &[(i64, i64)], accounts: i64, total: i64) -> Verdict {
+    let reads: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.f == "balances" && e.kind == Kind::Ok)
+        .collect();
+    let transfers = events
+        .iter()
+        .filter(|e| e.f == "transfer" && e.kind == Kind::Invoke)
+        .count();
+    let committed = events
+        .iter()
+        .filter(|e| e.f == "transfer" && e.kind == Kind::Ok)
+        .count();
+    let wrong = |rows: &[(i64, i64)]| {
+        let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
+        let sum: i64 = rows.iter().map(|(_, b)| b).sum();
+        (ids != (0..accounts).collect::<Vec<_>>() || sum != total)
+            .then(|| format!("read {} accounts totalling {sum}: {rows:?}", rows.len()))
+    };
+    let mut problems: Vec<String> = reads
+        .iter()
+        .filter_map(|e| {
+            wrong(e.rows.as_deref().unwrap_or_default())
+                .map(|w| format!("process {} at {} ns {w}", e.process, e.time))
+        })
+        .collect();
+    if let Some(w) = wrong(final_read) {
+        problems.push(format!("the final read {w}"));
+    }
+    if committed == 0 {
+        problems.push("no transfer committed".into());
+    }
+    Verdict {
+        checker: "bank".into(),
+        ok: problems.is_empty(),
+        operations: transfers + reads.len(),
+        detail: if problems.is_empty() {
+            format!(
+                "{} snapshot reads and the final read total {total}; {committed} of \
+                 {transfers} transfers committed",
+                reads.len()
+            )
+        } else {
+            format!(
+                "{} bad reads, e.g. {}",
+                problems.len(),
+                problems[..problems.len().min(3)].join("; ")
+            )
+        },
     }
 }

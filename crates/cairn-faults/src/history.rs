@@ -34,7 +34,8 @@ pub struct Event {
     /// Invoke or completion.
     #[serde(rename = "type")]
     pub kind: Kind,
-    /// The operation: read, write, cas, add, insert.
+    /// The operation: read, write, cas, add, insert; the bank's transfer and
+    /// balances.
     pub f: &'static str,
     /// The key (registers, counter) or element (set).
     pub key: String,
@@ -47,6 +48,9 @@ pub struct Event {
     /// opposed to a cas whose comparison failed): the error's text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// balances: every account's (id, balance) as one snapshot read saw them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows: Option<Vec<(i64, i64)>>,
     /// Nanoseconds since the run started.
     pub time: u64,
 }
@@ -88,6 +92,7 @@ impl History {
             value,
             expected,
             error: None,
+            rows: None,
             time: self.now(),
         };
         self.events.lock().push(e.clone());
@@ -121,6 +126,13 @@ impl Pending {
     pub fn error(mut self, error: impl std::fmt::Display) -> Kind {
         self.invoke.error = Some(error.to_string());
         self.complete(Kind::Fail, None)
+    }
+
+    /// Records an `ok` completion of a bank read that saw `rows`; returns [`Kind::Ok`].
+    pub fn read_rows(mut self, rows: Vec<(i64, i64)>) -> Kind {
+        self.invoke.value = Some(rows.iter().map(|(_, b)| b).sum());
+        self.invoke.rows = Some(rows);
+        self.complete(Kind::Ok, None)
     }
 
     /// Records the completion (for reads, `value` is what was read); returns `kind`.

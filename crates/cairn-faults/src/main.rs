@@ -58,7 +58,8 @@ struct RunArgs {
     /// Tablet servers.
     #[arg(long, default_value_t = 5)]
     tservers: usize,
-    /// Clients of each workload: native registers, SQL registers, counter, set.
+    /// Clients of each workload: native registers, SQL registers, counter, set, bank
+    /// transfers (the bank adds one reader).
     #[arg(long, default_value_t = 3)]
     clients: usize,
     /// Live keys of each register workload.
@@ -147,6 +148,7 @@ fn main() {
         sql_registers: args.clients,
         counters: args.clients,
         sets: args.clients,
+        banks: args.clients,
         keys: args.keys,
         ops_per_key: args.ops_per_key,
         tools_dir: args.tools_dir,

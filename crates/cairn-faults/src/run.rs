@@ -15,7 +15,7 @@ use crate::check::{self, Verdict};
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::history::{History, Kind, write_jsonl};
 use crate::nemesis::{self, FaultKind};
-use crate::workload::{self, COUNTERS, ELEMENTS, REGISTERS};
+use crate::workload::{self, ACCOUNT_COUNT, COUNTERS, ELEMENTS, OPENING_BALANCE, REGISTERS};
 use crate::{FaultsError, Result};
 
 /// Settings of a run.
@@ -42,6 +42,8 @@ pub struct RunConfig {
     pub counters: usize,
     /// Set processes.
     pub sets: usize,
+    /// Bank transfer processes (with one bank reader when there are any).
+    pub banks: usize,
     /// Live keys per register workload.
     pub keys: usize,
     /// Operations per register key before it is retired for a fresh one.
@@ -183,6 +185,35 @@ pub async fn run(cfg: RunConfig) -> Result<Report> {
         process += 1;
     }
 
+    let bank_engine = cairn_sql::SqlEngine::new(
+        cluster
+            .client()
+            .await?
+            .with_options(workload::client_options()),
+    )
+    .map_err(|e| FaultsError::Setup(e.to_string()))?;
+    for i in 0..cfg.banks + usize::from(cfg.banks > 0) {
+        let (engine, seed) = (bank_engine.clone(), cfg.seed ^ process as u64);
+        if i < cfg.banks {
+            tasks.spawn(workload::bank_transfers(
+                engine,
+                process,
+                history.clone(),
+                stop.clone(),
+                seed,
+            ));
+        } else {
+            tasks.spawn(workload::bank_reads(
+                engine,
+                process,
+                history.clone(),
+                stop.clone(),
+                seed,
+            ));
+        }
+        process += 1;
+    }
+
     let mut faults: BTreeMap<String, usize> = BTreeMap::new();
     let jitter = |rng: &mut StdRng, d: Duration| d.mul_f64(rng.random_range(0.5..1.5));
     tokio::time::sleep(cfg.heal_for).await;
@@ -230,6 +261,15 @@ pub async fn run(cfg: RunConfig) -> Result<Report> {
     }
     verdicts.push(check::counter(&events, final_count));
     verdicts.push(check::set(&events, &final_set));
+    if cfg.banks > 0 {
+        let final_bank = workload::read_bank(&bank_engine).await?;
+        verdicts.push(check::bank(
+            &events,
+            &final_bank,
+            ACCOUNT_COUNT,
+            ACCOUNT_COUNT * OPENING_BALANCE,
+        ));
+    }
     write_jsonl(&dir.join("history.jsonl"), &events)?;
     let mut operations: BTreeMap<String, usize> = BTreeMap::new();
     for e in &events {

@@ -9,6 +9,11 @@
 //!   (one row changed: ok; none: fail).
 //! - **Counter**: `UPDATE counters SET v = v + 1 WHERE k = 'c'` through SQL.
 //! - **Set**: unique inserts through the native client.
+//! - **Bank**: [`ACCOUNT_COUNT`] accounts spread over the tablets of one table;
+//!   transfer processes move money between two accounts in a SQL transaction
+//!   (`BEGIN`, two `UPDATE`s, `COMMIT`), and a reader reads every balance in one
+//!   snapshot — by an autocommit `SELECT`, or twice inside one transaction. Snapshot
+//!   isolation keeps the total at [`ACCOUNT_COUNT`] × [`OPENING_BALANCE`] in every read.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +38,12 @@ pub const REGISTERS: &str = "registers";
 pub const COUNTERS: &str = "counters";
 /// The set table.
 pub const ELEMENTS: &str = "elements";
+/// The bank's table: `id BIGINT` primary key, `balance BIGINT`.
+pub const ACCOUNTS: &str = "accounts";
+/// Accounts in the bank.
+pub const ACCOUNT_COUNT: i64 = 8;
+/// Every account's balance when the run starts.
+pub const OPENING_BALANCE: i64 = 100;
 
 /// Client options: short enough that an unknown outcome is recorded as such soon.
 pub fn client_options() -> ClientOptions {
@@ -84,6 +95,33 @@ pub async fn create_tables(client: &Client) -> Result<()> {
         )
         .await
         .map_err(setup)?;
+    let accounts = Schema::new(
+        vec![
+            ColumnSpec::new("id", DataType::Int64),
+            ColumnSpec::new("balance", DataType::Int64),
+        ],
+        &["id"],
+    )
+    .map_err(|e| FaultsError::Setup(e.to_string()))?;
+    client
+        .create_table(
+            cairn_client::CreateTableSpec::new(ACCOUNTS, accounts)
+                .partition(hashed("id"))
+                .replicas(3),
+        )
+        .await
+        .map_err(setup)?;
+    let t = client.open_table(ACCOUNTS).await.map_err(setup)?;
+    let mut s = client.new_session(&t);
+    s.set_flush_mode(FlushMode::AutoFlushSync);
+    for id in 0..ACCOUNT_COUNT {
+        s.apply(Operation::insert(vec![
+            Value::Int64(id),
+            Value::Int64(OPENING_BALANCE),
+        ]))
+        .await
+        .map_err(setup)?;
+    }
     let t = client.open_table(COUNTERS).await.map_err(setup)?;
     let mut s = client.new_session(&t);
     s.set_flush_mode(FlushMode::AutoFlushSync);
@@ -447,5 +485,149 @@ pub async fn read_counter(client: &Client, table: &Table) -> Result<i64> {
     }
     Err(FaultsError::Setup(format!(
         "the final read of the counter kept failing: {last}"
+    )))
+}
+
+/// A bank transfer process: moves 1–5 from one account to another in a SQL
+/// transaction. A statement that fails before `COMMIT` rolls the transaction back
+/// (`fail`: nothing was committed); a `COMMIT` refused with 40001 (first committer
+/// wins) is `fail`; a `COMMIT` whose outcome is unknown is `info`.
+pub async fn bank_transfers(
+    engine: SqlEngine,
+    process: usize,
+    history: History,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    while !stop.load(Ordering::Acquire) {
+        let from = rng.random_range(0..ACCOUNT_COUNT);
+        let to = (from + rng.random_range(1..ACCOUNT_COUNT)) % ACCOUNT_COUNT;
+        let amount = rng.random_range(1..=5);
+        let p = history.invoke(
+            process,
+            "transfer",
+            &format!("{from}->{to}"),
+            Some(amount),
+            None,
+        );
+        let session = engine.session();
+        let body = async {
+            session.execute("BEGIN").await?;
+            for (id, delta) in [(from, -amount), (to, amount)] {
+                let sql =
+                    format!("UPDATE {ACCOUNTS} SET balance = balance + ({delta}) WHERE id = {id}");
+                let mut n = 0;
+                for r in session.execute(&sql).await? {
+                    if let QueryResult::Count { rows, .. } = r {
+                        n += rows;
+                    }
+                }
+                if n != 1 {
+                    return Err(cairn_sql::SqlError::other(
+                        "XX000",
+                        format!("the transfer's UPDATE of account {id} changed {n} rows"),
+                    ));
+                }
+            }
+            Ok(())
+        };
+        match body.await {
+            Err(e) => {
+                let _ = session.execute("ROLLBACK").await;
+                p.error(e);
+            }
+            Ok(()) => match session.execute("COMMIT").await {
+                Ok(_) => {
+                    p.complete(Kind::Ok, None);
+                }
+                Err(e) if e.sqlstate() == "40001" || !sql_indeterminate(&e) => {
+                    p.error(e);
+                }
+                Err(_) => {
+                    p.complete(Kind::Info, None);
+                }
+            },
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+    }
+}
+
+/// Every account's (id, balance) as one SQL statement of `session` reads them.
+async fn read_accounts(
+    session: &cairn_sql::SqlSession,
+) -> std::result::Result<Vec<(i64, i64)>, cairn_sql::SqlError> {
+    let batches = session
+        .query(&format!("SELECT id, balance FROM {ACCOUNTS} ORDER BY id"))
+        .await?;
+    let mut rows = Vec::new();
+    for b in batches {
+        let col = |i: usize| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .cloned()
+                .ok_or_else(|| cairn_sql::SqlError::other("XX000", "not a BIGINT column"))
+        };
+        let (ids, balances) = (col(0)?, col(1)?);
+        rows.extend((0..b.num_rows()).map(|i| (ids.value(i), balances.value(i))));
+    }
+    Ok(rows)
+}
+
+/// A bank reader process: reads every balance in one snapshot, alternately by an
+/// autocommit `SELECT` and twice inside a `REPEATABLE READ` transaction; each read is
+/// one `balances` operation carrying the rows it saw.
+pub async fn bank_reads(
+    engine: SqlEngine,
+    process: usize,
+    history: History,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    while !stop.load(Ordering::Acquire) {
+        let session = engine.session();
+        let in_txn = rng.random_bool(0.5);
+        let begun = !in_txn
+            || session
+                .execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                .await
+                .is_ok();
+        for _ in 0..if in_txn { 2 } else { 1 } {
+            if !begun {
+                break;
+            }
+            let p = history.invoke(process, "balances", "accounts", None, None);
+            match read_accounts(&session).await {
+                Ok(rows) => {
+                    p.read_rows(rows);
+                }
+                Err(e) => {
+                    p.error(e);
+                    break;
+                }
+            }
+        }
+        if in_txn {
+            let _ = session.execute("ROLLBACK").await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+    }
+}
+
+/// Every account's (id, balance) at the latest snapshot, by a SQL read, retrying
+/// while the cluster settles.
+pub async fn read_bank(engine: &SqlEngine) -> Result<Vec<(i64, i64)>> {
+    let mut last = String::new();
+    for _ in 0..60 {
+        match read_accounts(&engine.session()).await {
+            Ok(rows) => return Ok(rows),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Err(FaultsError::Setup(format!(
+        "the final read of the bank kept failing: {last}"
     )))
 }

@@ -1,6 +1,6 @@
 //! The fault harness in CI: a real cluster (3 masters, 5 tablet servers, fsync on,
-//! replicas 3) under every fault kind once, with register (native and SQL), counter
-//! and set workloads; every history must pass its checker. `CAIRN_FAULT_CYCLES=n`
+//! replicas 3) under every fault kind once, with register (native and SQL), counter,
+//! set and bank workloads; every history must pass its checker. `CAIRN_FAULT_CYCLES=n`
 //! runs more cycles (the long mode is `cairn-faults run --cycles 100`).
 
 use std::time::Duration;
@@ -40,6 +40,7 @@ async fn every_fault_kind_leaves_no_anomaly() {
         sql_registers: 2,
         counters: 2,
         sets: 2,
+        banks: 2,
         keys: 4,
         ops_per_key: 100,
         tools_dir: std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cairn-faults-tools"),
