@@ -3,19 +3,21 @@ script, clients and transaction count, each on a fresh server.
 
 `bench/pgbench/tpcb.sh` creates pgbench's four tables (1 branch, 10 tellers, 1,000
 accounts, a history table with a primary key, which Cairn requires) and runs
-`bench/pgbench/tpcb.sql` with `pgbench -M prepared`: a read-modify-write UPDATE of an
+`bench/pgbench/tpcb.sql` with `pgbench -M prepared --max-tries 1000`: a read-modify-write UPDATE of an
 account, a read of it, UPDATEs of a teller and of the single branch (hot rows), an
 INSERT into the history, between BEGIN and END. Afterwards it checks that
 sum(account) = sum(teller) = sum(branch) = sum(history.delta) and that no transaction
 failed; a run whose check fails is recorded with status "error".
 
-Cairn has no multi-statement transactions yet: BEGIN/END are accepted and each
-statement commits on its own (atomically per tablet). The balances still add up
-because each UPDATE counts every concurrent increment. PostgreSQL runs the
-transactions with its default isolation, READ COMMITTED.
+Cairn runs each BEGIN…END as one snapshot-isolation transaction: of two concurrent
+transactions that update the same row (the single branch row makes that common),
+the later committer is aborted with SQLSTATE 40001 and pgbench retries it
+(`--max-tries`); the number of retried transactions is recorded. PostgreSQL runs the
+transactions with its default isolation, READ COMMITTED, where an UPDATE waits for
+the row's writer and re-reads it instead of aborting.
 
 One JSON line per system goes to bench/results/pgbench.jsonl: tps (without the initial
-connection time), mean latency, transactions and status.
+connection time), mean latency, transactions, transactions retried and status.
 """
 
 import os
@@ -29,6 +31,7 @@ SYSTEMS = ["cairn-local", "postgres", "cairn-cluster"]
 DEFAULT_SYSTEMS = ["cairn-local", "postgres"]
 
 TPS = re.compile(r"^tps = (?P<tps>[\d.]+) \(without initial connection time\)", re.M)
+RETRIED = re.compile(r"^number of transactions retried: (?P<n>\d+)", re.M)
 LATENCY = re.compile(r"^latency average = (?P<ms>[\d.]+) ms", re.M)
 
 
@@ -84,10 +87,12 @@ def run(args):
         (work_dir / f"pgbench-{system}.log").write_text(text)
         tps = TPS.search(text)
         lat = LATENCY.search(text)
+        retried = RETRIED.search(text)
         line = {"suite": "pgbench", **meta, "system": system, "clients": args.clients,
                 "transactions": args.clients * args.transactions,
                 "tps": float(tps.group("tps")) if tps else None,
                 "latency_ms": float(lat.group("ms")) if lat else None,
+                "retried": int(retried.group("n")) if retried else None,
                 "status": status, "error": error}
         common.append_jsonl(out, line)
         progress.log(f"pgbench {system}: {status}, "
