@@ -9,12 +9,12 @@ INSERT into the history, between BEGIN and END. Afterwards it checks that
 sum(account) = sum(teller) = sum(branch) = sum(history.delta) and that no transaction
 failed; a run whose check fails is recorded with status "error".
 
-Cairn runs each BEGIN…END as one snapshot-isolation transaction: of two concurrent
-transactions that update the same row (the single branch row makes that common),
-the later committer is aborted with SQLSTATE 40001 and pgbench retries it
-(`--max-tries`); the number of retried transactions is recorded. PostgreSQL runs the
-transactions with its default isolation, READ COMMITTED, where an UPDATE waits for
-the row's writer and re-reads it instead of aborting.
+Both systems run each BEGIN…END as one transaction at their default isolation, READ
+COMMITTED: an UPDATE of a row another open transaction changed waits for it to end
+and re-reads the row, so the single branch row serializes the transactions (in
+Cairn, a REPEATABLE READ transaction would instead be aborted with SQLSTATE 40001,
+first committer wins). pgbench retries a transaction aborted with 40001
+(`--max-tries`); the number retried is recorded.
 
 One JSON line per system goes to bench/results/pgbench.jsonl: tps (without the initial
 connection time), mean latency, transactions, transactions retried and status.

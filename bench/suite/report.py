@@ -471,10 +471,11 @@ def pgbench_section(clients, lines):
             + "\n`bench/pgbench/tpcb.sql` with `pgbench -M prepared` (1 branch, 10 tellers, "
             "1,000 accounts; hot rows), the balances checked afterwards (status ok = "
             "sum(account) = sum(teller) = sum(branch) = sum(history.delta), no failed "
-            "transaction). Cairn runs each BEGIN…END as one snapshot-isolation transaction "
-            "(first committer wins); PostgreSQL runs READ COMMITTED transactions. A "
-            "transaction aborted with SQLSTATE 40001 is retried by pgbench (`--max-tries`); "
-            "\"retried\" counts the transactions that needed it. "
+            "transaction). Both systems run each BEGIN…END as one transaction at their default "
+            "isolation, READ COMMITTED: an UPDATE of a row another open transaction "
+            "changed waits for it to end and re-reads the row, so the single branch row "
+            "serializes the transactions. A transaction aborted with SQLSTATE 40001 would "
+            "be retried by pgbench (`--max-tries`); \"retried\" counts them. "
             "`bench/suite/pgbench.py` documents the method.\n\n"
             + table(["system", "tps", "mean latency (ms)", "transactions", "retried",
                      "tps / postgres", "status"], rows))
