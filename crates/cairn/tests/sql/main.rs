@@ -3,7 +3,9 @@
 //! sqllogictest files under `tests/slt/` (`slt`); all 22 TPC-H queries at scale factor
 //! 0.01 against DataFusion on the same data (`tpch`); real PostgreSQL and Flight SQL
 //! clients (`clients`); and concurrent read-modify-write statements, pgbench included
-//! (`concurrency`); tables without a primary key (`keyless`).
+//! (`concurrency`); tables without a primary key (`keyless`); transaction blocks
+//! (`transactions`) and randomized ones against a snapshot-isolation oracle
+//! (`si_model`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -18,6 +20,7 @@ mod keyless;
 mod limits;
 mod point;
 mod security;
+mod si_model;
 mod slt;
 mod tpch;
 mod transactions;
