@@ -88,6 +88,52 @@ impl Deltas {
         (redo, undo)
     }
 
+    /// Whether the row at `ordinal` is live after every REDO so far, and when it last
+    /// changed (its newest REDO or UNDO; [`HybridTime::MIN`] when it has none). Copies
+    /// no change: the write path asks this of every row it touches, and a hot row
+    /// with thousands of updates must cost a walk, not a clone of each (as
+    /// [`Deltas::collect`] would). Ties between sources resolve as `collect` orders
+    /// them: files oldest first, then the frozen store, then the active one.
+    pub fn row_status(&self, ordinal: u32) -> (bool, HybridTime) {
+        // The newest delete or re-insert, by (timestamp, source, position).
+        let mut newest: Option<((HybridTime, usize, usize), bool)> = None;
+        let mut last = HybridTime::MIN;
+        let mut see = |key: (HybridTime, usize, usize), change: &RowChange| {
+            last = last.max(key.0);
+            let live = match change {
+                RowChange::Update(_) => return,
+                RowChange::Delete => false,
+                RowChange::Reinsert(_) => true,
+            };
+            if newest.as_ref().is_none_or(|(k, _)| key > *k) {
+                newest = Some((key, live));
+            }
+        };
+        let files = self.redo_files.len();
+        for (src, f) in self.redo_files.iter().enumerate() {
+            for (pos, e) in f.range(ordinal, ordinal + 1).iter().enumerate() {
+                see((e.ts, src, pos), &e.change);
+            }
+        }
+        let stores = [self.frozen_dms.as_ref(), Some(&self.dms)];
+        for (i, d) in stores.into_iter().enumerate() {
+            let Some(d) = d else { continue };
+            // Newest first: the first delete or re-insert is this store's newest.
+            let mut pos = usize::MAX;
+            d.visit_newest_first(ordinal, |ts, change| {
+                see((ts, files + i, pos), change);
+                pos -= 1;
+                matches!(change, RowChange::Update(_))
+            });
+        }
+        for f in &self.undo_files {
+            if let Some(ts) = f.range(ordinal, ordinal + 1).iter().map(|e| e.ts).max() {
+                last = last.max(ts);
+            }
+        }
+        (newest.is_none_or(|(_, live)| live), last)
+    }
+
     /// Number of REDO deltas on disk and in memory.
     pub fn redo_count(&self) -> usize {
         self.redo_files.iter().map(|f| f.len()).sum::<usize>()
@@ -295,28 +341,19 @@ impl DiskRowSet {
 
     /// Whether the row at `ordinal` is live after every change so far.
     pub fn is_live(&self, ordinal: u32) -> bool {
-        let (redo, _) = self.deltas.read().collect(ordinal, ordinal + 1);
-        let mut live = true;
-        for e in redo {
-            match e.change {
-                RowChange::Delete => live = false,
-                RowChange::Reinsert(_) => live = true,
-                RowChange::Update(_) => {}
-            }
-        }
-        live
+        self.deltas.read().row_status(ordinal).0
     }
 
     /// When the row at `ordinal` last changed: its latest REDO, or the version its base
     /// data holds (its latest UNDO); [`HybridTime::MIN`] when that history is older than
     /// the retention window and has been collected.
     pub fn last_change(&self, ordinal: u32) -> HybridTime {
-        let (redo, undo) = self.deltas.read().collect(ordinal, ordinal + 1);
-        redo.iter()
-            .chain(undo.iter())
-            .map(|e| e.ts)
-            .max()
-            .unwrap_or(HybridTime::MIN)
+        self.deltas.read().row_status(ordinal).1
+    }
+
+    /// [`DiskRowSet::is_live`] and [`DiskRowSet::last_change`] in one look.
+    pub fn row_status(&self, ordinal: u32) -> (bool, HybridTime) {
+        self.deltas.read().row_status(ordinal)
     }
 
     /// Reads the base row at `ordinal` (through the block cache).
@@ -691,4 +728,91 @@ fn apply_deltas(
         out.push(interleave(&[col.as_ref(), patch.as_ref()], &idx)?);
     }
     Ok((out, BooleanArray::from(visible)))
+}
+
+#[cfg(test)]
+mod row_status_tests {
+    use super::*;
+    use crate::delta::write_delta_file;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// The answer of [`Deltas::row_status`] from every change, copied and replayed
+    /// in `collect`'s order.
+    fn replayed(d: &Deltas, ordinal: u32) -> (bool, HybridTime) {
+        let (redo, undo) = d.collect(ordinal, ordinal + 1);
+        let mut live = true;
+        for e in &redo {
+            match e.change {
+                RowChange::Delete => live = false,
+                RowChange::Reinsert(_) => live = true,
+                RowChange::Update(_) => {}
+            }
+        }
+        let last = redo.iter().chain(&undo).map(|e| e.ts).max();
+        (live, last.unwrap_or(HybridTime::MIN))
+    }
+
+    fn change(rng: &mut StdRng) -> RowChange {
+        match rng.random_range(0..6) {
+            0 => RowChange::Delete,
+            1 => RowChange::Reinsert(vec![(1, Value::Int64(rng.random()))]),
+            _ => RowChange::Update(vec![(1, Value::Int64(rng.random()))]),
+        }
+    }
+
+    fn file(dir: &Path, name: &str, mut entries: Vec<DeltaEntry>) -> Arc<DeltaFile> {
+        entries.sort_by_key(|e| (e.ordinal, e.ts));
+        let path = dir.join(name);
+        let (crc, _) = write_delta_file(&path, &entries).unwrap();
+        Arc::new(DeltaFile::open(&path, name, crc).unwrap())
+    }
+
+    #[test]
+    fn row_status_matches_replaying_every_change() {
+        let dir = tempfile::tempdir().unwrap();
+        for seed in 0..200u64 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            // Timestamps drawn from a small range, so ties across sources happen.
+            let entries = |n: usize, rng: &mut StdRng| -> Vec<DeltaEntry> {
+                (0..n)
+                    .map(|_| DeltaEntry {
+                        ordinal: rng.random_range(0..3),
+                        ts: HybridTime(rng.random_range(1..12)),
+                        change: change(rng),
+                    })
+                    .collect()
+            };
+            let redo_files = (0..rng.random_range(0..3))
+                .map(|i| {
+                    let n = rng.random_range(0..6);
+                    file(dir.path(), &format!("r{seed}-{i}"), entries(n, &mut rng))
+                })
+                .collect();
+            let undo = entries(rng.random_range(0..4), &mut rng);
+            let undo_files = vec![file(dir.path(), &format!("u{seed}"), undo)];
+            let store = |rng: &mut StdRng| {
+                let d = DeltaMemStore::new();
+                for e in entries(rng.random_range(0..8), rng) {
+                    d.add(e.ordinal, e.ts, e.change);
+                }
+                Arc::new(d)
+            };
+            let frozen_dms = rng.random_bool(0.5).then(|| store(&mut rng));
+            let dms = store(&mut rng);
+            let d = Deltas {
+                redo_files,
+                undo_files,
+                frozen_dms,
+                dms,
+            };
+            for ordinal in 0..4 {
+                assert_eq!(
+                    d.row_status(ordinal),
+                    replayed(&d, ordinal),
+                    "seed {seed} ordinal {ordinal}"
+                );
+            }
+        }
+    }
 }

@@ -306,7 +306,7 @@ impl Tablet {
     /// ([`HybridTime::MIN`] if its history is older than the retention window).
     pub(crate) fn row_status(&self, comps: &Components, key: &[u8]) -> (bool, HybridTime) {
         match self.locate(comps, key) {
-            Location::Disk(rs, o) => (rs.is_live(o), rs.last_change(o)),
+            Location::Disk(rs, o) => rs.row_status(o),
             Location::Mem(_, r) => (r.is_live(), r.last_change()),
             Location::Absent => (false, HybridTime::MIN),
         }
