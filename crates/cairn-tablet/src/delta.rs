@@ -44,6 +44,20 @@ pub struct DeltaMemStore {
     map: SkipMap<(u32, u64, u64), RowChange>,
     seq: AtomicU64,
     bytes: AtomicUsize,
+    /// Per changed row, what the write path asks of every row it touches —
+    /// [`RowSummary`] — kept as changes arrive so the answer does not walk a hot
+    /// row's thousands of updates.
+    summaries: parking_lot::Mutex<std::collections::HashMap<u32, RowSummary>>,
+}
+
+/// A row's changes in one [`DeltaMemStore`], summarized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowSummary {
+    /// The newest change's timestamp.
+    pub newest: HybridTime,
+    /// The newest delete or re-insert — (timestamp, arrival number, whether the row
+    /// is live after it) — ordered as the store orders changes.
+    pub liveness: Option<(HybridTime, u64, bool)>,
 }
 
 impl DeltaMemStore {
@@ -56,7 +70,30 @@ impl DeltaMemStore {
         self.bytes
             .fetch_add(change.size_bytes() + 32, Ordering::Relaxed);
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let live = match change {
+            RowChange::Update(_) => None,
+            RowChange::Delete => Some(false),
+            RowChange::Reinsert(_) => Some(true),
+        };
+        {
+            let mut summaries = self.summaries.lock();
+            let s = summaries.entry(ordinal).or_insert(RowSummary {
+                newest: ts,
+                liveness: None,
+            });
+            s.newest = s.newest.max(ts);
+            if let Some(live) = live
+                && s.liveness.is_none_or(|(t, q, _)| (ts, seq) > (t, q))
+            {
+                s.liveness = Some((ts, seq, live));
+            }
+        }
         self.map.insert((ordinal, ts.0, seq), change);
+    }
+
+    /// The summary of the changes to `ordinal` (`None`: it has none here).
+    pub fn row_summary(&self, ordinal: u32) -> Option<RowSummary> {
+        self.summaries.lock().get(&ordinal).copied()
     }
     /// Calls `f` with the changes of `ordinal`, newest first, until it returns false.
     pub fn visit_newest_first(

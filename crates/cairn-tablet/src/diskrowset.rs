@@ -117,14 +117,15 @@ impl Deltas {
         }
         let stores = [self.frozen_dms.as_ref(), Some(&self.dms)];
         for (i, d) in stores.into_iter().enumerate() {
-            let Some(d) = d else { continue };
-            // Newest first: the first delete or re-insert is this store's newest.
-            let mut pos = usize::MAX;
-            d.visit_newest_first(ordinal, |ts, change| {
-                see((ts, files + i, pos), change);
-                pos -= 1;
-                matches!(change, RowChange::Update(_))
-            });
+            if let Some(sum) = d.and_then(|d| d.row_summary(ordinal)) {
+                last = last.max(sum.newest);
+                if let Some((ts, seq, live)) = sum.liveness {
+                    let key = (ts, files + i, seq as usize);
+                    if newest.as_ref().is_none_or(|(k, _)| key > *k) {
+                        newest = Some((key, live));
+                    }
+                }
+            }
         }
         for f in &self.undo_files {
             if let Some(ts) = f.range(ordinal, ordinal + 1).iter().map(|e| e.ts).max() {
