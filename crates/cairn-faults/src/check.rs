@@ -196,6 +196,61 @@ pub fn set(events: &[Event], final_read: &[i64]) -> Verdict {
     }
 }
 
+/// Checks the bank: every balances read that succeeded — and the final read — saw
+/// every account once and the total they opened with (snapshot isolation: a
+/// transfer is seen whole or not at all); at least one transfer committed.
+pub fn bank(events: &[Event], final_read: &[(i64, i64)], accounts: i64, total: i64) -> Verdict {
+    let reads: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.f == "balances" && e.kind == Kind::Ok)
+        .collect();
+    let transfers = events
+        .iter()
+        .filter(|e| e.f == "transfer" && e.kind == Kind::Invoke)
+        .count();
+    let committed = events
+        .iter()
+        .filter(|e| e.f == "transfer" && e.kind == Kind::Ok)
+        .count();
+    let wrong = |rows: &[(i64, i64)]| {
+        let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
+        let sum: i64 = rows.iter().map(|(_, b)| b).sum();
+        (ids != (0..accounts).collect::<Vec<_>>() || sum != total)
+            .then(|| format!("read {} accounts totalling {sum}: {rows:?}", rows.len()))
+    };
+    let mut problems: Vec<String> = reads
+        .iter()
+        .filter_map(|e| {
+            wrong(e.rows.as_deref().unwrap_or_default())
+                .map(|w| format!("process {} at {} ns {w}", e.process, e.time))
+        })
+        .collect();
+    if let Some(w) = wrong(final_read) {
+        problems.push(format!("the final read {w}"));
+    }
+    if committed == 0 {
+        problems.push("no transfer committed".into());
+    }
+    Verdict {
+        checker: "bank".into(),
+        ok: problems.is_empty(),
+        operations: transfers + reads.len(),
+        detail: if problems.is_empty() {
+            format!(
+                "{} snapshot reads and the final read total {total}; {committed} of \
+                 {transfers} transfers committed",
+                reads.len()
+            )
+        } else {
+            format!(
+                "{} bad reads, e.g. {}",
+                problems.len(),
+                problems[..problems.len().min(3)].join("; ")
+            )
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,60 +349,5 @@ mod tests {
             !verdict(true).ok,
             "cas(3 -> 4) failing on a register holding 3"
         );
-    }
-}
-
-/// Checks the bank: every balances read that succeeded — and the final read — saw
-/// every account once and the total they opened with (snapshot isolation: a
-/// transfer is seen whole or not at all); at least one transfer committed.
-pub fn bank(events: &[Event], final_read: &[(i64, i64)], accounts: i64, total: i64) -> Verdict {
-    let reads: Vec<&Event> = events
-        .iter()
-        .filter(|e| e.f == "balances" && e.kind == Kind::Ok)
-        .collect();
-    let transfers = events
-        .iter()
-        .filter(|e| e.f == "transfer" && e.kind == Kind::Invoke)
-        .count();
-    let committed = events
-        .iter()
-        .filter(|e| e.f == "transfer" && e.kind == Kind::Ok)
-        .count();
-    let wrong = |rows: &[(i64, i64)]| {
-        let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
-        let sum: i64 = rows.iter().map(|(_, b)| b).sum();
-        (ids != (0..accounts).collect::<Vec<_>>() || sum != total)
-            .then(|| format!("read {} accounts totalling {sum}: {rows:?}", rows.len()))
-    };
-    let mut problems: Vec<String> = reads
-        .iter()
-        .filter_map(|e| {
-            wrong(e.rows.as_deref().unwrap_or_default())
-                .map(|w| format!("process {} at {} ns {w}", e.process, e.time))
-        })
-        .collect();
-    if let Some(w) = wrong(final_read) {
-        problems.push(format!("the final read {w}"));
-    }
-    if committed == 0 {
-        problems.push("no transfer committed".into());
-    }
-    Verdict {
-        checker: "bank".into(),
-        ok: problems.is_empty(),
-        operations: transfers + reads.len(),
-        detail: if problems.is_empty() {
-            format!(
-                "{} snapshot reads and the final read total {total}; {committed} of \
-                 {transfers} transfers committed",
-                reads.len()
-            )
-        } else {
-            format!(
-                "{} bad reads, e.g. {}",
-                problems.len(),
-                problems[..problems.len().min(3)].join("; ")
-            )
-        },
     }
 }
