@@ -113,6 +113,15 @@ impl Report {
     }
 }
 
+/// A SQL engine over a fresh client of `cluster`, with the workloads' timeouts.
+async fn sql_engine(cluster: &Cluster) -> Result<cairn_sql::SqlEngine> {
+    let client = cluster
+        .client()
+        .await?
+        .with_options(workload::client_options());
+    cairn_sql::SqlEngine::new(client).map_err(|e| FaultsError::Setup(e.to_string()))
+}
+
 /// Runs the harness.
 pub async fn run(cfg: RunConfig) -> Result<Report> {
     let t0 = Instant::now();
@@ -146,13 +155,7 @@ pub async fn run(cfg: RunConfig) -> Result<Report> {
         process += 1;
     }
     for _ in 0..cfg.sql_registers + cfg.counters {
-        let engine = cairn_sql::SqlEngine::new(
-            cluster
-                .client()
-                .await?
-                .with_options(workload::client_options()),
-        )
-        .map_err(|e| FaultsError::Setup(e.to_string()))?;
+        let engine = sql_engine(&cluster).await?;
         if process < cfg.native_registers + cfg.sql_registers {
             tasks.spawn(workload::sql_register(
                 engine,
@@ -185,13 +188,7 @@ pub async fn run(cfg: RunConfig) -> Result<Report> {
         process += 1;
     }
 
-    let bank_engine = cairn_sql::SqlEngine::new(
-        cluster
-            .client()
-            .await?
-            .with_options(workload::client_options()),
-    )
-    .map_err(|e| FaultsError::Setup(e.to_string()))?;
+    let bank_engine = sql_engine(&cluster).await?;
     for i in 0..cfg.banks + usize::from(cfg.banks > 0) {
         let (engine, seed) = (bank_engine.clone(), cfg.seed ^ process as u64);
         if i < cfg.banks {

@@ -52,85 +52,66 @@ pub fn client_options() -> ClientOptions {
         .operation_timeout(Duration::from_secs(8))
 }
 
-/// Creates the workload tables (3 replicas) and the counter row.
+/// Creates the workload tables (3 replicas), the counter row and the bank's accounts.
 pub async fn create_tables(client: &Client) -> Result<()> {
     let setup = |e: ClientError| FaultsError::Setup(format!("creating the tables: {e}"));
-    let kv = |key_type: DataType| {
-        Schema::new(
-            vec![
-                ColumnSpec::new("k", key_type),
-                ColumnSpec::new("v", DataType::Int64).nullable(),
-            ],
-            &["k"],
-        )
+    let schema = |columns: Vec<ColumnSpec>, key: &str| {
+        Schema::new(columns, &[key]).map_err(|e| FaultsError::Setup(e.to_string()))
     };
-    let hashed = |col: &str| PartitionSchema {
-        hash_levels: vec![HashLevel {
-            columns: vec![col.into()],
-            num_buckets: 4,
-            seed: 0,
-        }],
-        range_columns: vec![],
+    // A table with 3 replicas, hashed into 4 buckets on `hashed_on` if given.
+    let create = |name: &'static str, schema: Schema, hashed_on: Option<&str>| {
+        let mut spec = cairn_client::CreateTableSpec::new(name, schema).replicas(3);
+        if let Some(col) = hashed_on {
+            spec = spec.partition(PartitionSchema {
+                hash_levels: vec![HashLevel {
+                    columns: vec![col.into()],
+                    num_buckets: 4,
+                    seed: 0,
+                }],
+                range_columns: vec![],
+            });
+        }
+        client.create_table(spec)
     };
-    let schema = kv(DataType::String).map_err(|e| FaultsError::Setup(e.to_string()))?;
-    client
-        .create_table(
-            cairn_client::CreateTableSpec::new(REGISTERS, schema.clone())
-                .partition(hashed("k"))
-                .replicas(3),
-        )
+    // Inserts `rows` into `name`, each acknowledged before the next.
+    let seed = |name: &'static str, rows: Vec<Vec<Value>>| async move {
+        let t = client.open_table(name).await?;
+        let mut s = client.new_session(&t);
+        s.set_flush_mode(FlushMode::AutoFlushSync);
+        for row in rows {
+            s.apply(Operation::insert(row)).await?;
+        }
+        Ok::<_, ClientError>(())
+    };
+    let kv = schema(
+        vec![
+            ColumnSpec::new("k", DataType::String),
+            ColumnSpec::new("v", DataType::Int64).nullable(),
+        ],
+        "k",
+    )?;
+    create(REGISTERS, kv.clone(), Some("k"))
         .await
         .map_err(setup)?;
-    client
-        .create_table(cairn_client::CreateTableSpec::new(COUNTERS, schema).replicas(3))
-        .await
-        .map_err(setup)?;
-    let set = Schema::new(vec![ColumnSpec::new("e", DataType::Int64)], &["e"])
-        .map_err(|e| FaultsError::Setup(e.to_string()))?;
-    client
-        .create_table(
-            cairn_client::CreateTableSpec::new(ELEMENTS, set)
-                .partition(hashed("e"))
-                .replicas(3),
-        )
-        .await
-        .map_err(setup)?;
-    let accounts = Schema::new(
+    create(COUNTERS, kv, None).await.map_err(setup)?;
+    let set = schema(vec![ColumnSpec::new("e", DataType::Int64)], "e")?;
+    create(ELEMENTS, set, Some("e")).await.map_err(setup)?;
+    let accounts = schema(
         vec![
             ColumnSpec::new("id", DataType::Int64),
             ColumnSpec::new("balance", DataType::Int64),
         ],
-        &["id"],
-    )
-    .map_err(|e| FaultsError::Setup(e.to_string()))?;
-    client
-        .create_table(
-            cairn_client::CreateTableSpec::new(ACCOUNTS, accounts)
-                .partition(hashed("id"))
-                .replicas(3),
-        )
+        "id",
+    )?;
+    create(ACCOUNTS, accounts, Some("id"))
         .await
         .map_err(setup)?;
-    let t = client.open_table(ACCOUNTS).await.map_err(setup)?;
-    let mut s = client.new_session(&t);
-    s.set_flush_mode(FlushMode::AutoFlushSync);
-    for id in 0..ACCOUNT_COUNT {
-        s.apply(Operation::insert(vec![
-            Value::Int64(id),
-            Value::Int64(OPENING_BALANCE),
-        ]))
-        .await
-        .map_err(setup)?;
-    }
-    let t = client.open_table(COUNTERS).await.map_err(setup)?;
-    let mut s = client.new_session(&t);
-    s.set_flush_mode(FlushMode::AutoFlushSync);
-    s.apply(Operation::insert(vec![
-        Value::String("c".into()),
-        Value::Int64(0),
-    ]))
-    .await
-    .map_err(setup)?;
+    let opening = (0..ACCOUNT_COUNT)
+        .map(|id| vec![Value::Int64(id), Value::Int64(OPENING_BALANCE)])
+        .collect();
+    seed(ACCOUNTS, opening).await.map_err(setup)?;
+    let counter = vec![Value::String("c".into()), Value::Int64(0)];
+    seed(COUNTERS, vec![counter]).await.map_err(setup)?;
     Ok(())
 }
 

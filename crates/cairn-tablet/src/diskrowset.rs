@@ -345,14 +345,10 @@ impl DiskRowSet {
         self.deltas.read().row_status(ordinal).0
     }
 
-    /// When the row at `ordinal` last changed: its latest REDO, or the version its base
-    /// data holds (its latest UNDO); [`HybridTime::MIN`] when that history is older than
-    /// the retention window and has been collected.
-    pub fn last_change(&self, ordinal: u32) -> HybridTime {
-        self.deltas.read().row_status(ordinal).1
-    }
-
-    /// [`DiskRowSet::is_live`] and [`DiskRowSet::last_change`] in one look.
+    /// Whether the row at `ordinal` is live, and when it last changed: its latest
+    /// REDO, or the version its base data holds (its latest UNDO);
+    /// [`HybridTime::MIN`] when that history is older than the retention window and
+    /// has been collected.
     pub fn row_status(&self, ordinal: u32) -> (bool, HybridTime) {
         self.deltas.read().row_status(ordinal)
     }

@@ -426,18 +426,7 @@ impl Tablet {
     /// Reads one row by primary key (values in key-column order).
     pub fn get(&self, key: &[Value], mode: ReadMode) -> Result<Option<Row>> {
         let schema = self.schema();
-        let refs: Vec<&Value> = key.iter().collect();
-        if key.len() != schema.key_indexes().len() {
-            return Err(TabletError::InvalidRequest(format!(
-                "the primary key has {} columns but {} values were given",
-                schema.key_indexes().len(),
-                key.len()
-            )));
-        }
-        for (&k, v) in schema.key_indexes().iter().zip(key) {
-            v.check_type(&schema.column(k).name, &schema.column(k).data_type)?;
-        }
-        let enc = cairn_common::key::encode_values(&refs)?;
+        let enc = encode_point_key(&schema, key)?;
         let snap = self.snapshot_for(mode)?;
         let comps = self.components();
         match self.locate(&comps, &enc) {
@@ -476,18 +465,7 @@ impl Tablet {
     ) -> Result<Option<(HybridTime, Option<Row>)>> {
         self.check_healthy()?;
         let schema = self.schema();
-        if key.len() != schema.key_indexes().len() {
-            return Err(TabletError::InvalidRequest(format!(
-                "the primary key has {} columns but {} values were given",
-                schema.key_indexes().len(),
-                key.len()
-            )));
-        }
-        for (&k, v) in schema.key_indexes().iter().zip(key) {
-            v.check_type(&schema.column(k).name, &schema.column(k).data_type)?;
-        }
-        let refs: Vec<&Value> = key.iter().collect();
-        let enc = cairn_common::key::encode_values(&refs)?;
+        let enc = encode_point_key(&schema, key)?;
         let (snap, oldest) = self.mvcc.now_and_oldest(&self.clock);
         if oldest.is_some_and(|o| o <= snap) {
             if !may_block {
@@ -849,4 +827,21 @@ fn remove_orphans(rdir: &Path, meta: &TabletMeta) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The encoded primary key of a point read, after checking that `key` has one value
+/// of the right type per key column.
+fn encode_point_key(schema: &Schema, key: &[Value]) -> Result<Vec<u8>> {
+    if key.len() != schema.key_indexes().len() {
+        return Err(TabletError::InvalidRequest(format!(
+            "the primary key has {} columns but {} values were given",
+            schema.key_indexes().len(),
+            key.len()
+        )));
+    }
+    for (&k, v) in schema.key_indexes().iter().zip(key) {
+        v.check_type(&schema.column(k).name, &schema.column(k).data_type)?;
+    }
+    let refs: Vec<&Value> = key.iter().collect();
+    Ok(cairn_common::key::encode_values(&refs)?)
 }
