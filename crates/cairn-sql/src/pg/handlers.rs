@@ -46,10 +46,13 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
-use pgwire::messages::extendedquery::{Bind, BindComplete, Describe, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::extendedquery::{
+    Bind, BindComplete, Describe, Execute, TARGET_TYPE_BYTE_STATEMENT,
+};
 use tokio::sync::watch;
 
 use super::PgOptions;
+use super::coalesce::Coalesce;
 use super::colnames::{pg_column_names, renamed};
 use super::encode::{Stop, fields, pg_error, query_response, timed_out, wire_schema};
 use super::local::{Local, Vars, classify, show_column};
@@ -767,7 +770,8 @@ impl ExtendedQueryHandler for ConnHandler {
     /// Like pgwire's, except that a statement with parameters but no result columns
     /// is described with `NoData` after its `ParameterDescription` (as PostgreSQL
     /// does), not with an empty `RowDescription`: pgJDBC's `executeUpdate` takes the
-    /// latter for a result set and fails.
+    /// latter for a result set and fails. The answer waits for the client's Sync or
+    /// Flush, as PostgreSQL's does (see [`Coalesce`]).
     async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -781,7 +785,7 @@ impl ExtendedQueryHandler for ConnHandler {
                 let described = self.do_describe_statement(client, &stmt).await?;
                 let types = described.parameters.iter().map(|t| t.oid()).collect();
                 client
-                    .send(PgWireBackendMessage::ParameterDescription(
+                    .feed(PgWireBackendMessage::ParameterDescription(
                         ParameterDescription::new(types),
                     ))
                     .await?;
@@ -792,11 +796,23 @@ impl ExtendedQueryHandler for ConnHandler {
                         described.fields.iter().map(Into::into).collect(),
                     ))
                 };
-                client.send(last).await?;
+                client.feed(last).await?;
                 return Ok(());
             }
         }
-        self._on_describe(client, message).await
+        self._on_describe(&mut Coalesce(client), message).await
+    }
+
+    /// pgwire's `Execute`, with its response left in the connection's buffer for the
+    /// client's Sync or Flush to write (see [`Coalesce`]).
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = PgStatement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self._on_execute(&mut Coalesce(client), message).await
     }
 
     /// Binds parameters to a prepared statement as pgwire's default does, but queues

@@ -48,6 +48,7 @@
 //! `DateStyle` ISO, integer datetimes and time zone UTC.
 
 mod auth;
+mod coalesce;
 mod colnames;
 mod copy;
 mod encode;
