@@ -157,6 +157,8 @@ pub struct DeltaFile {
     pub updates: usize,
     /// Number of deletes among the deltas.
     pub deletes: usize,
+    /// Number of re-inserts among the deltas.
+    pub reinserts: usize,
     /// Size on disk.
     pub size_bytes: u64,
 }
@@ -209,7 +211,7 @@ impl DeltaFile {
         let mut entries = Vec::with_capacity(n.min(body));
         let mut updated_columns = BTreeSet::new();
         let (mut min_ts, mut max_ts) = (HybridTime::MAX, HybridTime::MIN);
-        let (mut updates, mut deletes) = (0, 0);
+        let (mut updates, mut deletes, mut reinserts) = (0, 0, 0);
         for _ in 0..n {
             let ordinal = r.u32().map_err(map_err)?;
             let ts = HybridTime(r.u64().map_err(map_err)?);
@@ -220,7 +222,7 @@ impl DeltaFile {
                     updated_columns.extend(cells.iter().map(|(id, _)| *id));
                 }
                 RowChange::Delete => deletes += 1,
-                RowChange::Reinsert(_) => {}
+                RowChange::Reinsert(_) => reinserts += 1,
             }
             min_ts = min_ts.min(ts);
             max_ts = max_ts.max(ts);
@@ -241,6 +243,7 @@ impl DeltaFile {
             max_ts,
             updates,
             deletes,
+            reinserts,
             size_bytes: bytes.len() as u64,
         })
     }

@@ -98,21 +98,28 @@ impl Deltas {
         // The newest delete or re-insert, by (timestamp, source, position).
         let mut newest: Option<((HybridTime, usize, usize), bool)> = None;
         let mut last = HybridTime::MIN;
-        let mut see = |key: (HybridTime, usize, usize), change: &RowChange| {
-            last = last.max(key.0);
-            let live = match change {
-                RowChange::Update(_) => return,
-                RowChange::Delete => false,
-                RowChange::Reinsert(_) => true,
-            };
-            if newest.as_ref().is_none_or(|(k, _)| key > *k) {
-                newest = Some((key, live));
-            }
-        };
         let files = self.redo_files.len();
         for (src, f) in self.redo_files.iter().enumerate() {
-            for (pos, e) in f.range(ordinal, ordinal + 1).iter().enumerate() {
-                see((e.ts, src, pos), &e.change);
+            // A file's deltas of one row are in timestamp order: its newest change is
+            // the last, and its newest delete or re-insert the last of those. A file
+            // of updates only (the usual case) needs no walk of a hot row's updates.
+            let range = f.range(ordinal, ordinal + 1);
+            if let Some(e) = range.last() {
+                last = last.max(e.ts);
+            }
+            if f.deletes + f.reinserts == 0 {
+                continue;
+            }
+            if let Some((pos, e)) = range
+                .iter()
+                .enumerate()
+                .rev()
+                .find(|(_, e)| !matches!(e.change, RowChange::Update(_)))
+            {
+                let key = (e.ts, src, pos);
+                if newest.as_ref().is_none_or(|(k, _)| key > *k) {
+                    newest = Some((key, matches!(e.change, RowChange::Reinsert(_))));
+                }
             }
         }
         let stores = [self.frozen_dms.as_ref(), Some(&self.dms)];
@@ -388,7 +395,7 @@ impl DiskRowSet {
             .undo_files
             .iter()
             .any(|f| f.max_ts > snap && f.range(ordinal, ordinal + 1).iter().any(|e| e.ts > snap));
-        if !undo_matters && std::env::var("NOFOLD").is_err() {
+        if !undo_matters {
             // Only REDOs at or below the snapshot: fold them newest first, so a hot
             // row's long delta chain is read only back to its latest values.
             let mut fold = NewestFirst::new(schema, snap);

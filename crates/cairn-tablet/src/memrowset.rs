@@ -50,7 +50,7 @@ impl MrsRow {
         if muts.first().is_none_or(|(ts, _)| *ts > snap) {
             return Some(Cow::Borrowed(&self.row));
         }
-        if muts.len() > NEWEST_FIRST_FROM && std::env::var("NOFOLD2").is_err() {
+        if muts.len() > NEWEST_FIRST_FROM {
             // A hot row: read its changes newest first, only back to its latest values.
             let mut fold = NewestFirst::new(schema, snap);
             for (ts, m) in muts.iter().rev() {
