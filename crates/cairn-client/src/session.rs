@@ -58,6 +58,9 @@ pub const DEFAULT_BATCH_ROWS: usize = 1000;
 /// Default bound on concurrent background writes of one session.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 8;
 
+/// A tablet's buffered operations, each with its index in the session.
+type TabletOps = Vec<(usize, Operation)>;
+
 /// The result of writing a set of operations.
 #[derive(Default, Debug)]
 struct Outcome {
@@ -237,6 +240,23 @@ impl WriteSession {
         // its previous one.
         self.join_all().await;
         let tablets: Vec<String> = self.buffers.keys().cloned().collect();
+        if let [only] = tablets.as_slice() {
+            // One tablet (every keyed statement): write it on this task. A spawned
+            // task would be scheduled, perhaps on another thread, and joined, for
+            // nothing to overlap with.
+            if let Some((ops, deadline, mode)) = self.take_tablet(only) {
+                let outcome = write_ops(
+                    &self.client,
+                    &self.table,
+                    Some(only.clone()),
+                    ops,
+                    deadline,
+                    &mode,
+                )
+                .await;
+                self.collected.merge(outcome);
+            }
+        }
         for t in tablets {
             self.spawn_tablet(&t);
         }
@@ -285,27 +305,36 @@ impl WriteSession {
 
     /// Spawns the write of a tablet's whole buffer (no waiting).
     fn spawn_tablet(&mut self, tablet_id: &str) {
-        let Some(ops) = self.buffers.remove(tablet_id) else {
+        let Some((ops, deadline, mode)) = self.take_tablet(tablet_id) else {
             return;
         };
-        if ops.is_empty() {
-            return;
-        }
-        self.buffered -= ops.len();
         let n = ops.len();
         let client = self.client.clone();
         let table = self.table.clone();
-        let deadline = Deadline::after(self.timeout);
         let tid = tablet_id.to_string();
-        let mode = WriteMode {
-            atomic: self.atomic,
-            txn: self.txn.clone(),
-        };
         let handle = self.in_flight.spawn(async move {
             write_ops(&client, &table, Some(tid), ops, deadline, &mode).await
         });
         self.in_flight_meta
             .insert(handle.id(), (tablet_id.to_string(), n));
+    }
+
+    /// Takes a tablet's buffered operations (`None` if there are none), with the
+    /// deadline and mode to write them with.
+    fn take_tablet(
+        &mut self,
+        tablet_id: &str,
+    ) -> Option<(TabletOps, Deadline, WriteMode)> {
+        let ops = self
+            .buffers
+            .remove(tablet_id)
+            .filter(|ops| !ops.is_empty())?;
+        self.buffered -= ops.len();
+        let mode = WriteMode {
+            atomic: self.atomic,
+            txn: self.txn.clone(),
+        };
+        Some((ops, Deadline::after(self.timeout), mode))
     }
 
     /// Collects finished background writes without waiting.

@@ -74,6 +74,10 @@ fn snap_err(e: impl std::fmt::Display) -> StorageError {
     StorageIOError::write_snapshot(None, openraft::AnyError::error(e)).into()
 }
 
+/// The most log-entry bytes [`StateMachineStore`] applies on the calling task (more go
+/// to a blocking thread).
+const INLINE_APPLY_BYTES: usize = 64 * 1024;
+
 /// Runs blocking state-machine work without stalling the async runtime.
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
@@ -293,7 +297,20 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     {
         let shared = self.shared.clone();
         let entries: Vec<_> = entries.into_iter().collect();
-        blocking(move || {
+        // A few small writes apply in microseconds, in memory: applying them here
+        // spares the hand-off of this worker's runtime to another thread, which costs
+        // more. Large batches and membership changes (a file write) go to a
+        // blocking thread.
+        let mut bytes = 0;
+        let small = entries.iter().all(|e| match &e.payload {
+            EntryPayload::Blank => true,
+            EntryPayload::Normal(req) => {
+                bytes += req.0.len();
+                bytes <= INLINE_APPLY_BYTES
+            }
+            EntryPayload::Membership(_) => false,
+        });
+        let run = move || {
             let mut out = Vec::with_capacity(entries.len());
             for e in entries {
                 let resp = match e.payload {
@@ -316,7 +333,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 out.push(resp);
             }
             Ok(out)
-        })
+        };
+        if small { run() } else { blocking(run) }
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

@@ -29,7 +29,9 @@ use std::time::Duration;
 use cairn_common::{HybridClock, HybridTime, Partition, PartitionSchema, SchemaMeta};
 use cairn_consensus::ConsensusError;
 use cairn_consensus::{RaftGroup, SmError, StateMachine};
+use cairn_tablet::locks::RowLocks;
 use cairn_tablet::ops::{decode_batch, decode_row_errors, encode_row_errors};
+use cairn_tablet::tablet::PreparedWrite;
 use cairn_tablet::{
     MaintenanceManager, ReadMode, RequestId, RowError, RowOp, Tablet, TabletOptions, TxnDecision,
     TxnId, TxnOutcome, TxnRole,
@@ -39,6 +41,10 @@ use tokio::time::Instant;
 
 use crate::error::{Result, TserverError};
 use crate::proposer::{Proposer, join_answers};
+
+/// The largest autocommit batch whose rows [`TabletReplica::write`] tries to lock on
+/// the calling task, before it moves to a blocking thread (see `prepare_locked`).
+const INLINE_WRITE_OPS: usize = 8;
 
 /// What a replica records about itself (`replica.json`, written last at creation).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -370,18 +376,7 @@ impl TabletReplica {
         let deadline = wo.deadline;
         let atomic = wo.atomic;
         let txn = wo.txn;
-        let t = tablet.clone();
-        let (prepared, locks) = tokio::task::spawn_blocking(move || {
-            let mut p = match txn {
-                Some(txn) => t.prepare_txn_write(txn, ops)?,
-                None => t.prepare_write(ops)?,
-            };
-            let locks = t.lock_rows(&p, deadline.into_std())?;
-            t.check_write(&mut p, atomic, deadline.into_std())?;
-            Ok::<_, TserverError>((p, locks))
-        })
-        .await
-        .map_err(|e| TserverError::Internal(format!("write task failed: {e}")))??;
+        let (prepared, locks) = Self::prepare_locked(&tablet, ops, txn, atomic, deadline).await?;
         if prepared.is_empty() {
             // Nothing to replicate, nothing changed: a retry recomputes the same.
             return Ok((tablet.safe_time(), prepared.row_errors));
@@ -409,6 +404,65 @@ impl TabletReplica {
             move || t.start_write(&p, atomic, record),
         )
         .await
+    }
+
+    /// Prepares a write, locks its rows and checks it (see [`Tablet::lock_rows`] and
+    /// [`Tablet::check_write`]). A small autocommit batch is tried here first without
+    /// waiting for anything: most keyed writes find their rows unlocked, and a trip
+    /// to a blocking thread and back (two thread switches) costs more than the write.
+    /// When a lock is taken, or the batch is large or a transaction's, the work moves
+    /// to a blocking thread that waits until `deadline`.
+    async fn prepare_locked(
+        tablet: &Arc<Tablet>,
+        ops: Vec<RowOp>,
+        txn: Option<TxnId>,
+        atomic: bool,
+        deadline: Instant,
+    ) -> Result<(PreparedWrite, RowLocks)> {
+        /// What the blocking thread starts from.
+        enum Start {
+            Prepared(PreparedWrite),
+            Ops(Vec<RowOp>, Option<TxnId>),
+        }
+        let start = if txn.is_none() && ops.len() <= INLINE_WRITE_OPS {
+            let mut p = tablet.prepare_write(ops)?;
+            match Self::lock_and_check(tablet, &mut p, atomic, std::time::Instant::now()) {
+                Ok(locks) => return Ok((p, locks)),
+                // Only waiting would have helped (the checks change nothing before
+                // they can time out).
+                Err(TserverError::Tablet(cairn_tablet::TabletError::LockTimeout)) => {
+                    Start::Prepared(p)
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            Start::Ops(ops, txn)
+        };
+        let t = tablet.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut p = match start {
+                Start::Prepared(p) => p,
+                Start::Ops(ops, Some(txn)) => t.prepare_txn_write(txn, ops)?,
+                Start::Ops(ops, None) => t.prepare_write(ops)?,
+            };
+            let locks = Self::lock_and_check(&t, &mut p, atomic, deadline.into_std())?;
+            Ok((p, locks))
+        })
+        .await
+        .map_err(|e| TserverError::Internal(format!("write task failed: {e}")))?
+    }
+
+    /// Locks the rows of `p` and checks it against their state, waiting until
+    /// `deadline` at most ([`cairn_tablet::TabletError::LockTimeout`] after it).
+    fn lock_and_check(
+        t: &Tablet,
+        p: &mut PreparedWrite,
+        atomic: bool,
+        deadline: std::time::Instant,
+    ) -> Result<RowLocks> {
+        let locks = t.lock_rows(p, deadline)?;
+        t.check_write(p, atomic, deadline)?;
+        Ok(locks)
     }
 
     /// Prepares, commits or aborts transaction `txn` on this leader
