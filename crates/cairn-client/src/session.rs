@@ -321,10 +321,7 @@ impl WriteSession {
 
     /// Takes a tablet's buffered operations (`None` if there are none), with the
     /// deadline and mode to write them with.
-    fn take_tablet(
-        &mut self,
-        tablet_id: &str,
-    ) -> Option<(TabletOps, Deadline, WriteMode)> {
+    fn take_tablet(&mut self, tablet_id: &str) -> Option<(TabletOps, Deadline, WriteMode)> {
         let ops = self
             .buffers
             .remove(tablet_id)
