@@ -39,8 +39,8 @@ use pgwire::api::results::{FieldInfo, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
-    ClientInfo, ClientPortalStore, ConnectionManager, DEFAULT_NAME, PgWireServerHandlers,
-    RandomPidSecretKeyGenerator, Type,
+    ClientInfo, ClientPortalStore, ConnectionManager, DEFAULT_NAME, PgWireConnectionState,
+    PgWireServerHandlers, RandomPidSecretKeyGenerator, Type,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
@@ -804,7 +804,8 @@ impl ExtendedQueryHandler for ConnHandler {
     }
 
     /// pgwire's `Execute`, with its response left in the connection's buffer for the
-    /// client's Sync or Flush to write (see [`Coalesce`]).
+    /// client's Sync or Flush to write (see [`Coalesce`]), except the start of a COPY
+    /// FROM STDIN, which the client waits for.
     async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -812,7 +813,13 @@ impl ExtendedQueryHandler for ConnHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        self._on_execute(&mut Coalesce(client), message).await
+        self._on_execute(&mut Coalesce(client), message).await?;
+        if matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
+            // A COPY FROM STDIN client sends its data only once it has read the
+            // CopyInResponse, and its Sync only after CopyDone: write it now.
+            client.flush().await?;
+        }
+        Ok(())
     }
 
     /// Binds parameters to a prepared statement as pgwire's default does, but queues
