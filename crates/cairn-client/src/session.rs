@@ -256,11 +256,12 @@ impl WriteSession {
                 .await;
                 self.collected.merge(outcome);
             }
+        } else {
+            for t in tablets {
+                self.spawn_tablet(&t);
+            }
+            self.join_all().await;
         }
-        for t in tablets {
-            self.spawn_tablet(&t);
-        }
-        self.join_all().await;
         let mut out = std::mem::take(&mut self.collected);
         out.row_errors.sort_by_key(|e| e.op_index);
         out.failed.sort_by_key(|(i, _)| *i);
