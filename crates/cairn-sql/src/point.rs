@@ -25,6 +25,13 @@
 //! - **DELETE**: the same filter; one delete of the key.
 //! - **INSERT … VALUES** whose values are parameters or constants: one row operation
 //!   per row (insert, upsert, or insert-if-absent for `ON CONFLICT DO NOTHING`).
+//! - **Range SELECT**: `SELECT columns FROM t [WHERE k1 >= $1 [AND k1 < $2]] [ORDER BY
+//!   the key ascending] LIMIT $n`, where `k1` is the first primary-key column (any of
+//!   `>`, `>=`, `<`, `<=`, at most one bound of each side). Every tablet the range can
+//!   touch is read in key order up to the limit (one scan each, the first picking the
+//!   snapshot the others read at) and the first rows in key order are returned: the
+//!   answer of the general path's key-ordered scan (`crate::scan`), without planning
+//!   it. YCSB's workload E and a key-value store's scans are this statement.
 //!
 //! A value is a parameter (`$n`) or a constant, converted to its column's type when
 //! the statement executes. When a value does not convert without loss (a key
@@ -35,16 +42,18 @@
 
 use std::sync::Arc;
 
+use arrow::array::RecordBatchOptions;
 use arrow::datatypes::{DataType as ArrowType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use cairn_client::{Client, Operation, ReadMode, Table};
-use cairn_common::{DataType, Value};
+use cairn_common::{ColumnPredicate, DataType, PredicateOp, Value};
 use datafusion::common::ScalarValue;
-use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator, WriteOp};
+use datafusion::logical_expr::{BinaryExpr, Expr, Limit, LogicalPlan, Operator, WriteOp};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 
 use crate::error::{Result, SqlError};
 use crate::options::InsertMode;
+use crate::scan::KEY_ORDERED_LIMIT_MAX;
 use crate::session::QueryResult;
 use crate::types::scalar_to_value;
 
@@ -103,6 +112,23 @@ enum PointOp {
         rows: Vec<Vec<Source>>,
         mode: InsertMode,
     },
+    /// Reads the first rows in key order of a range of the first key column.
+    Range(Box<RangeSpec>),
+}
+
+/// A range read ([`PointOp::Range`]): the first `limit` rows in key order whose first
+/// key column lies between `lower` and `upper` (bound, inclusive). It reads `columns`
+/// (the statement's, then any key column it lacks, at `key_at`) and returns those at
+/// `pick` under `schema`.
+#[derive(Clone, Debug)]
+struct RangeSpec {
+    columns: Vec<String>,
+    pick: Vec<usize>,
+    key_at: Vec<usize>,
+    lower: Option<(Source, bool)>,
+    upper: Option<(Source, bool)>,
+    limit: Source,
+    schema: SchemaRef,
 }
 
 impl PointPlan {
@@ -110,23 +136,10 @@ impl PointPlan {
     /// if it has one. `mode` says what an INSERT does with an existing key.
     pub(crate) fn recognize(plan: &LogicalPlan, mode: InsertMode) -> Option<PointPlan> {
         match plan {
+            LogicalPlan::Limit(l) => recognize_range(l),
             LogicalPlan::Projection(p) => {
                 let (table, key) = keyed_filter(&p.input)?;
-                let mut columns: Vec<String> = Vec::with_capacity(p.expr.len());
-                let mut pick = Vec::with_capacity(p.expr.len());
-                for e in &p.expr {
-                    let Expr::Column(c) = strip_alias(e) else {
-                        return None;
-                    };
-                    table.schema.index_of(&c.name).ok()?;
-                    pick.push(match columns.iter().position(|n| n == &c.name) {
-                        Some(j) => j,
-                        None => {
-                            columns.push(c.name.clone());
-                            columns.len() - 1
-                        }
-                    });
-                }
+                let (columns, pick) = plain_columns(&p.expr, &table)?;
                 let schema = Arc::new(plan.schema().as_arrow().clone());
                 Some(PointPlan {
                     table,
@@ -294,7 +307,119 @@ impl PointPlan {
                     rows,
                 }))
             }
+            PointOp::Range(spec) => {
+                let RangeSpec {
+                    columns,
+                    pick,
+                    key_at,
+                    lower,
+                    upper,
+                    limit,
+                    schema: out,
+                } = spec.as_ref();
+                let limit = match limit.value(params, &DataType::Int64, false)? {
+                    Value::Int64(n) if n >= 0 && n as u64 <= KEY_ORDERED_LIMIT_MAX as u64 => {
+                        n as usize
+                    }
+                    // A negative limit is an error, a large one a plain scan: the
+                    // general path.
+                    _ => return None,
+                };
+                let k = schema.column(schema.key_indexes()[0]);
+                // A bound that does not convert to the key's type without loss (or
+                // NULL, which matches nothing) leaves the statement to the general
+                // path.
+                let bound = |b: &Option<(Source, bool)>| match b {
+                    None => Some(None),
+                    Some((s, inclusive)) => {
+                        Some(Some((s.value(params, &k.data_type, false)?, *inclusive)))
+                    }
+                };
+                let (lower, upper) = (bound(lower)?, bound(upper)?);
+                let predicates = if lower.is_none() && upper.is_none() {
+                    vec![]
+                } else {
+                    vec![ColumnPredicate {
+                        column: k.name.clone(),
+                        op: PredicateOp::Range { lower, upper },
+                    }]
+                };
+                let range = RangeRead {
+                    columns,
+                    pick,
+                    key_at,
+                    predicates,
+                    limit,
+                    out,
+                };
+                Some(self.range(client, range, snapshot).await)
+            }
         }
+    }
+
+    /// Reads the first rows in key order of a range (see [`PointOp::Range`]): each
+    /// tablet the predicates can touch is scanned in key order up to the limit, the
+    /// first one at the statement's snapshot (or the latest this client may read) and
+    /// the others at the snapshot it picked.
+    async fn range(
+        &self,
+        client: &Client,
+        r: RangeRead<'_>,
+        snapshot: Option<u64>,
+    ) -> Result<QueryResult> {
+        let schema = &self.table.schema;
+        let mut mode = match snapshot {
+            Some(ts) => ReadMode::Snapshot(ts),
+            None => ReadMode::ReadYourWrites,
+        };
+        let mut batches = vec![];
+        if r.limit > 0 {
+            let locs = client.table_locations(&self.table, false).await?;
+            let parts: Vec<_> = locs.iter().map(|t| t.partition.clone()).collect();
+            let touched = self
+                .table
+                .partition_schema
+                .prune(schema, &parts, &r.predicates)?;
+            for i in touched {
+                let mut scan = client
+                    .scan(&self.table)
+                    .only_tablet(locs[i].tablet_id.clone())
+                    .ordered(true)
+                    .projection(r.columns.iter().cloned())
+                    .limit(r.limit as u64)
+                    .read_mode(mode);
+                for p in &r.predicates {
+                    scan = scan.predicate(p.clone());
+                }
+                let read = scan.execute().await?;
+                if read.snapshot_timestamp != 0 {
+                    mode = ReadMode::Snapshot(read.snapshot_timestamp);
+                }
+                batches.extend(read.batches.into_iter().filter(|b| b.num_rows() > 0));
+            }
+        }
+        let batch = match crate::scan::first_rows_by_key(&batches, r.key_at, r.limit)? {
+            None => RecordBatch::new_empty(r.out.clone()),
+            Some(rows) => {
+                let mut arrays = Vec::with_capacity(r.pick.len());
+                for (&j, field) in r.pick.iter().zip(r.out.fields()) {
+                    let a = rows.column(j);
+                    arrays.push(if a.data_type() == field.data_type() {
+                        a.clone()
+                    } else {
+                        arrow::compute::cast(a, field.data_type())?
+                    });
+                }
+                let opts = RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
+                RecordBatch::try_new_with_options(r.out.clone(), arrays, &opts)?
+            }
+        };
+        let out = r.out.clone();
+        let stream = futures::stream::once(async move { Ok(batch) });
+        Ok(QueryResult::Rows {
+            schema: out.clone(),
+            stream: Box::pin(RecordBatchStreamAdapter::new(out, stream)),
+        })
     }
 
     /// Reads one row by key: one `Get` at the tablet's leader (`Client::get`).
@@ -354,6 +479,169 @@ impl PointPlan {
         let rows = crate::write::write_keyed(client, &self.table, vec![op()?], false).await?;
         Ok(QueryResult::Count { tag, rows })
     }
+}
+
+/// A [`RangeSpec`] with its values bound, ready to read.
+struct RangeRead<'a> {
+    columns: &'a [String],
+    pick: &'a [usize],
+    key_at: &'a [usize],
+    predicates: Vec<ColumnPredicate>,
+    limit: usize,
+    out: &'a SchemaRef,
+}
+
+/// The columns to read and the position of each output column among them, when every
+/// expression of a projection is a plain column of `table`.
+fn plain_columns(exprs: &[Expr], table: &Table) -> Option<(Vec<String>, Vec<usize>)> {
+    let mut columns: Vec<String> = Vec::with_capacity(exprs.len());
+    let mut pick = Vec::with_capacity(exprs.len());
+    for e in exprs {
+        let Expr::Column(c) = strip_alias(e) else {
+            return None;
+        };
+        table.schema.index_of(&c.name).ok()?;
+        pick.push(match columns.iter().position(|n| n == &c.name) {
+            Some(j) => j,
+            None => {
+                columns.push(c.name.clone());
+                columns.len() - 1
+            }
+        });
+    }
+    Some((columns, pick))
+}
+
+/// The range form of `Limit → [Sort by key] → Projection → [Sort by key → [Projection]]
+/// → [Filter on the first key column] → TableScan`, if the statement has one (see
+/// [`PointOp::Range`]).
+fn recognize_range(l: &Limit) -> Option<PointPlan> {
+    if let Some(skip) = &l.skip
+        && !matches!(skip.as_ref(), Expr::Literal(ScalarValue::Int64(Some(0)), _))
+    {
+        return None;
+    }
+    let limit = source(l.fetch.as_deref()?, &ArrowType::Int64)?;
+    // An ORDER BY of a prefix of the key, ascending, is the order the range reads in.
+    let mut sorts = vec![];
+    let mut plan = l.input.as_ref();
+    if let LogicalPlan::Sort(s) = plan {
+        sorts.push(s);
+        plan = s.input.as_ref();
+    }
+    let LogicalPlan::Projection(p) = plan else {
+        return None;
+    };
+    plan = p.input.as_ref();
+    if let LogicalPlan::Sort(s) = plan {
+        sorts.push(s);
+        plan = s.input.as_ref();
+        // Sorting by a column the statement does not return adds it below the sort.
+        if let LogicalPlan::Projection(inner) = plan
+            && inner
+                .expr
+                .iter()
+                .all(|e| matches!(strip_alias(e), Expr::Column(_)))
+        {
+            plan = inner.input.as_ref();
+        }
+    }
+    let (table, lower, upper) = ranged_filter(plan)?;
+    let key_names: Vec<&str> = table
+        .schema
+        .key_indexes()
+        .iter()
+        .map(|&k| table.schema.column(k).name.as_str())
+        .collect();
+    for s in sorts {
+        if s.fetch.is_some() || s.expr.len() > key_names.len() {
+            return None;
+        }
+        for (e, name) in s.expr.iter().zip(&key_names) {
+            match &e.expr {
+                Expr::Column(c) if e.asc && c.name == *name => {}
+                _ => return None,
+            }
+        }
+    }
+    let (mut columns, pick) = plain_columns(&p.expr, &table)?;
+    let mut key_at = Vec::with_capacity(key_names.len());
+    for name in key_names {
+        key_at.push(match columns.iter().position(|c| c == name) {
+            Some(j) => j,
+            None => {
+                columns.push(name.to_string());
+                columns.len() - 1
+            }
+        });
+    }
+    Some(PointPlan {
+        op: PointOp::Range(Box::new(RangeSpec {
+            columns,
+            pick,
+            key_at,
+            lower,
+            upper,
+            limit,
+            schema: Arc::new(l.input.schema().as_arrow().clone()),
+        })),
+        table,
+    })
+}
+
+/// A bound of a range: its source and whether it is inclusive.
+type Bound = Option<(Source, bool)>;
+
+/// The table and bounds of `[Filter(k1 >= v AND k1 < w …)] → TableScan(cairn table)`
+/// over the table's first key column, at most one bound on each side.
+fn ranged_filter(plan: &LogicalPlan) -> Option<(Table, Bound, Bound)> {
+    let (predicate, scan) = match plan {
+        LogicalPlan::Filter(f) => match f.input.as_ref() {
+            LogicalPlan::TableScan(scan) => (Some(&f.predicate), scan),
+            _ => return None,
+        },
+        LogicalPlan::TableScan(scan) => (None, scan),
+        _ => return None,
+    };
+    if scan.fetch.is_some() || !scan.filters.is_empty() {
+        return None;
+    }
+    let table = crate::authz::cairn_table(&scan.source)?;
+    let k = table.schema.column(table.schema.key_indexes()[0]);
+    let t = k.data_type.to_arrow();
+    let (mut lower, mut upper): (Bound, Bound) = (None, None);
+    let mut conjuncts: Vec<&Expr> = predicate.into_iter().collect();
+    while let Some(e) = conjuncts.pop() {
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
+            return None;
+        };
+        if *op == Operator::And {
+            conjuncts.push(left);
+            conjuncts.push(right);
+            continue;
+        }
+        // `v < k` is `k > v`.
+        let (c, op, v) = match (left.as_ref(), right.as_ref()) {
+            (Expr::Column(c), v) => (c, *op, v),
+            (v, Expr::Column(c)) => (c, op.swap()?, v),
+            _ => return None,
+        };
+        if c.name != k.name {
+            return None;
+        }
+        let (side, inclusive) = match op {
+            Operator::Gt => (&mut lower, false),
+            Operator::GtEq => (&mut lower, true),
+            Operator::Lt => (&mut upper, false),
+            Operator::LtEq => (&mut upper, true),
+            _ => return None,
+        };
+        if side.is_some() {
+            return None;
+        }
+        *side = Some((source(v, &t)?, inclusive));
+    }
+    Some((table, lower, upper))
 }
 
 /// The table and key sources of `Filter(key = v AND …) → TableScan(cairn table)`, if

@@ -482,10 +482,29 @@ async fn first_rows_in_key_order(
     for scan in scans {
         batches.extend(scan.await?);
     }
-    let Some(first) = batches.first() else {
+    let Some(taken) = first_rows_by_key(&batches, &key_positions, limit)? else {
         return Ok(RecordBatch::new_empty(spec.schema.clone()));
     };
-    let all = concat_batches(&first.schema(), &batches)?;
+    let opts = RecordBatchOptions::new().with_row_count(Some(taken.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        spec.schema.clone(),
+        taken.columns()[..spec.columns.len()].to_vec(),
+        &opts,
+    )?)
+}
+
+/// The first `limit` rows in key order of `batches` (of one schema, each tablet's
+/// rows already in key order), whose key columns are at `key_positions`; `None` when
+/// there are no batches.
+pub(crate) fn first_rows_by_key(
+    batches: &[RecordBatch],
+    key_positions: &[usize],
+    limit: usize,
+) -> std::result::Result<Option<RecordBatch>, arrow::error::ArrowError> {
+    let Some(first) = batches.first() else {
+        return Ok(None);
+    };
+    let all = concat_batches(&first.schema(), batches)?;
     let sort: Vec<SortColumn> = key_positions
         .iter()
         .map(|&i| SortColumn {
@@ -494,13 +513,7 @@ async fn first_rows_in_key_order(
         })
         .collect();
     let first_rows = lexsort_to_indices(&sort, Some(limit))?;
-    let taken = take_record_batch(&all, &first_rows)?;
-    let opts = RecordBatchOptions::new().with_row_count(Some(taken.num_rows()));
-    Ok(RecordBatch::try_new_with_options(
-        spec.schema.clone(),
-        taken.columns()[..spec.columns.len()].to_vec(),
-        &opts,
-    )?)
+    Ok(Some(take_record_batch(&all, &first_rows)?))
 }
 
 /// Opens the scan of one tablet and returns its batches, reading `columns` (the
