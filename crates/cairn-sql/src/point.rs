@@ -414,12 +414,7 @@ impl PointPlan {
                 RecordBatch::try_new_with_options(r.out.clone(), arrays, &opts)?
             }
         };
-        let out = r.out.clone();
-        let stream = futures::stream::once(async move { Ok(batch) });
-        Ok(QueryResult::Rows {
-            schema: out.clone(),
-            stream: Box::pin(RecordBatchStreamAdapter::new(out, stream)),
-        })
+        Ok(one_batch(r.out, batch))
     }
 
     /// Reads one row by key: one `Get` at the tablet's leader (`Client::get`).
@@ -454,11 +449,7 @@ impl PointPlan {
                 RecordBatch::try_new(out.clone(), arrays)?
             }
         };
-        let stream = futures::stream::once(async move { Ok(batch) });
-        Ok(QueryResult::Rows {
-            schema: out.clone(),
-            stream: Box::pin(RecordBatchStreamAdapter::new(out.clone(), stream)),
-        })
+        Ok(one_batch(out, batch))
     }
 
     /// Writes one keyed UPDATE or DELETE operation (built by `op`).
@@ -501,15 +492,29 @@ fn plain_columns(exprs: &[Expr], table: &Table) -> Option<(Vec<String>, Vec<usiz
             return None;
         };
         table.schema.index_of(&c.name).ok()?;
-        pick.push(match columns.iter().position(|n| n == &c.name) {
-            Some(j) => j,
-            None => {
-                columns.push(c.name.clone());
-                columns.len() - 1
-            }
-        });
+        pick.push(position_or_push(&mut columns, &c.name));
     }
     Some((columns, pick))
+}
+
+/// The position of `name` in `columns`, appended first if missing.
+fn position_or_push(columns: &mut Vec<String>, name: &str) -> usize {
+    match columns.iter().position(|c| c == name) {
+        Some(j) => j,
+        None => {
+            columns.push(name.to_string());
+            columns.len() - 1
+        }
+    }
+}
+
+/// A statement's result of the single `batch` under `schema`.
+fn one_batch(schema: &SchemaRef, batch: RecordBatch) -> QueryResult {
+    let stream = futures::stream::once(async move { Ok(batch) });
+    QueryResult::Rows {
+        schema: schema.clone(),
+        stream: Box::pin(RecordBatchStreamAdapter::new(schema.clone(), stream)),
+    }
 }
 
 /// The range form of `Limit → [Sort by key] → Projection → [Sort by key → [Projection]]
@@ -565,16 +570,10 @@ fn recognize_range(l: &Limit) -> Option<PointPlan> {
         }
     }
     let (mut columns, pick) = plain_columns(&p.expr, &table)?;
-    let mut key_at = Vec::with_capacity(key_names.len());
-    for name in key_names {
-        key_at.push(match columns.iter().position(|c| c == name) {
-            Some(j) => j,
-            None => {
-                columns.push(name.to_string());
-                columns.len() - 1
-            }
-        });
-    }
+    let key_at = key_names
+        .into_iter()
+        .map(|name| position_or_push(&mut columns, name))
+        .collect();
     Some(PointPlan {
         op: PointOp::Range(Box::new(RangeSpec {
             columns,
