@@ -375,7 +375,8 @@ pub fn array_from_values<'a>(
     }
     Ok(match t {
         DataType::Bool => {
-            let mut b = BooleanBuilder::new();
+            let values: Vec<&Value> = values.collect();
+            let mut b = BooleanBuilder::with_capacity(values.len());
             for v in values {
                 match v {
                     Value::Bool(x) => b.append_value(*x),
@@ -413,7 +414,10 @@ pub fn array_from_values<'a>(
             Arc::new(a.with_precision_and_scale(*precision, *scale)?)
         }
         DataType::String | DataType::Varchar(_) => {
-            let mut b = StringBuilder::new();
+            // Sized exactly: a builder's default reserves 1,024 items, which a one-row
+            // array (a point read's result) would allocate and throw away per column.
+            let values: Vec<&Value> = values.collect();
+            let mut b = StringBuilder::with_capacity(values.len(), bytes_len(&values));
             for v in values {
                 match v {
                     Value::String(x) => b.append_value(x),
@@ -424,7 +428,8 @@ pub fn array_from_values<'a>(
             Arc::new(b.finish())
         }
         DataType::Binary => {
-            let mut b = BinaryBuilder::new();
+            let values: Vec<&Value> = values.collect();
+            let mut b = BinaryBuilder::with_capacity(values.len(), bytes_len(&values));
             for v in values {
                 match v {
                     Value::Binary(x) => b.append_value(x),
@@ -434,6 +439,41 @@ pub fn array_from_values<'a>(
             }
             Arc::new(b.finish())
         }
+    })
+}
+
+/// The bytes of the STRING and BINARY values among `values`.
+fn bytes_len(values: &[&Value]) -> usize {
+    values
+        .iter()
+        .map(|v| match v {
+            Value::String(s) => s.len(),
+            Value::Binary(b) => b.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// A one-row array of `value`, which it takes: a STRING's or BINARY's bytes become the
+/// array's data without a copy (a point read's result, column by column).
+pub fn array_of_one(t: &DataType, value: Value) -> Result<ArrayRef> {
+    use arrow::buffer::{Buffer, OffsetBuffer};
+    let offsets = |len: usize| -> Result<OffsetBuffer<i32>> {
+        let end = i32::try_from(len)
+            .map_err(|_| CommonError::Arrow(format!("a value of {len} bytes is too long")))?;
+        Ok(OffsetBuffer::new(vec![0, end].into()))
+    };
+    Ok(match (t, value) {
+        (DataType::String | DataType::Varchar(_), Value::String(s)) => {
+            let s = s.into_bytes();
+            let offsets = offsets(s.len())?;
+            Arc::new(StringArray::try_new(offsets, Buffer::from_vec(s), None)?)
+        }
+        (DataType::Binary, Value::Binary(b)) => {
+            let offsets = offsets(b.len())?;
+            Arc::new(BinaryArray::try_new(offsets, Buffer::from_vec(b), None)?)
+        }
+        (t, v) => array_from_values(t, std::iter::once(&v))?,
     })
 }
 
@@ -487,7 +527,18 @@ mod tests {
                 DataType::from_arrow(&t.to_arrow()).unwrap().to_arrow(),
                 t.to_arrow()
             );
+            // The one-row form that takes its value is the same array.
+            let one = array_of_one(&t, v.clone()).unwrap();
+            assert_eq!(one.as_ref(), array_from_values(&t, [&v]).unwrap().as_ref());
+            let null = array_of_one(&t, Value::Null).unwrap();
+            assert_eq!(
+                null.as_ref(),
+                array_from_values(&t, [&Value::Null]).unwrap().as_ref()
+            );
         }
+        // A value of another type is refused, as by `array_from_values`.
+        assert!(array_of_one(&DataType::String, Value::Int32(1)).is_err());
+        assert!(array_of_one(&DataType::Binary, Value::String("x".into())).is_err());
     }
 
     #[test]

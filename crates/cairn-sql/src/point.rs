@@ -93,10 +93,12 @@ pub(crate) struct PointPlan {
 #[derive(Clone, Debug)]
 enum PointOp {
     /// Reads `columns` of the row with key `key` (in key-column order) and returns
-    /// the columns at `pick` under `schema` (the statement's output names).
+    /// the columns at `pick` (of the table's types `types`) under `schema` (the
+    /// statement's output names).
     Select {
         columns: Vec<String>,
         pick: Vec<usize>,
+        types: Vec<DataType>,
         key: Vec<Source>,
         schema: SchemaRef,
     },
@@ -140,12 +142,20 @@ impl PointPlan {
             LogicalPlan::Projection(p) => {
                 let (table, key) = keyed_filter(&p.input)?;
                 let (columns, pick) = plain_columns(&p.expr, &table)?;
+                let types = pick
+                    .iter()
+                    .map(|&j| {
+                        let i = table.schema.index_of(&columns[j]).ok()?;
+                        Some(table.schema.column(i).data_type.clone())
+                    })
+                    .collect::<Option<Vec<_>>>()?;
                 let schema = Arc::new(plan.schema().as_arrow().clone());
                 Some(PointPlan {
                     table,
                     op: PointOp::Select {
                         columns,
                         pick,
+                        types,
                         key,
                         schema,
                     },
@@ -254,11 +264,18 @@ impl PointPlan {
             PointOp::Select {
                 columns,
                 pick,
+                types,
                 key,
                 schema: out,
             } => {
                 let key = key_values(key)?;
-                Some(self.select(client, columns, pick, key, out, snapshot).await)
+                let read = Read {
+                    columns,
+                    pick,
+                    types,
+                    out,
+                };
+                Some(self.select(client, read, key, snapshot).await)
             }
             PointOp::Update { key, cells } => {
                 let key = key_values(key)?;
@@ -421,13 +438,16 @@ impl PointPlan {
     async fn select(
         &self,
         client: &Client,
-        columns: &[String],
-        pick: &[usize],
+        read: Read<'_>,
         key: Vec<Value>,
-        out: &SchemaRef,
         snapshot: Option<u64>,
     ) -> Result<QueryResult> {
-        let schema = &self.table.schema;
+        let Read {
+            columns,
+            pick,
+            types,
+            out,
+        } = read;
         let mode = match snapshot {
             Some(ts) => ReadMode::Snapshot(ts),
             None => ReadMode::ReadYourWrites,
@@ -435,11 +455,17 @@ impl PointPlan {
         let row = client.get(&self.table, &key, columns, mode).await?;
         let batch = match row {
             None => RecordBatch::new_empty(out.clone()),
-            Some(values) => {
+            Some(mut values) => {
                 let mut arrays = Vec::with_capacity(pick.len());
-                for (&j, field) in pick.iter().zip(out.fields()) {
-                    let c = schema.column(schema.index_of(&columns[j])?);
-                    let a = cairn_common::types::array_from_values(&c.data_type, [&values[j]])?;
+                for (i, ((&j, t), field)) in pick.iter().zip(types).zip(out.fields()).enumerate() {
+                    // Each value moves into its array, unless a later output column
+                    // repeats it.
+                    let v = match values.get_mut(j) {
+                        Some(v) if pick[i + 1..].contains(&j) => v.clone(),
+                        Some(v) => std::mem::replace(v, Value::Null),
+                        None => return Err(SqlError::other("XX000", "a read row lacks a column")),
+                    };
+                    let a = cairn_common::types::array_of_one(t, v)?;
                     arrays.push(if a.data_type() == field.data_type() {
                         a
                     } else {
@@ -506,6 +532,15 @@ fn position_or_push(columns: &mut Vec<String>, name: &str) -> usize {
             columns.len() - 1
         }
     }
+}
+
+/// What a keyed read returns: `columns` are read, and the output columns are those at
+/// `pick` (of types `types`) under the schema `out`.
+struct Read<'a> {
+    columns: &'a [String],
+    pick: &'a [usize],
+    types: &'a [DataType],
+    out: &'a SchemaRef,
 }
 
 /// A statement's result of the single `batch` under `schema`.

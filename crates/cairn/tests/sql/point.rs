@@ -64,6 +64,9 @@ async fn statements(s: &SqlSession, table: &str) -> Vec<Prepared> {
         format!("INSERT INTO {table} VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"),
         format!("UPSERT INTO {table} VALUES ($1, $2, $3, $4)"),
         format!("SELECT v FROM {table} WHERE a = 3 AND b = 'k3'"),
+        // A column twice: the fast path moves each read value into its output column
+        // and must copy the one that is repeated.
+        format!("SELECT w AS w1, b, w, v AS v1, v FROM {table} WHERE a = $1 AND b = $2"),
     ];
     let mut out = vec![];
     for t in texts {
