@@ -375,8 +375,7 @@ pub fn array_from_values<'a>(
     }
     Ok(match t {
         DataType::Bool => {
-            let values: Vec<&Value> = values.collect();
-            let mut b = BooleanBuilder::with_capacity(values.len());
+            let mut b = BooleanBuilder::with_capacity(values.size_hint().0);
             for v in values {
                 match v {
                     Value::Bool(x) => b.append_value(*x),

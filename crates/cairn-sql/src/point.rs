@@ -42,8 +42,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatchOptions;
-use arrow::datatypes::{DataType as ArrowType, SchemaRef};
+use arrow::array::{ArrayRef, RecordBatchOptions};
+use arrow::datatypes::{DataType as ArrowType, Field, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use cairn_client::{Client, Operation, ReadMode, Table};
 use cairn_common::{ColumnPredicate, DataType, PredicateOp, Value};
@@ -385,10 +385,7 @@ impl PointPlan {
         snapshot: Option<u64>,
     ) -> Result<QueryResult> {
         let schema = &self.table.schema;
-        let mut mode = match snapshot {
-            Some(ts) => ReadMode::Snapshot(ts),
-            None => ReadMode::ReadYourWrites,
-        };
+        let mut mode = read_mode(snapshot);
         let mut batches = vec![];
         if r.limit > 0 {
             let locs = client.table_locations(&self.table, false).await?;
@@ -420,12 +417,7 @@ impl PointPlan {
             Some(rows) => {
                 let mut arrays = Vec::with_capacity(r.pick.len());
                 for (&j, field) in r.pick.iter().zip(r.out.fields()) {
-                    let a = rows.column(j);
-                    arrays.push(if a.data_type() == field.data_type() {
-                        a.clone()
-                    } else {
-                        arrow::compute::cast(a, field.data_type())?
-                    });
+                    arrays.push(as_field_type(rows.column(j).clone(), field)?);
                 }
                 let opts = RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
                 RecordBatch::try_new_with_options(r.out.clone(), arrays, &opts)?
@@ -448,10 +440,7 @@ impl PointPlan {
             types,
             out,
         } = read;
-        let mode = match snapshot {
-            Some(ts) => ReadMode::Snapshot(ts),
-            None => ReadMode::ReadYourWrites,
-        };
+        let mode = read_mode(snapshot);
         let row = client.get(&self.table, &key, columns, mode).await?;
         let batch = match row {
             None => RecordBatch::new_empty(out.clone()),
@@ -465,12 +454,10 @@ impl PointPlan {
                         Some(v) => std::mem::replace(v, Value::Null),
                         None => return Err(SqlError::other("XX000", "a read row lacks a column")),
                     };
-                    let a = cairn_common::types::array_of_one(t, v)?;
-                    arrays.push(if a.data_type() == field.data_type() {
-                        a
-                    } else {
-                        arrow::compute::cast(&a, field.data_type())?
-                    });
+                    arrays.push(as_field_type(
+                        cairn_common::types::array_of_one(t, v)?,
+                        field,
+                    )?);
                 }
                 RecordBatch::try_new(out.clone(), arrays)?
             }
@@ -541,6 +528,24 @@ struct Read<'a> {
     pick: &'a [usize],
     types: &'a [DataType],
     out: &'a SchemaRef,
+}
+
+/// How a statement reads: at the snapshot it fixed, else the latest this client may
+/// read.
+fn read_mode(snapshot: Option<u64>) -> ReadMode {
+    match snapshot {
+        Some(ts) => ReadMode::Snapshot(ts),
+        None => ReadMode::ReadYourWrites,
+    }
+}
+
+/// `a` as the type of the output column `field` (a no-op when it has it already).
+fn as_field_type(a: ArrayRef, field: &Field) -> Result<ArrayRef> {
+    if a.data_type() == field.data_type() {
+        Ok(a)
+    } else {
+        Ok(arrow::compute::cast(&a, field.data_type())?)
+    }
 }
 
 /// A statement's result of the single `batch` under `schema`.
