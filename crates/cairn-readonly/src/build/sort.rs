@@ -1,0 +1,203 @@
+//! The shuffle: buffered tuples, sorted runs spilled to disk, and their merge.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{ReadOnlyError, Result};
+
+/// One buffered tuple: where its key and value sit in the sorter's arena.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Entry {
+    pub(super) chunk: u32,
+    pub(super) prefix: u64,
+    off: usize,
+    key_len: u32,
+    value_len: u32,
+}
+
+/// Tuples of one batch (or one shard's buffer): an arena of key and value bytes and
+/// the entries pointing into it.
+#[derive(Debug, Default)]
+pub(super) struct TupleBuf {
+    arena: Vec<u8>,
+    pub(super) entries: Vec<Entry>,
+}
+
+impl TupleBuf {
+    pub(super) fn push(&mut self, chunk: u32, prefix: u64, key: &[u8], value: &[u8]) {
+        let off = self.arena.len();
+        self.arena.extend_from_slice(key);
+        self.arena.extend_from_slice(value);
+        self.entries.push(Entry {
+            chunk,
+            prefix,
+            off,
+            key_len: key.len() as u32,
+            value_len: value.len() as u32,
+        });
+    }
+
+    pub(super) fn key(&self, e: &Entry) -> &[u8] {
+        &self.arena[e.off..e.off + e.key_len as usize]
+    }
+
+    pub(super) fn value(&self, e: &Entry) -> &[u8] {
+        let start = e.off + e.key_len as usize;
+        &self.arena[start..start + e.value_len as usize]
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.arena.len() + self.entries.len() * std::mem::size_of::<Entry>()
+    }
+
+    pub(super) fn append(&mut self, other: &TupleBuf) {
+        let base = self.arena.len();
+        self.arena.extend_from_slice(&other.arena);
+        self.entries.extend(other.entries.iter().map(|e| Entry {
+            off: e.off + base,
+            ..*e
+        }));
+    }
+
+    /// Sorts the entries by (chunk, prefix, key).
+    pub(super) fn sort(&mut self) {
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.sort_unstable_by(|a, b| {
+            (a.chunk, a.prefix)
+                .cmp(&(b.chunk, b.prefix))
+                .then_with(|| self.key(a).cmp(self.key(b)))
+        });
+        self.entries = entries;
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.arena.clear();
+        self.entries.clear();
+    }
+}
+
+/// One shard of the shuffle: buffered tuples and the runs already spilled.
+#[derive(Debug, Default)]
+pub(super) struct Sorter {
+    /// The shard's number, which names its run files.
+    pub(super) shard: usize,
+    pub(super) buf: TupleBuf,
+    pub(super) runs: Vec<PathBuf>,
+}
+
+impl Sorter {
+    /// Sorts the buffer and writes it as a run. Returns the bytes written.
+    pub(super) fn spill(&mut self, dir: &Path) -> Result<u64> {
+        self.buf.sort();
+        let path = dir.join(format!("shard-{}-run-{}", self.shard, self.runs.len()));
+        let file = File::create(&path)
+            .map_err(|e| ReadOnlyError::io(format!("cannot create spill file {path:?}"), e))?;
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        let mut written = 0u64;
+        let err = |e| ReadOnlyError::io(format!("cannot write spill file {path:?}"), e);
+        for e in &self.buf.entries {
+            let mut head = [0u8; 20];
+            head[..4].copy_from_slice(&e.chunk.to_le_bytes());
+            head[4..12].copy_from_slice(&e.prefix.to_le_bytes());
+            head[12..16].copy_from_slice(&e.key_len.to_le_bytes());
+            head[16..20].copy_from_slice(&e.value_len.to_le_bytes());
+            w.write_all(&head).map_err(err)?;
+            w.write_all(self.buf.key(e)).map_err(err)?;
+            w.write_all(self.buf.value(e)).map_err(err)?;
+            written += 20 + e.key_len as u64 + e.value_len as u64;
+        }
+        w.flush().map_err(err)?;
+        self.runs.push(path);
+        self.buf.clear();
+        Ok(written)
+    }
+}
+
+/// A sorted run being merged: the current tuple and the rest of the file.
+pub(super) struct RunReader {
+    file: BufReader<File>,
+    path: PathBuf,
+    chunk: u32,
+    prefix: u64,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    done: bool,
+}
+
+impl RunReader {
+    fn open(path: &Path) -> Result<RunReader> {
+        let f = File::open(path)
+            .map_err(|e| ReadOnlyError::io(format!("cannot open spill file {path:?}"), e))?;
+        let mut r = RunReader {
+            file: BufReader::with_capacity(1 << 20, f),
+            path: path.to_path_buf(),
+            chunk: 0,
+            prefix: 0,
+            key: Vec::new(),
+            value: Vec::new(),
+            done: false,
+        };
+        r.advance()?;
+        Ok(r)
+    }
+
+    fn advance(&mut self) -> Result<()> {
+        let mut head = [0u8; 20];
+        let err = |e| ReadOnlyError::io(format!("cannot read spill file {:?}", self.path), e);
+        match self.file.read_exact(&mut head) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                self.done = true;
+                return Ok(());
+            }
+            Err(e) => return Err(err(e)),
+        }
+        let u32_at =
+            |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+        self.chunk = u32_at(0);
+        let mut p = [0u8; 8];
+        p.copy_from_slice(&head[4..12]);
+        self.prefix = u64::from_le_bytes(p);
+        self.key.resize(u32_at(12) as usize, 0);
+        self.value.resize(u32_at(16) as usize, 0);
+        let path = self.path.clone();
+        let err = |e| ReadOnlyError::io(format!("cannot read spill file {path:?}"), e);
+        self.file.read_exact(&mut self.key).map_err(err)?;
+        self.file.read_exact(&mut self.value).map_err(err)?;
+        Ok(())
+    }
+}
+
+/// Merges sorted runs, calling `f` with every tuple in (chunk, prefix, key) order.
+///
+/// A linear minimum over the runs' heads: runs are few (input bytes over the memory
+/// budget), so a heap would not pay for itself.
+pub(super) fn merge_runs(
+    paths: &[PathBuf],
+    mut f: impl FnMut(u32, u64, &[u8], &[u8]) -> Result<()>,
+) -> Result<()> {
+    let mut runs = paths
+        .iter()
+        .map(|p| RunReader::open(p))
+        .collect::<Result<Vec<_>>>()?;
+    loop {
+        let mut best: Option<usize> = None;
+        for (i, r) in runs.iter().enumerate() {
+            if r.done {
+                continue;
+            }
+            let better = best.is_none_or(|b| {
+                let o = &runs[b];
+                (r.chunk, r.prefix, &r.key) < (o.chunk, o.prefix, &o.key)
+            });
+            if better {
+                best = Some(i);
+            }
+        }
+        let Some(b) = best else { return Ok(()) };
+        let r = &mut runs[b];
+        f(r.chunk, r.prefix, &r.key, &r.value)?;
+        r.advance()?;
+    }
+}

@@ -1,0 +1,42 @@
+//! # cairn-readonly — batch-built, read-only key-value stores
+//!
+//! Some data is computed, not written: a nightly batch job produces recommendations,
+//! features or "people you may know" for every user, and the whole set must be served
+//! by key at low latency and replaced in full the next day — or undone in
+//! milliseconds when the job was wrong. Writing such a set row by row into a table
+//! would hurt live traffic and take hours. Project Voldemort's answer (the Voldemort
+//! read-only paper, "Serving Large-scale Batch Computed Data with Project Voldemort")
+//! is to build the serving files offline, copy them to the servers, and swap them in
+//! atomically. This crate is that storage engine:
+//!
+//! - [`layout`]: the ring of equal partitions, the preference list of a key
+//!   (distinct nodes, and distinct zones first), and which chunks a node stores
+//!   (paper §3.1.2, §4.1).
+//! - [`schema`]: a store's key and value columns and their byte encodings.
+//! - [`format`]: the chunk files — a sorted index of 8-byte MD5 prefixes with
+//!   offsets, and data files of collided tuples with full keys — and the per-node
+//!   `.metadata` with checksums (paper §4.1, §4.3).
+//! - [`build`]: the offline builder: parallel over cores, bounded memory with sorted
+//!   runs spilled to disk, deterministic output (paper §4.2.1).
+//! - [`reader`]: opening a node's folder with verification, and lookups through
+//!   memory-mapped files with interpolation search (paper §4.2.2).
+//!
+//! Everything here is local and synchronous. Fetching files to servers, swapping
+//! versions, routing requests and SQL access live in the layers above.
+
+pub mod build;
+pub mod error;
+pub mod format;
+pub mod layout;
+pub mod reader;
+pub mod schema;
+
+#[cfg(test)]
+mod tests;
+
+pub use build::{BuildOptions, BuildProgress, BuildSummary, StoreBuilder, node_dir};
+pub use error::{ReadOnlyError, Result};
+pub use format::NodeMetadata;
+pub use layout::{ChunkId, KeyHash, NodeId, PreferenceList, StoreLayout};
+pub use reader::{StoreVersion, Verify};
+pub use schema::{StoreColumn, StoreSchema};

@@ -1,0 +1,324 @@
+//! Build → open → look up, across layouts, batchings, spills and damage.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{Float64Array, Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema};
+use cairn_common::Value;
+use proptest::prelude::*;
+
+use crate::format::METADATA_FILE;
+use crate::*;
+
+fn arrow_schema() -> Arc<ArrowSchema> {
+    Arc::new(ArrowSchema::new(vec![
+        Field::new("user", ArrowType::Utf8, false),
+        Field::new("slot", ArrowType::Int32, false),
+        Field::new("item", ArrowType::Int64, true),
+        Field::new("score", ArrowType::Float64, true),
+        Field::new("note", ArrowType::Utf8, true),
+    ]))
+}
+
+/// A row: key (user, slot), values (item, score, note).
+type Row = (String, i32, Option<i64>, Option<f64>, Option<String>);
+
+fn batch(rows: &[Row]) -> RecordBatch {
+    RecordBatch::try_new(
+        arrow_schema(),
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.0.clone()),
+            )),
+            Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.2))),
+            Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.3))),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.4.clone()))),
+        ],
+    )
+    .unwrap()
+}
+
+fn schema() -> StoreSchema {
+    StoreSchema::from_arrow(&arrow_schema(), &["user".into(), "slot".into()], None).unwrap()
+}
+
+fn options(memory: usize, dir: &Path) -> BuildOptions {
+    BuildOptions {
+        threads: 2,
+        memory_bytes: memory,
+        spill_dir: dir.to_path_buf(),
+    }
+}
+
+/// Builds `rows` split into batches of `batch_rows`, fed from two threads.
+fn build(
+    rows: &[Row],
+    layout: &StoreLayout,
+    batch_rows: usize,
+    memory: usize,
+    out: &Path,
+) -> Result<BuildSummary> {
+    let b = StoreBuilder::new("recs", schema(), layout.clone(), &options(memory, out))?;
+    let batches: Vec<RecordBatch> = rows.chunks(batch_rows.max(1)).map(batch).collect();
+    let (even, odd): (Vec<_>, Vec<_>) = batches.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    std::thread::scope(|s| {
+        let h1 = s.spawn(|| even.iter().try_for_each(|(_, x)| b.add_batch(x)));
+        let h2 = s.spawn(|| odd.iter().try_for_each(|(_, x)| b.add_batch(x)));
+        h1.join().unwrap()?;
+        h2.join().unwrap()
+    })?;
+    b.finish(&out.join("out"))
+}
+
+fn open_all(layout: &StoreLayout, out: &Path) -> BTreeMap<NodeId, StoreVersion> {
+    layout
+        .nodes()
+        .into_iter()
+        .map(|n| {
+            let v = StoreVersion::open(&node_dir(&out.join("out"), n), Verify::Checksums).unwrap();
+            (n, v)
+        })
+        .collect()
+}
+
+fn expected(r: &Row) -> Vec<Value> {
+    vec![
+        r.2.map_or(Value::Null, Value::Int64),
+        r.3.map_or(Value::Null, Value::Double),
+        r.4.clone().map_or(Value::Null, Value::String),
+    ]
+}
+
+fn key(r: &Row) -> Vec<Value> {
+    vec![Value::String(r.0.clone()), Value::Int32(r.1)]
+}
+
+/// Every row is on exactly the nodes of its preference list, with its value.
+fn check_lookups(rows: &[Row], layout: &StoreLayout, versions: &BTreeMap<NodeId, StoreVersion>) {
+    let s = schema();
+    for r in rows {
+        let k = s.encode_key(&key(r)).unwrap();
+        let p = layout.partition_of(&KeyHash::of(&k));
+        let holders: Vec<NodeId> = layout.preference_list(p).iter().map(|x| x.1).collect();
+        for (n, v) in versions {
+            if holders.contains(n) {
+                assert_eq!(v.get_row(&key(r)).unwrap(), Some(expected(r)), "node {n}");
+            } else {
+                assert!(v.get(&k).is_err(), "node {n} does not hold partition {p}");
+            }
+        }
+    }
+    // Keys never written are absent wherever they route.
+    for i in 0..20 {
+        let missing = vec![Value::String(format!("absent-{i}")), Value::Int32(i)];
+        let k = s.encode_key(&missing).unwrap();
+        for v in versions.values().filter(|v| v.holds(&k)) {
+            assert_eq!(v.get_row(&missing).unwrap(), None);
+        }
+    }
+}
+
+fn sample_rows(n: usize) -> Vec<Row> {
+    (0..n)
+        .map(|i| {
+            (
+                format!("user-{}", i / 3),
+                (i % 3) as i32,
+                (i % 7 != 0).then_some(i as i64 * 11),
+                Some(i as f64 / 4.0),
+                (i % 5 != 0).then(|| "x".repeat(i % 40)),
+            )
+        })
+        .collect()
+}
+
+fn files_of(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for node in std::fs::read_dir(dir).unwrap() {
+        let node = node.unwrap().path();
+        for f in std::fs::read_dir(&node).unwrap() {
+            let f = f.unwrap().path();
+            let name = format!(
+                "{}/{}",
+                node.file_name().unwrap().to_string_lossy(),
+                f.file_name().unwrap().to_string_lossy()
+            );
+            out.insert(name, std::fs::read(&f).unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn round_trip_across_nodes_replicas_and_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = StoreLayout::round_robin(3, 12, 2, 3).unwrap();
+    let rows = sample_rows(3000);
+    let summary = build(&rows, &layout, 257, 1 << 30, dir.path()).unwrap();
+    assert_eq!(summary.rows, 3000);
+    assert_eq!(summary.tuples, 6000);
+    assert_eq!(summary.spilled_bytes, 0);
+    let versions = open_all(&layout, dir.path());
+    let total: u64 = versions.values().map(|v| v.metadata().rows).sum();
+    assert_eq!(total, 6000);
+    check_lookups(&rows, &layout, &versions);
+}
+
+#[test]
+fn spilled_and_in_memory_builds_write_the_same_bytes() {
+    let layout = StoreLayout::round_robin(2, 8, 2, 2).unwrap();
+    let rows = sample_rows(5000);
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let in_memory = build(&rows, &layout, 1000, 1 << 30, a.path()).unwrap();
+    let spilled = build(&rows, &layout, 97, 16 << 10, b.path()).unwrap();
+    assert_eq!(in_memory.spilled_bytes, 0);
+    assert!(spilled.spilled_bytes > 0, "the small budget must spill");
+    assert_eq!(
+        files_of(&a.path().join("out")),
+        files_of(&b.path().join("out"))
+    );
+    check_lookups(&rows, &layout, &open_all(&layout, b.path()));
+}
+
+#[test]
+fn duplicate_keys_are_refused_in_memory_and_after_spills() {
+    let layout = StoreLayout::round_robin(1, 4, 1, 1).unwrap();
+    let mut rows = sample_rows(2000);
+    rows.push(rows[1234].clone());
+    for memory in [1 << 30, 8 << 10] {
+        let dir = tempfile::tempdir().unwrap();
+        let err = build(&rows, &layout, 100, memory, dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, ReadOnlyError::DuplicateKey { key } if key.contains("user-411")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_refused() {
+    let s = arrow_schema();
+    assert!(StoreSchema::from_arrow(&s, &["nope".into()], None).is_err());
+    assert!(StoreSchema::from_arrow(&s, &[], None).is_err());
+    assert!(StoreSchema::from_arrow(&s, &["user".into()], Some(&["user".into()])).is_err());
+    // A NULL key.
+    let dir = tempfile::tempdir().unwrap();
+    let layout = StoreLayout::round_robin(1, 2, 1, 1).unwrap();
+    let schema = StoreSchema::from_arrow(&s, &["item".into()], None).unwrap();
+    let b = StoreBuilder::new("x", schema, layout, &options(1 << 20, dir.path())).unwrap();
+    let err = b.add_batch(&batch(&sample_rows(10))).unwrap_err();
+    assert!(
+        err.to_string().contains("key column 'item' has a NULL"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_empty_store_has_empty_chunks_and_answers_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = StoreLayout::round_robin(2, 4, 1, 2).unwrap();
+    let s = build(&[], &layout, 10, 1 << 20, dir.path()).unwrap();
+    assert_eq!((s.rows, s.tuples), (0, 0));
+    let versions = open_all(&layout, dir.path());
+    assert_eq!(versions[&0].metadata().files.len(), 2 * 2 * 2);
+    check_lookups(&[], &layout, &versions);
+}
+
+#[test]
+fn prefix_collisions_share_an_entry_and_resolve_by_full_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = StoreLayout::round_robin(1, 1, 1, 1).unwrap();
+    let b = StoreBuilder::new("c", schema(), layout, &options(1 << 20, dir.path())).unwrap();
+    let id = ChunkId {
+        partition: 0,
+        replica: 0,
+        chunk: 0,
+    };
+    // 300 keys over 7 prefixes.
+    let tuples: Vec<_> = (0..300u32)
+        .map(|i| {
+            (
+                id,
+                (i % 7) as u64 * 1000,
+                format!("k{i}").into_bytes(),
+                i.to_be_bytes().to_vec(),
+            )
+        })
+        .collect();
+    b.add_tuples(&tuples).unwrap();
+    let summary = b.finish(&dir.path().join("out")).unwrap();
+    assert_eq!(summary.collisions, 7);
+    let v = StoreVersion::open(&node_dir(&dir.path().join("out"), 0), Verify::Checksums).unwrap();
+    let chunk = v.chunk(0, 0).unwrap();
+    assert_eq!(chunk.entries(), 7);
+    for (_, prefix, k, val) in &tuples {
+        assert_eq!(chunk.get(*prefix, k).unwrap(), Some(&val[..]));
+    }
+    assert_eq!(chunk.get(0, b"k-missing").unwrap(), None);
+    assert_eq!(chunk.get(1, b"k0").unwrap(), None);
+}
+
+#[test]
+fn damage_to_any_file_is_detected_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = StoreLayout::round_robin(1, 2, 1, 1).unwrap();
+    build(&sample_rows(500), &layout, 100, 1 << 20, dir.path()).unwrap();
+    let node = node_dir(&dir.path().join("out"), 0);
+    let pristine = files_of(&dir.path().join("out"));
+    for (name, bytes) in &pristine {
+        let file = node.join(name.split('/').nth(1).unwrap());
+        let restore = || std::fs::write(&file, bytes).unwrap();
+        // A flipped byte: caught by checksums (for the index, often by structure too).
+        let mut flipped = bytes.clone();
+        let mid = flipped.len() / 2;
+        flipped[mid] ^= 0x40;
+        std::fs::write(&file, &flipped).unwrap();
+        assert!(
+            StoreVersion::open(&node, Verify::Checksums).is_err(),
+            "flipped byte in {name}"
+        );
+        restore();
+        // A truncated file: caught by the structure check alone.
+        std::fs::write(&file, &bytes[..bytes.len() - 2]).unwrap();
+        let err = StoreVersion::open(&node, Verify::Structure).unwrap_err();
+        assert!(
+            matches!(err, ReadOnlyError::Corrupt { .. }),
+            "{name}: {err}"
+        );
+        restore();
+    }
+    assert!(StoreVersion::open(&node, Verify::Checksums).is_ok());
+    // A missing file.
+    std::fs::remove_file(node.join("1_0_0.data")).unwrap();
+    assert!(StoreVersion::open(&node, Verify::Structure).is_err());
+    assert!(node.join(METADATA_FILE).exists());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_rows_any_batching_round_trip_deterministically(
+        keys in proptest::collection::btree_set(("[a-c\\x00]{0,6}", -3i32..3), 0..400),
+        huge in proptest::option::of(0usize..400),
+        batch_rows in 1usize..150,
+        nodes in 1u32..4,
+        chunks in 1u32..4,
+    ) {
+        let rows: Vec<Row> = keys.into_iter().enumerate().map(|(i, (u, s))| {
+            let note = if huge == Some(i) { Some("h".repeat(300_000)) } else { Some(format!("n{i}")) };
+            (u, s, Some(i as i64), (i % 2 == 0).then_some(i as f64), note)
+        }).collect();
+        let layout = StoreLayout::round_robin(nodes, nodes * 3, nodes.min(2), chunks).unwrap();
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        build(&rows, &layout, batch_rows, 1 << 30, a.path()).unwrap();
+        build(&rows, &layout, 1 + batch_rows / 3, 4096, b.path()).unwrap();
+        prop_assert_eq!(files_of(&a.path().join("out")), files_of(&b.path().join("out")));
+        check_lookups(&rows, &layout, &open_all(&layout, a.path()));
+    }
+}
