@@ -20,6 +20,9 @@
 //!   runs spilled to disk, deterministic output (paper §4.2.1).
 //! - [`reader`]: opening a node's folder with verification, and lookups through
 //!   memory-mapped files with interpolation search (paper §4.2.2).
+//! - [`versions`]: a store's versions on one server — install a fetched folder after
+//!   checking its checksums, swap the `latest` link atomically, roll back, delete
+//!   versions beyond retention (paper §4.2, §4.3).
 //!
 //! Everything here is local and synchronous. Fetching files to servers, swapping
 //! versions, routing requests and SQL access live in the layers above.
@@ -30,6 +33,7 @@ pub mod format;
 pub mod layout;
 pub mod reader;
 pub mod schema;
+pub mod versions;
 
 #[cfg(test)]
 mod tests;
@@ -40,3 +44,4 @@ pub use format::NodeMetadata;
 pub use layout::{ChunkId, KeyHash, NodeId, PreferenceList, StoreLayout};
 pub use reader::{StoreVersion, Verify};
 pub use schema::{StoreColumn, StoreSchema};
+pub use versions::{SwapReport, VersionedStore};

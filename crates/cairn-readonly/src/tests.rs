@@ -322,3 +322,126 @@ proptest! {
         check_lookups(&rows, &layout, &open_all(&layout, a.path()));
     }
 }
+
+/// Builds `rows` (values tagged with `tag` in `note`) on one node and copies the
+/// folder to `store`'s fetch folder for version `v`.
+fn stage_version(store: &VersionedStore, v: u64, rows: &[Row], tag: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let tagged: Vec<Row> = rows
+        .iter()
+        .map(|r| (r.0.clone(), r.1, r.2, r.3, Some(tag.to_string())))
+        .collect();
+    let layout = StoreLayout::round_robin(1, 4, 1, 2).unwrap();
+    build(&tagged, &layout, 100, 1 << 20, tmp.path()).unwrap();
+    let src = node_dir(&tmp.path().join("out"), 0);
+    let dst = store.fetch_dir(v);
+    std::fs::create_dir_all(&dst).unwrap();
+    for f in std::fs::read_dir(&src).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), dst.join(f.file_name())).unwrap();
+    }
+}
+
+fn note_of(v: &StoreVersion, r: &Row) -> Value {
+    v.get_row(&key(r)).unwrap().unwrap()[2].clone()
+}
+
+#[test]
+fn install_swap_rollback_retain_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = sample_rows(300);
+    let store = VersionedStore::open(dir.path(), 2).unwrap();
+    assert!(store.live().is_none());
+    assert!(store.rollback(None).is_err(), "nothing to roll back to");
+    for v in 1..=3u64 {
+        stage_version(&store, v, &rows, &format!("v{v}"));
+        assert_eq!(store.install(v).unwrap().rows, 300);
+        assert!(store.install(v).is_err(), "version {v} twice");
+        let r = store.swap(v).unwrap();
+        assert_eq!((r.previous, r.current), ((v > 1).then(|| v - 1), v));
+        let (live, version) = store.live().unwrap();
+        assert_eq!(live, v);
+        assert_eq!(note_of(&version, &rows[7]), Value::String(format!("v{v}")));
+    }
+    store.prune_now().unwrap();
+    assert_eq!(store.versions().unwrap(), vec![2, 3], "retention keeps two");
+    let r = store.rollback(None).unwrap();
+    assert_eq!((r.previous, r.current), (Some(3), 2));
+    assert_eq!(
+        note_of(&store.live().unwrap().1, &rows[0]),
+        Value::String("v2".into())
+    );
+    assert!(store.rollback(Some(1)).is_err(), "version 1 was pruned");
+    assert!(
+        store.rollback(None).is_err(),
+        "nothing older than 2 is left"
+    );
+    store.rollback(Some(3)).unwrap();
+    // A restart comes back on the live version, ignoring a half-made link.
+    drop(store);
+    std::os::unix::fs::symlink("version-2", dir.path().join("latest.new")).unwrap();
+    let store = VersionedStore::open(dir.path(), 2).unwrap();
+    assert_eq!(store.live().unwrap().0, 3);
+    assert_eq!(store.next_version().unwrap(), 4);
+}
+
+#[test]
+fn a_corrupt_fetch_is_refused_and_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = sample_rows(200);
+    let store = VersionedStore::open(dir.path(), 3).unwrap();
+    stage_version(&store, 1, &rows, "good");
+    store.install(1).unwrap();
+    store.swap(1).unwrap();
+    stage_version(&store, 2, &rows, "bad");
+    let victim = store.fetch_dir(2).join("0_0_1.data");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&victim, bytes).unwrap();
+    let err = store.install(2).unwrap_err();
+    assert!(matches!(err, ReadOnlyError::Corrupt { .. }), "{err}");
+    assert!(
+        store.swap(2).is_err(),
+        "an uninstalled version cannot go live"
+    );
+    assert_eq!(store.live().unwrap().0, 1);
+    assert_eq!(store.versions().unwrap(), vec![1]);
+}
+
+#[test]
+fn lookups_during_swaps_see_one_whole_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = sample_rows(400);
+    let store = VersionedStore::open(dir.path(), 5).unwrap();
+    for v in 1..=2u64 {
+        stage_version(&store, v, &rows, &format!("v{v}"));
+        store.install(v).unwrap();
+    }
+    store.swap(1).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (store, rows, stop) = (&store, &rows, &stop);
+            s.spawn(move || {
+                let mut i = t;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (v, version) = store.live().unwrap();
+                    // Every row read through one version carries that version's tag.
+                    for r in rows.iter().skip(i % 50).step_by(50) {
+                        assert_eq!(note_of(&version, r), Value::String(format!("v{v}")));
+                    }
+                    i += 1;
+                }
+            });
+        }
+        for n in 0..200 {
+            if n % 2 == 0 {
+                store.swap(2).unwrap();
+            } else {
+                store.rollback(Some(1)).unwrap();
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+}

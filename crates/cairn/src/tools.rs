@@ -10,6 +10,7 @@
 //! - [`insert`]: `table insert`, bulk loading of CSV and Parquet files;
 //! - [`ksck`]: `cluster ksck`, the health check;
 //! - [`loadgen`]: `perf loadgen`, a write / point-read load generator;
+//! - [`store`]: `store build`, `store verify` and `store get` for read-only stores;
 //! - [`parse`]: the little languages of the flags (column specs, values, `--where`,
 //!   `--hash`, `--split`), pure and unit-tested.
 
@@ -24,6 +25,7 @@ pub mod ksck;
 pub mod loadgen;
 pub mod parse;
 pub mod sql;
+pub mod store;
 pub mod table;
 
 /// The error of every tool: a message for the user (any error type converts with `?`).
@@ -116,6 +118,22 @@ pub enum Tool {
     /// Run SQL: an interactive shell (history, multi-line statements ending in ';',
     /// tables, timing), or `-c "SQL"` / `-f file.sql` to run statements and exit.
     Sql(sql::SqlArgs),
+    /// Read-only stores: build one offline from Parquet, CSV or JSON lines, verify a
+    /// node's folder, look keys up in it.
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+/// `cairn store …`
+#[derive(Subcommand, Debug)]
+pub enum StoreCommand {
+    /// Build a store's chunk files for every node from Parquet, CSV or JSON lines:
+    /// in parallel, in bounded memory, with the same bytes for the same input.
+    Build(store::BuildArgs),
+    /// Check a node folder's files against its .metadata (sizes, order, MD5s).
+    Verify(store::VerifyArgs),
+    /// Look a key up in a node folder and print its value columns.
+    Get(store::GetArgs),
 }
 
 /// `cairn table …`
@@ -163,6 +181,11 @@ pub async fn run(tool: Tool) -> ToolResult<()> {
         Tool::Cluster(c) => run_cluster(c).await,
         Tool::Perf(c) => run_perf(c).await,
         Tool::Sql(a) => sql::run(a).await,
+        Tool::Store(c) => match c {
+            StoreCommand::Build(a) => store::build(a).await,
+            StoreCommand::Verify(a) => store::verify(a),
+            StoreCommand::Get(a) => store::get(a),
+        },
     }
 }
 

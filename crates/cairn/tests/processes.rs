@@ -565,3 +565,164 @@ async fn statement_timeout_answers_while_every_core_computes() {
     );
     local.kill9();
 }
+
+/// `cairn store build / verify / get` on CSV, JSON lines and Parquet input, as a user
+/// runs them; bad input gets an error that names the problem.
+#[test]
+fn store_tools_build_verify_and_get() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |p: &str| dir.path().join(p).to_string_lossy().to_string();
+    let mut csv = String::from("user,slot,item,note\n");
+    for i in 0..500 {
+        csv.push_str(&format!("u{},{},{},n{i}\n", i / 4, i % 4, i * 10));
+    }
+    std::fs::write(d("in.csv"), &csv).unwrap();
+    let (ok, out) = cairn(&[
+        "store",
+        "build",
+        "recs",
+        "--input",
+        &d("in.csv"),
+        "--key",
+        "user,slot",
+        "--output",
+        &d("csv-out"),
+        "--nodes",
+        "3",
+        "--replication",
+        "2",
+        "--zones",
+        "a,a,b",
+        "--chunks",
+        "2",
+    ]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("500 rows (1,000 tuples with replication 2)"),
+        "{out}"
+    );
+    // Every node folder verifies; the key is found on exactly its replicas.
+    let mut found = 0;
+    for n in 0..3 {
+        let node = d(&format!("csv-out/node-{n}"));
+        let (ok, out) = cairn(&["store", "verify", &node]);
+        assert!(ok && out.contains("all files match"), "{out}");
+        let (ok, out) = cairn(&["store", "get", &node, "u7", "2"]);
+        if ok {
+            assert!(out.contains("300") && out.contains("'n30'"), "{out}");
+            found += 1;
+        } else {
+            assert!(out.contains("does not hold this key's partition"), "{out}");
+        }
+    }
+    assert_eq!(found, 2, "two replicas hold the key");
+    // Damage is caught by verify.
+    let victim = dir.path().join("csv-out/node-0/0_0_0.data");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[0] ^= 0xff;
+    std::fs::write(&victim, bytes).unwrap();
+    let (ok, out) = cairn(&["store", "verify", &d("csv-out/node-0")]);
+    assert!(
+        !ok && out.contains("corrupt") && out.contains("0_0_0.data"),
+        "{out}"
+    );
+
+    // JSON lines, a one-column key; a duplicate key and a bad key column are refused.
+    let mut jsonl = String::new();
+    for i in 0..100 {
+        jsonl.push_str(&format!("{{\"id\": {i}, \"name\": \"x{i}\"}}\n"));
+    }
+    std::fs::write(d("in.jsonl"), &jsonl).unwrap();
+    let (ok, out) = cairn(&[
+        "store",
+        "build",
+        "ids",
+        "-i",
+        &d("in.jsonl"),
+        "--key",
+        "id",
+        "-o",
+        &d("json-out"),
+    ]);
+    assert!(ok, "{out}");
+    let (ok, out) = cairn(&["store", "get", &d("json-out/node-0"), "42"]);
+    assert!(ok && out.contains("'x42'"), "{out}");
+    let (ok, out) = cairn(&["store", "get", &d("json-out/node-0"), "4200"]);
+    assert!(!ok && out.contains("no row with this key"), "{out}");
+    let (ok, out) = cairn(&[
+        "store",
+        "build",
+        "ids",
+        "-i",
+        &d("in.jsonl"),
+        "--key",
+        "id",
+        "-o",
+        &d("json-out"),
+    ]);
+    assert!(!ok && out.contains("not empty"), "{out}");
+    jsonl.push_str("{\"id\": 5, \"name\": \"again\"}\n");
+    std::fs::write(d("dup.jsonl"), &jsonl).unwrap();
+    let (ok, out) = cairn(&[
+        "store",
+        "build",
+        "ids",
+        "-i",
+        &d("dup.jsonl"),
+        "--key",
+        "id",
+        "-o",
+        &d("dup-out"),
+    ]);
+    assert!(!ok && out.contains("duplicate key 5"), "{out}");
+    let (ok, out) = cairn(&[
+        "store",
+        "build",
+        "ids",
+        "-i",
+        &d("in.jsonl"),
+        "--key",
+        "nope",
+        "-o",
+        &d("x-out"),
+    ]);
+    assert!(!ok && out.contains("no column 'nope'"), "{out}");
+
+    // Parquet, written by the arrow crate.
+    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Int64, false),
+        arrow::datatypes::Field::new("v", arrow::datatypes::DataType::Utf8, true),
+    ]));
+    let batch = arrow::array::RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            std::sync::Arc::new(arrow::array::Int64Array::from_iter_values(0..1000)),
+            std::sync::Arc::new(arrow::array::StringArray::from_iter(
+                (0..1000).map(|i| (i % 3 != 0).then(|| format!("v{i}"))),
+            )),
+        ],
+    )
+    .unwrap();
+    let f = std::fs::File::create(d("in.parquet")).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(f, schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let (ok, out) = cairn(&[
+        "store",
+        "build",
+        "kv",
+        "-i",
+        &d("in.parquet"),
+        "--key",
+        "k",
+        "-o",
+        &d("pq-out"),
+        "--memory-mb",
+        "1",
+    ]);
+    assert!(ok, "{out}");
+    let (ok, out) = cairn(&["store", "get", &d("pq-out/node-0"), "998"]);
+    assert!(ok && out.contains("'v998'"), "{out}");
+    let (ok, out) = cairn(&["store", "get", &d("pq-out/node-0"), "999"]);
+    assert!(ok && out.contains("NULL"), "{out}");
+}

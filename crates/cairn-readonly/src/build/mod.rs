@@ -252,7 +252,7 @@ impl StoreBuilder {
                 local[n as usize % shards].push(n, hash.prefix(), &k, &v);
             }
         }
-        for (shard, buf) in self.shards.iter().zip(&local) {
+        for (shard, buf) in self.shards.iter().zip(local) {
             if buf.entries.is_empty() {
                 continue;
             }

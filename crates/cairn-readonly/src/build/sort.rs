@@ -6,32 +6,43 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{ReadOnlyError, Result};
 
-/// One buffered tuple: where its key and value sit in the sorter's arena.
+/// One buffered tuple: where its key and value sit in the buffer's arenas.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Entry {
     pub(super) chunk: u32,
     pub(super) prefix: u64,
+    arena: u32,
     off: usize,
     key_len: u32,
     value_len: u32,
 }
 
-/// Tuples of one batch (or one shard's buffer): an arena of key and value bytes and
-/// the entries pointing into it.
+/// Tuples of one batch or of one shard: arenas of key and value bytes and the entries
+/// pointing into them. A shard takes over each batch's arena whole
+/// ([`TupleBuf::append`]) instead of copying it into one growing buffer, which would
+/// copy every byte again at each doubling.
 #[derive(Debug, Default)]
 pub(super) struct TupleBuf {
-    arena: Vec<u8>,
+    arenas: Vec<Vec<u8>>,
+    arena_bytes: usize,
     pub(super) entries: Vec<Entry>,
 }
 
 impl TupleBuf {
     pub(super) fn push(&mut self, chunk: u32, prefix: u64, key: &[u8], value: &[u8]) {
-        let off = self.arena.len();
-        self.arena.extend_from_slice(key);
-        self.arena.extend_from_slice(value);
+        if self.arenas.is_empty() {
+            self.arenas.push(Vec::new());
+        }
+        let arena = self.arenas.len() - 1;
+        let a = &mut self.arenas[arena];
+        let off = a.len();
+        a.extend_from_slice(key);
+        a.extend_from_slice(value);
+        self.arena_bytes += key.len() + value.len();
         self.entries.push(Entry {
             chunk,
             prefix,
+            arena: arena as u32,
             off,
             key_len: key.len() as u32,
             value_len: value.len() as u32,
@@ -39,25 +50,27 @@ impl TupleBuf {
     }
 
     pub(super) fn key(&self, e: &Entry) -> &[u8] {
-        &self.arena[e.off..e.off + e.key_len as usize]
+        &self.arenas[e.arena as usize][e.off..e.off + e.key_len as usize]
     }
 
     pub(super) fn value(&self, e: &Entry) -> &[u8] {
         let start = e.off + e.key_len as usize;
-        &self.arena[start..start + e.value_len as usize]
+        &self.arenas[e.arena as usize][start..start + e.value_len as usize]
     }
 
     pub(super) fn bytes(&self) -> usize {
-        self.arena.len() + self.entries.len() * std::mem::size_of::<Entry>()
+        self.arena_bytes + self.entries.len() * std::mem::size_of::<Entry>()
     }
 
-    pub(super) fn append(&mut self, other: &TupleBuf) {
-        let base = self.arena.len();
-        self.arena.extend_from_slice(&other.arena);
+    /// Takes over `other`'s tuples (and its arenas, without copying them).
+    pub(super) fn append(&mut self, other: TupleBuf) {
+        let base = self.arenas.len() as u32;
         self.entries.extend(other.entries.iter().map(|e| Entry {
-            off: e.off + base,
+            arena: e.arena + base,
             ..*e
         }));
+        self.arenas.extend(other.arenas);
+        self.arena_bytes += other.arena_bytes;
     }
 
     /// Sorts the entries by (chunk, prefix, key).
@@ -72,7 +85,12 @@ impl TupleBuf {
     }
 
     pub(super) fn clear(&mut self) {
-        self.arena.clear();
+        // One arena is kept for reuse (a group buffer is cleared once per group).
+        self.arenas.truncate(1);
+        if let Some(a) = self.arenas.first_mut() {
+            a.clear();
+        }
+        self.arena_bytes = 0;
         self.entries.clear();
     }
 }

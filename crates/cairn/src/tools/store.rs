@@ -1,0 +1,394 @@
+//! `cairn store …`: read-only stores (the Voldemort half of Cairn).
+//!
+//! - `store build` reads Parquet, CSV or JSON lines (a file, a folder of part files or
+//!   a glob) with DataFusion's readers, one input partition per core, and runs
+//!   [`cairn_readonly::StoreBuilder`] over them: one folder of chunk files per node,
+//!   with a progress bar and a summary.
+//! - `store verify` opens a node folder the way a server does and checks every file
+//!   against its `.metadata` checksums.
+//! - `store get` looks keys up in a node folder, for checking a build by hand.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_common::Value;
+use cairn_readonly::{
+    BuildOptions, StoreBuilder, StoreLayout, StoreSchema, StoreVersion, Verify, node_dir,
+};
+use clap::{Args, ValueEnum};
+use datafusion::datasource::file_format::options::JsonReadOptions;
+use datafusion::prelude::{
+    CsvReadOptions, DataFrame, ParquetReadOptions, SessionConfig, SessionContext,
+};
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::fmt::{format_value, group_thousands, per_sec, text_table};
+use super::parse::{parse_names, parse_value};
+use super::{ToolError, ToolResult};
+
+/// Input formats of `store build`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum InputFormat {
+    /// Apache Parquet.
+    Parquet,
+    /// Comma-separated values with a header line.
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+/// `cairn store build`
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Each node of the ring gets a folder OUTPUT/node-<id> holding its \
+    chunk files (partition_replica_chunk.index / .data) and a .metadata file with their \
+    checksums. A key may appear only once in the input.\n\
+    Example:\n  cairn store build recs --input recs.parquet --key user_id \
+    --output /data/recs-build --nodes 3 --replication 2"
+)]
+pub struct BuildArgs {
+    /// The store's name (recorded in every node's .metadata).
+    pub name: String,
+    /// The input: a file, a folder of files of one format, or a glob.
+    #[arg(long, short = 'i', value_name = "PATH")]
+    pub input: String,
+    /// The input's format (default: from the file extension).
+    #[arg(long, value_enum)]
+    pub format: Option<InputFormat>,
+    /// The key columns, comma-separated, in key order.
+    #[arg(long, value_name = "COL[,COL...]")]
+    pub key: String,
+    /// The value columns, comma-separated (default: every non-key column).
+    #[arg(long, value_name = "COL[,COL...]")]
+    pub value: Option<String>,
+    /// Where to write the node folders. Must not hold an earlier build.
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: PathBuf,
+    /// Nodes on the ring (partition p goes to node p mod N).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub nodes: u32,
+    /// Partitions on the ring (default: 8 per node).
+    #[arg(long, value_name = "P")]
+    pub partitions: Option<u32>,
+    /// Copies of every row, on distinct nodes (default: 2, or 1 with one node).
+    #[arg(long, value_name = "R")]
+    pub replication: Option<u32>,
+    /// Chunk files per partition and replica (more chunks: smaller files).
+    #[arg(long, default_value_t = 1, value_name = "C")]
+    pub chunks: u32,
+    /// The zone of each node, comma-separated in node order: replicas then go to
+    /// distinct zones first.
+    #[arg(long, value_name = "ZONE[,ZONE...]")]
+    pub zones: Option<String>,
+    /// Memory for buffering rows before sorted runs spill to disk.
+    #[arg(long, default_value_t = 1024, value_name = "MIB")]
+    pub memory_mb: usize,
+    /// Where spilled runs go (default: the system's temporary folder).
+    #[arg(long, value_name = "DIR")]
+    pub tmp_dir: Option<PathBuf>,
+    /// Threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+}
+
+/// `cairn store verify`
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// A node folder (OUTPUT/node-<id> of a build).
+    pub dir: PathBuf,
+}
+
+/// `cairn store get`
+#[derive(Args, Debug)]
+#[command(after_help = "Example:\n  cairn store get /data/recs-build/node-0 42 \
+    (a two-column key takes two values: … get DIR alice 7)")]
+pub struct GetArgs {
+    /// A node folder (OUTPUT/node-<id> of a build).
+    pub dir: PathBuf,
+    /// The key: one value per key column, in key order.
+    #[arg(required = true)]
+    pub key: Vec<String>,
+}
+
+fn input_format(args: &BuildArgs) -> ToolResult<InputFormat> {
+    if let Some(f) = args.format {
+        return Ok(f);
+    }
+    let lower = args.input.to_ascii_lowercase();
+    let lower = lower.trim_end_matches('/');
+    if lower.ends_with(".parquet") || lower.ends_with(".pq") {
+        Ok(InputFormat::Parquet)
+    } else if lower.ends_with(".csv") {
+        Ok(InputFormat::Csv)
+    } else if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") || lower.ends_with(".json") {
+        Ok(InputFormat::Jsonl)
+    } else {
+        Err(format!(
+            "cannot tell the format of {} from its name: give --format parquet, csv or jsonl",
+            args.input
+        )
+        .into())
+    }
+}
+
+/// The extension DataFusion should list in a folder: the input's own for a file,
+/// else the format's usual one.
+fn extension(input: &str, default: &str) -> String {
+    let p = Path::new(input);
+    if p.is_file()
+        && let Some(e) = p.extension()
+    {
+        return format!(".{}", e.to_string_lossy());
+    }
+    default.to_string()
+}
+
+async fn read_input(ctx: &SessionContext, args: &BuildArgs) -> ToolResult<DataFrame> {
+    let input = args.input.as_str();
+    let df = match input_format(args)? {
+        InputFormat::Parquet => {
+            let ext = extension(input, ".parquet");
+            ctx.read_parquet(input, ParquetReadOptions::default().file_extension(&ext))
+                .await
+        }
+        InputFormat::Csv => {
+            let ext = extension(input, ".csv");
+            ctx.read_csv(input, CsvReadOptions::new().file_extension(&ext))
+                .await
+        }
+        InputFormat::Jsonl => {
+            let ext = extension(input, ".json");
+            ctx.read_json(input, JsonReadOptions::default().file_extension(&ext))
+                .await
+        }
+    };
+    df.map_err(|e| format!("cannot read {input}: {e}").into())
+}
+
+fn layout(args: &BuildArgs) -> ToolResult<StoreLayout> {
+    let partitions = args.partitions.unwrap_or(8 * args.nodes.max(1));
+    let replication = args.replication.unwrap_or(args.nodes.clamp(1, 2));
+    let mut l = StoreLayout::round_robin(args.nodes, partitions, replication, args.chunks)?;
+    if let Some(z) = &args.zones {
+        let zones: Vec<String> = z.split(',').map(|s| s.trim().to_string()).collect();
+        if zones.iter().any(String::is_empty) {
+            return Err(format!("--zones {z}: a zone name is empty").into());
+        }
+        if zones.len() != args.nodes as usize {
+            return Err(format!(
+                "--zones names {} zones for {} nodes: give one zone per node, in node order",
+                zones.len(),
+                args.nodes
+            )
+            .into());
+        }
+        l = l.with_zones(&zones)?;
+    }
+    Ok(l)
+}
+
+/// Runs `cairn store build`.
+pub async fn build(args: BuildArgs) -> ToolResult<()> {
+    let started = Instant::now();
+    let layout = layout(&args)?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .max(1);
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(threads));
+    let df = read_input(&ctx, &args).await?;
+    let key = parse_names(&args.key, "key column")?;
+    let value = args
+        .value
+        .as_deref()
+        .map(|v| parse_names(v, "value column"))
+        .transpose()?;
+    let arrow_schema = df.schema().as_arrow().clone();
+    let schema = StoreSchema::from_arrow(&arrow_schema, &key, value.as_deref())?;
+    let options = BuildOptions {
+        threads,
+        memory_bytes: args.memory_mb.max(1) << 20,
+        spill_dir: args.tmp_dir.clone().unwrap_or_else(std::env::temp_dir),
+    };
+    let builder = Arc::new(StoreBuilder::new(
+        &args.name,
+        schema,
+        layout.clone(),
+        &options,
+    )?);
+    let progress = builder.progress();
+
+    // Map phase: every input partition feeds the builder from its own task.
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template(
+        "[{elapsed_precise}] {spinner} reading: {human_pos} rows ({per_sec})",
+    )?);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let streams = df
+        .execute_stream_partitioned()
+        .await
+        .map_err(|e| format!("cannot read {}: {e}", args.input))?;
+    let mut tasks = Vec::new();
+    for mut stream in streams {
+        let builder = builder.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(batch) = stream.next().await {
+                let batch = batch?;
+                let b = builder.clone();
+                tokio::task::block_in_place(|| b.add_batch(&batch))?;
+            }
+            Ok::<(), ToolError>(())
+        }));
+    }
+    let reading = futures::future::try_join_all(tasks);
+    tokio::pin!(reading);
+    let results = loop {
+        tokio::select! {
+            r = &mut reading => break r?,
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                bar.set_position(progress.rows.load(std::sync::atomic::Ordering::Relaxed));
+            }
+        }
+    };
+    for r in results {
+        r.inspect_err(|_| bar.abandon())?;
+    }
+    let rows = progress.rows.load(std::sync::atomic::Ordering::Relaxed);
+    bar.set_position(rows);
+    bar.finish();
+    let read_time = started.elapsed();
+
+    // Reduce phase: sort, merge and write, with a bar over the tuples to write.
+    let bar = ProgressBar::new(rows * layout.replication as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "[{elapsed_precise}] {bar:40} writing: {human_pos}/{human_len} tuples ({per_sec}, eta {eta})",
+    )?);
+    let builder = Arc::into_inner(builder).ok_or("a reader task still holds the builder")?;
+    let output = args.output.clone();
+    let writing = tokio::task::spawn_blocking(move || builder.finish(&output));
+    tokio::pin!(writing);
+    let summary = loop {
+        tokio::select! {
+            r = &mut writing => break r??,
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                bar.set_position(progress.tuples_written.load(std::sync::atomic::Ordering::Relaxed));
+            }
+        }
+    };
+    bar.finish_and_clear();
+    let elapsed = started.elapsed();
+    println!(
+        "built store '{}': {} rows ({} tuples with replication {}) in {:.1} s ({} rows/s; \
+         reading and hashing {:.1} s, sorting and writing {:.1} s)",
+        args.name,
+        group_thousands(summary.rows),
+        group_thousands(summary.tuples),
+        layout.replication,
+        elapsed.as_secs_f64(),
+        per_sec(summary.rows, elapsed),
+        read_time.as_secs_f64(),
+        (elapsed - read_time).as_secs_f64(),
+    );
+    println!(
+        "{} bytes of chunk files, {} hash-prefix collisions, {} bytes spilled; {} partitions \
+         on {} node(s), {} chunk(s) per bucket",
+        group_thousands(summary.bytes),
+        group_thousands(summary.collisions),
+        group_thousands(summary.spilled_bytes),
+        layout.partitions(),
+        layout.nodes().len(),
+        layout.chunks,
+    );
+    for (node, dir) in &summary.node_dirs {
+        println!("  node {node}: {}", dir.display());
+    }
+    Ok(())
+}
+
+/// Runs `cairn store verify`.
+pub fn verify(args: VerifyArgs) -> ToolResult<()> {
+    let started = Instant::now();
+    let v = StoreVersion::open(&args.dir, Verify::Checksums)?;
+    let m = v.metadata();
+    println!(
+        "{}: store '{}', node {} of {}, {} rows in {} files, checksum {} — all files match \
+         ({:.2} s)",
+        args.dir.display(),
+        m.store,
+        m.node,
+        m.layout.nodes().len(),
+        group_thousands(m.rows),
+        m.files.len(),
+        m.checksum,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Runs `cairn store get`.
+pub fn get(args: GetArgs) -> ToolResult<()> {
+    let v = StoreVersion::open(&args.dir, Verify::Structure)?;
+    let schema = &v.metadata().schema;
+    if args.key.len() != schema.key.len() {
+        return Err(format!(
+            "the store's key has {} column(s) ({}): give one value for each",
+            schema.key.len(),
+            schema
+                .key
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+        .into());
+    }
+    let key = args
+        .key
+        .iter()
+        .zip(&schema.key)
+        .map(|(raw, c)| {
+            parse_value(raw, &c.data_type)
+                .map_err(|e| format!("key column '{}': {e}", c.name).into())
+        })
+        .collect::<ToolResult<Vec<Value>>>()?;
+    let encoded = schema.encode_key(&key)?;
+    if !v.holds(&encoded) {
+        let others = other_holders(&args.dir, &v, &encoded);
+        return Err(format!(
+            "node {} does not hold this key's partition; it is on node(s) {others}",
+            v.metadata().node
+        )
+        .into());
+    }
+    match v.get_row(&key)? {
+        None => Err("no row with this key".into()),
+        Some(values) => {
+            let headers: Vec<&str> = schema.value.iter().map(|c| c.name.as_str()).collect();
+            let row: Vec<String> = values
+                .iter()
+                .zip(&schema.value)
+                .map(|(v, c)| format_value(v, &c.data_type))
+                .collect();
+            println!("{}", text_table(&headers, &[row]).trim_end());
+            Ok(())
+        }
+    }
+}
+
+/// The nodes of a key's preference list, with their folders when they sit next to
+/// `dir` (as a build writes them).
+fn other_holders(dir: &Path, v: &StoreVersion, key: &[u8]) -> String {
+    let layout = &v.metadata().layout;
+    let p = layout.partition_of(&cairn_readonly::KeyHash::of(key));
+    layout
+        .preference_list(p)
+        .iter()
+        .map(|&(_, n)| match dir.parent() {
+            Some(parent) => format!("{n} ({})", node_dir(parent, n).display()),
+            None => n.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
