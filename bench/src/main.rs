@@ -1,9 +1,11 @@
 //! # cairn-bench — Cairn measured against its peers
 //!
-//! Three suites, each running its peer on the same data in the same run:
+//! Four suites, each running its peer on the same data in the same run:
 //! - `storage` ([`storage`]): one tablet vs one Parquet file on TPC-H `lineitem`;
 //! - `cluster` ([`cluster`]): loadgen at replication 1 and 3, failover time;
-//! - `tpch` ([`tpch`]): the 22 TPC-H queries through Cairn's SQL engine vs DataFusion.
+//! - `tpch` ([`tpch`]): the 22 TPC-H queries through Cairn's SQL engine vs DataFusion;
+//! - `readonly` ([`readonly`]): a read-only store's build, lookups, swap and rollback
+//!   vs LMDB.
 
 /// The allocator the `cairn` binary uses (mimalloc), so that Cairn's embedded SQL
 /// engine and DataFusion in this process run on the same one as the servers.
@@ -13,6 +15,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Parser, Subcommand};
 
 mod cluster;
+mod readonly;
 mod storage;
 mod tpch;
 
@@ -34,6 +37,9 @@ enum Command {
     /// TPC-H: the 22 queries on `cairn local` vs DataFusion on Parquet, and the load
     /// time vs DuckDB.
     Tpch(tpch::TpchArgs),
+    /// Read-only store: build, lookups from 1 and 16 threads, swap and rollback, on
+    /// one node, vs LMDB on the same keys and values.
+    Readonly(readonly::ReadonlyArgs),
 }
 
 fn main() {
@@ -42,6 +48,7 @@ fn main() {
         Command::Storage(args) => storage::storage(args),
         Command::Cluster(args) => cluster::cluster(args).map_err(|e| e.to_string().into()),
         Command::Tpch(args) => tpch::tpch(args).map_err(|e| e.to_string().into()),
+        Command::Readonly(args) => readonly::readonly(args).map_err(|e| e.to_string().into()),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -7,7 +7,7 @@ regenerates bench/results/REPORT.md and its charts.
 import argparse
 import sys
 
-from . import common, pgbench, report, storage, tlscost, tpch, ycsb
+from . import common, pgbench, readonly, report, storage, tlscost, tpch, ycsb
 
 EPILOG = """examples:
   bench/run tpch --quick                     # SF 0.01, all 7 systems, a few minutes
@@ -18,7 +18,7 @@ EPILOG = """examples:
   bench/run all --quick                      # tpch, ycsb, storage, then the report
   bench/run report                           # REPORT.md from the JSON lines
 
-Results: bench/results/{tpch,ycsb,pgbench,storage,tls-cost}.jsonl, bench/results/REPORT.md, charts in
+Results: bench/results/{tpch,ycsb,pgbench,storage,readonly,tls-cost}.jsonl, bench/results/REPORT.md, charts in
 bench/results/charts/. Servers, data and logs go to --work-dir (default /tmp/cairn-bench)."""
 
 
@@ -42,6 +42,9 @@ def parser():
     storage.add_arguments(sub.add_parser(
         "storage", help="storage micro-benchmarks (cairn-bench storage)",
         description=storage.__doc__))
+    readonly.add_arguments(sub.add_parser(
+        "readonly", help="read-only store: build, gets, swap, rollback vs LMDB",
+        description=readonly.__doc__))
     tlscost.add_arguments(sub.add_parser(
         "tls-cost", help="TPC-H and YCSB C on Cairn with TLS and authentication off and on",
         description=tlscost.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
@@ -76,7 +79,7 @@ def main():
         failed = run_all(args.quick)
     elif args.command != "report":
         {"tpch": tpch, "ycsb": ycsb, "pgbench": pgbench, "storage": storage,
-         "tls-cost": tlscost}[args.command].run(args)
+         "readonly": readonly, "tls-cost": tlscost}[args.command].run(args)
     print(f"report: {report.generate()}", file=sys.stderr)
     if failed:
         sys.exit(f"failed: {', '.join(failed)}")

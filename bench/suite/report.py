@@ -399,6 +399,78 @@ def storage_section(sf, lines):
             + table(["measurement", "Cairn", "peer", "ratio", "target", "met"], rows))
 
 
+# ---- read-only stores ----------------------------------------------------------------
+
+# The read-only store targets: (label, field, limit, lower is better).
+READONLY_TARGETS = [
+    ("server-side get p50 (1 thread) ≤ 30 µs", lambda x: x["get1"]["cairn_p50_us"], 30.0),
+    ("swap ≤ 10 ms", lambda x: x["swap_ms"], 10.0),
+    ("rollback ≤ 10 ms", lambda x: x["rollback_ms"], 10.0),
+]
+
+
+def readonly_build_rate(x):
+    """Rows per second of the build."""
+    return x["rows"] / x["build_s"]
+
+
+def readonly_headline(rows, lines):
+    """Headline: the newest run's targets, met or not."""
+    x = lines[-1]
+    met = [label for label, f, limit in READONLY_TARGETS if f(x) <= limit]
+    rate = readonly_build_rate(x)
+    missed = [label for label, f, limit in READONLY_TARGETS if f(x) > limit]
+    if rate < 1e6:
+        missed.append("build ≥ 1 M rows/s")
+    else:
+        met.append("build ≥ 1 M rows/s")
+    return [f"- Read-only store ({rows:,} rows, one node, lookups in process): "
+            f"{len(met)} of the {len(met) + len(missed)} targets measured so far met"
+            + (f"; missed: {', '.join(missed)}" if missed else "")
+            + " (push, gets over the network and 100 M rows are not measured yet)."
+            + f" Get p50 {x['get1']['cairn_p50_us']:.1f} µs against LMDB "
+            f"{x['get1']['lmdb_p50_us']:.1f} µs."]
+
+
+def readonly_section(rows, lines):
+    """The read-only store section for one size (the newest run)."""
+    x = lines[-1]
+    g1, g16 = x["get1"], x["get16"]
+    body = [
+        ["build (rows/s)", fmt(readonly_build_rate(x)),
+         f"{fmt(rows / x['lmdb_load_s'])} (sorted input, MDB_APPEND)",
+         f"{readonly_build_rate(x) / (rows / x['lmdb_load_s']):.2f}", "≥ 1,000,000",
+         "yes" if readonly_build_rate(x) >= 1e6 else "**no**"],
+        ["get p50, 1 thread (µs)", f"{g1['cairn_p50_us']:.2f}", f"{g1['lmdb_p50_us']:.2f}",
+         f"{g1['cairn_p50_us'] / g1['lmdb_p50_us']:.2f}", "≤ 30",
+         "yes" if g1["cairn_p50_us"] <= 30 else "**no**"],
+        ["get p99, 1 thread (µs)", f"{g1['cairn_p99_us']:.2f}", f"{g1['lmdb_p99_us']:.2f}",
+         f"{g1['cairn_p99_us'] / g1['lmdb_p99_us']:.2f}", "—", "—"],
+        ["gets/s, 16 threads", fmt(g16["cairn_ops"]), fmt(g16["lmdb_ops"]),
+         f"{g16['cairn_ops'] / g16['lmdb_ops']:.2f}", "—", "—"],
+        ["get p99, 16 threads (µs)", f"{g16['cairn_p99_us']:.2f}",
+         f"{g16['lmdb_p99_us']:.2f}", f"{g16['cairn_p99_us'] / g16['lmdb_p99_us']:.2f}",
+         "—", "—"],
+        ["install: verify every MD5 (s)", f"{x['install_s']:.2f}", "—", "—", "—", "—"],
+        ["swap, median / max (ms)", f"{x['swap_ms']:.3f} / {x['swap_max_ms']:.3f}", "—", "—",
+         "≤ 10", "yes" if x["swap_ms"] <= 10 else "**no**"],
+        ["rollback, median / max (ms)",
+         f"{x['rollback_ms']:.3f} / {x['rollback_max_ms']:.3f}", "—", "—", "≤ 10",
+         "yes" if x["rollback_ms"] <= 10 else "**no**"],
+    ]
+    return (f"## Read-only store, {rows:,} rows\n\n"
+            f"Run {x['date']}, git `{x['git']}`, {x['cpus']} × {x['machine']}, "
+            f"{x['memory']}. `cairn-bench readonly`: one node's store of {rows:,} rows "
+            f"(INT64 key, {x['value_bytes']}-byte value; {x['build_bytes']:,} bytes of chunk "
+            f"files, {x['spilled_bytes']:,} bytes spilled while building) against LMDB "
+            "(heed) holding the same key and value bytes. Lookups are in process "
+            "(server-side, no network), uniformly random present keys, both stores warm "
+            "in the page cache. Ratio = Cairn / LMDB (for µs above 1 means Cairn is "
+            "slower; for rates below 1). Not measured yet: push, end-to-end gets through "
+            "the network, PostgreSQL and Cairn tables on the same keys, 100 M rows.\n\n"
+            + table(["measurement", "Cairn", "LMDB", "ratio", "target", "met"], body))
+
+
 # ---- cost of TLS and authentication -------------------------------------------------
 
 def tls_cost_rows(lines):
@@ -497,6 +569,8 @@ def generate():
                 lambda x: x["run_id"])
     pb = newest(common.read_jsonl(common.RESULTS / "pgbench.jsonl"), "clients",
                 lambda x: x["run_id"])
+    ro = newest(common.read_jsonl(common.RESULTS / "readonly.jsonl"), "rows",
+                lambda x: x["date"])
     head, body = [], []
     for sf, lines in tp.items():
         by = defaultdict(dict)
@@ -516,11 +590,15 @@ def generate():
     for sf, lines in st.items():
         head += storage_headline(sf, lines)
         body.append(storage_section(sf, lines))
+    for rows, lines in ro.items():
+        head += readonly_headline(rows, lines)
+        body.append(readonly_section(rows, lines))
     for sf, lines in tc.items():
         head += tls_cost_headline(sf, lines)
         body.append(tls_cost_section(sf, lines))
     md = ("# Cairn benchmark report\n\nGenerated by `bench/run report` from "
-          "`bench/results/{tpch,ycsb,pgbench,storage,tls-cost}.jsonl` (newest run per suite and "
+          "`bench/results/{tpch,ycsb,pgbench,storage,readonly,tls-cost}.jsonl` (newest run per "
+          "suite and "
           "scale). "
           "Ratios are Cairn / peer: for times above 1 means Cairn is slower, for "
           "throughput below 1 means Cairn is slower.\n\n## Headline\n\n"

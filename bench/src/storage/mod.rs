@@ -43,7 +43,7 @@ use rand::{Rng, SeedableRng};
 use tpchgen::generators::LineItemGenerator;
 use tpchgen_arrow::LineItemArrow;
 
-mod report;
+pub(crate) mod report;
 use report::{
     Env, Figure, Measurement, fs_type, git_revision, json_line, markdown_table, proc_field,
     rowset_file_sizes, text_table, total_memory, utc_now,

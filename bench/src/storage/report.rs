@@ -149,7 +149,7 @@ pub(super) fn markdown_table(rows: &[Measurement]) -> String {
     out
 }
 
-pub(super) fn json_str(s: &str) -> String {
+pub(crate) fn json_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -166,7 +166,7 @@ pub(super) fn json_str(s: &str) -> String {
     out
 }
 
-pub(super) fn json_num(v: f64) -> String {
+pub(crate) fn json_num(v: f64) -> String {
     if v.is_finite() {
         format!("{v}")
     } else {
@@ -219,7 +219,7 @@ pub(super) struct Env {
     pub(super) work_dir: String,
 }
 
-pub(super) fn utc_now() -> String {
+pub(crate) fn utc_now() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs()) as i64;
@@ -242,7 +242,7 @@ pub(super) fn utc_now() -> String {
     )
 }
 
-pub(super) fn git_revision() -> String {
+pub(crate) fn git_revision() -> String {
     std::process::Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
         .output()
@@ -267,7 +267,7 @@ pub(super) fn git_revision() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-pub(super) fn proc_field(file: &str, key: &str) -> Option<String> {
+pub(crate) fn proc_field(file: &str, key: &str) -> Option<String> {
     let text = std::fs::read_to_string(file).ok()?;
     text.lines()
         .find(|l| l.split(':').next().is_some_and(|k| k.trim() == key))
@@ -275,7 +275,7 @@ pub(super) fn proc_field(file: &str, key: &str) -> Option<String> {
         .map(|(_, v)| v.trim().to_string())
 }
 
-pub(super) fn total_memory() -> String {
+pub(crate) fn total_memory() -> String {
     proc_field("/proc/meminfo", "MemTotal")
         .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
         .map_or("unknown".into(), |kib| {
@@ -284,7 +284,7 @@ pub(super) fn total_memory() -> String {
 }
 
 /// The filesystem type holding `path` (longest mount point prefix in /proc/mounts).
-pub(super) fn fs_type(path: &Path) -> String {
+pub(crate) fn fs_type(path: &Path) -> String {
     let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     let Ok(mounts) = std::fs::read_to_string("/proc/mounts") else {
         return "unknown".into();

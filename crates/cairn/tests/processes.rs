@@ -726,3 +726,179 @@ fn store_tools_build_verify_and_get() {
     let (ok, out) = cairn(&["store", "get", &d("pq-out/node-0"), "999"]);
     assert!(ok && out.contains("NULL"), "{out}");
 }
+
+/// The Python with PySpark: $CAIRN_PYTHON or the CI venv (.ci/run installs it).
+fn spark_python() -> Option<std::path::PathBuf> {
+    let p = match std::env::var_os("CAIRN_PYTHON") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => {
+            std::path::PathBuf::from(std::env::var_os("HOME")?).join(".cache/cairn-venv/bin/python")
+        }
+    };
+    let ok = std::process::Command::new(&p)
+        .args(["-c", "import pyspark, pyarrow"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ok.then_some(p)
+}
+
+/// The documented Spark job (crates/cairn-readonly/spark) writes exactly the bytes
+/// `cairn store build` writes for the same Parquet input and layout: every column type,
+/// NULLs, a two-column key whose string part holds a zero byte, zones and chunks.
+#[test]
+fn spark_job_writes_the_same_bytes_as_cairn_store_build() {
+    use arrow::array::*;
+    use arrow::datatypes::{DataType as T, Field, Schema, TimeUnit};
+    use std::sync::Arc;
+
+    let Some(python) = spark_python() else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "PySpark is not installed in the CI venv (see .ci/run)"
+        );
+        eprintln!("skipping: no Python with pyspark (set CAIRN_PYTHON)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = |p: &str| dir.path().join(p).to_string_lossy().to_string();
+    let n = 3000usize;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("region", T::Utf8, false),
+        Field::new("id", T::Int64, false),
+        Field::new("score", T::Float64, true),
+        Field::new("qty", T::Int32, false),
+        Field::new("flag", T::Boolean, true),
+        Field::new("day", T::Date32, true),
+        Field::new(
+            "ts",
+            T::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("price", T::Decimal128(12, 2), true),
+        Field::new("blob", T::Binary, true),
+        Field::new("ratio", T::Float32, true),
+        Field::new("small", T::Int16, true),
+        Field::new("tiny", T::Int8, true),
+        Field::new("note", T::Utf8, true),
+    ]));
+    let some = |i: usize| i % 7 != 3;
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values((0..n).map(|i| {
+            format!("r{}{}", i % 5, if i % 11 == 0 { "\0x" } else { "" })
+        }))),
+        Arc::new(Int64Array::from_iter_values(
+            (0..n as i64).map(|i| i * 7919 - 10_000),
+        )),
+        Arc::new(Float64Array::from_iter(
+            (0..n).map(|i| some(i).then_some(i as f64 * -0.37)),
+        )),
+        Arc::new(Int32Array::from_iter_values(
+            (0..n as i32).map(|i| i - 1500),
+        )),
+        Arc::new(BooleanArray::from_iter(
+            (0..n).map(|i| some(i).then_some(i % 2 == 0)),
+        )),
+        Arc::new(Date32Array::from_iter(
+            (0..n as i32).map(|i| some(i as usize).then_some(i * 3 - 4000)),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter(
+                (0..n as i64).map(|i| some(i as usize).then_some(i * 1_000_003 - 5_000_000_000)),
+            )
+            .with_timezone("UTC"),
+        ),
+        Arc::new(
+            Decimal128Array::from_iter(
+                (0..n as i128).map(|i| some(i as usize).then_some(i * 101 - 77_777)),
+            )
+            .with_precision_and_scale(12, 2)
+            .unwrap(),
+        ),
+        Arc::new(BinaryArray::from_iter(
+            (0..n).map(|i| some(i).then(|| vec![0u8, i as u8, 255])),
+        )),
+        Arc::new(Float32Array::from_iter(
+            (0..n).map(|i| some(i).then_some(i as f32 / 3.0)),
+        )),
+        Arc::new(Int16Array::from_iter(
+            (0..n).map(|i| some(i).then_some(i as i16 - 300)),
+        )),
+        Arc::new(Int8Array::from_iter(
+            (0..n).map(|i| some(i).then_some((i % 200) as i8)),
+        )),
+        Arc::new(StringArray::from_iter(
+            (0..n).map(|i| some(i).then(|| format!("note ü {i}"))),
+        )),
+    ];
+    let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
+    let f = std::fs::File::create(d("in.parquet")).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(f, schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+
+    let layout = [
+        "--key",
+        "region,id",
+        "--nodes",
+        "3",
+        "--partitions",
+        "12",
+        "--replication",
+        "2",
+        "--chunks",
+        "2",
+        "--zones",
+        "a,a,b",
+    ];
+    let mut args = vec!["store", "build", "mixed", "--input"];
+    let input = d("in.parquet");
+    let (rust_out, spark_out) = (d("rust"), d("spark"));
+    args.extend([input.as_str(), "--output", rust_out.as_str()]);
+    args.extend(layout);
+    let (ok, out) = cairn(&args);
+    assert!(ok, "{out}");
+    let job = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../cairn-readonly/spark/cairn_store_build.py");
+    let out = std::process::Command::new(&python)
+        .arg(&job)
+        .args([
+            "mixed", "--input", &input, "--output", &spark_out, "--master", "local[2]",
+        ])
+        .args(layout)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the Spark job failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut compared = 0;
+    for node in 0..3 {
+        let (a, b) = (
+            dir.path().join(format!("rust/node-{node}")),
+            dir.path().join(format!("spark/node-{node}")),
+        );
+        let mut names: Vec<_> = std::fs::read_dir(&a)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        let mut spark_names: Vec<_> = std::fs::read_dir(&b)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        spark_names.sort();
+        assert_eq!(names, spark_names, "node {node}: different files");
+        for name in names {
+            let (x, y) = (
+                std::fs::read(a.join(&name)).unwrap(),
+                std::fs::read(b.join(&name)).unwrap(),
+            );
+            assert!(x == y, "node {node}: {name:?} differs");
+            compared += 1;
+        }
+    }
+    assert!(compared > 3 * 8, "{compared} files compared");
+    let (ok, out) = cairn(&["store", "verify", &d("spark/node-2")]);
+    assert!(ok, "{out}");
+}

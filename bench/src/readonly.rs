@@ -1,0 +1,384 @@
+//! `cairn-bench readonly`: a read-only store's build, lookups, swap and rollback on
+//! one node, against LMDB (through the `heed` crate) on the same keys and values.
+//!
+//! The data is N rows of an INT64 key and a 100-byte string value, generated in memory
+//! before anything is timed. Both stores hold the same key bytes (Cairn's key
+//! encoding) and the same value bytes (Cairn's value codec), and a lookup returns a
+//! borrowed slice in both, so the comparison is of the storage engines alone:
+//!
+//! - build: [`StoreBuilder`] fed from two threads (bounded memory, spilling at the
+//!   default 1 GiB) against LMDB loading the keys in order with `MDB_APPEND`, its
+//!   fastest path (our input is not sorted; LMDB's is given sorted);
+//! - get: uniformly random keys, all present, after a warm-up that reads every key from
+//!   both stores (the "hot" case of the Voldemort paper's §5: all in the page cache), from 1
+//!   thread (latency percentiles) and 16 threads (throughput);
+//! - swap and rollback: [`VersionedStore`] with two installed versions, timed over
+//!   repeated swaps (median and maximum).
+//!
+//! Results go to `bench/results/readonly.jsonl`, one line per run; `bench/run report`
+//! puts them in REPORT.md.
+
+use std::error::Error;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema};
+use cairn_readonly::{
+    BuildOptions, StoreBuilder, StoreLayout, StoreSchema, StoreVersion, Verify, VersionedStore,
+    node_dir,
+};
+use clap::Args;
+use heed::types::Bytes;
+use heed::{Database, EnvOpenOptions, PutFlags};
+use rand::{Rng, SeedableRng};
+
+use crate::storage::report::{
+    fs_type, git_revision, json_num, json_str, proc_field, total_memory, utc_now,
+};
+
+type BoxResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
+
+/// Rows per generated batch.
+const BATCH_ROWS: usize = 8192;
+/// Swaps (and rollbacks) timed.
+const SWAPS: usize = 21;
+
+/// `cairn-bench readonly`
+#[derive(Args)]
+pub struct ReadonlyArgs {
+    /// Rows in the store.
+    #[arg(long, default_value_t = 10_000_000)]
+    rows: usize,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Lookups per measurement.
+    #[arg(long, default_value_t = 1_000_000)]
+    gets: usize,
+    /// Where the store and LMDB live (default: the system's temporary folder).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Append the results here.
+    #[arg(long, default_value = "bench/results/readonly.jsonl")]
+    jsonl: PathBuf,
+}
+
+fn value_of(i: u64, len: usize) -> String {
+    // Deterministic, incompressible-looking letters.
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (b'a' + (x % 26) as u8) as char
+        })
+        .collect()
+}
+
+fn generate(rows: usize, value_bytes: usize) -> BoxResult<Vec<RecordBatch>> {
+    let schema = Arc::new(ArrowSchema::new(vec![
+        Field::new("id", ArrowType::Int64, false),
+        Field::new("v", ArrowType::Utf8, false),
+    ]));
+    // Keys in a scrambled order, as a batch job would emit them.
+    let mut ids: Vec<i64> = (0..rows as i64).collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, rng.random_range(0..=i));
+    }
+    ids.chunks(BATCH_ROWS)
+        .map(|c| {
+            Ok(RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from(c.to_vec())),
+                    Arc::new(StringArray::from_iter_values(
+                        c.iter().map(|&i| value_of(i as u64, value_bytes)),
+                    )),
+                ],
+            )?)
+        })
+        .collect()
+}
+
+/// Latency percentiles and throughput of a lookup loop.
+struct GetStats {
+    p50_us: f64,
+    p99_us: f64,
+    ops_per_s: f64,
+}
+
+/// Runs `gets` lookups of random keys on `threads` threads; `get` returns the value
+/// length (0 when absent, which fails the run).
+fn measure(
+    keys: &[Vec<u8>],
+    gets: usize,
+    threads: usize,
+    get: &(dyn Fn(&[u8]) -> BoxResult<usize> + Sync),
+) -> BoxResult<GetStats> {
+    let per = gets / threads;
+    let started = Instant::now();
+    let mut samples: Vec<Duration> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || -> BoxResult<Vec<Duration>> {
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(t as u64);
+                    let mut out = Vec::with_capacity(per);
+                    for _ in 0..per {
+                        let k = &keys[rng.random_range(0..keys.len())];
+                        let t0 = Instant::now();
+                        let n = get(k)?;
+                        out.push(t0.elapsed());
+                        if n == 0 {
+                            return Err("a present key was not found".into());
+                        }
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in handles {
+            all.extend(h.join().map_err(|_| "a lookup thread panicked")??);
+        }
+        Ok::<_, Box<dyn Error + Send + Sync>>(all)
+    })?;
+    let elapsed = started.elapsed();
+    samples.sort_unstable();
+    let pct = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
+    Ok(GetStats {
+        p50_us: pct(0.50).as_secs_f64() * 1e6,
+        p99_us: pct(0.99).as_secs_f64() * 1e6,
+        ops_per_s: samples.len() as f64 / elapsed.as_secs_f64(),
+    })
+}
+
+fn hard_link_dir(from: &Path, to: &Path) -> BoxResult<()> {
+    std::fs::create_dir_all(to)?;
+    for f in std::fs::read_dir(from)? {
+        let f = f?;
+        std::fs::hard_link(f.path(), to.join(f.file_name()))?;
+    }
+    Ok(())
+}
+
+fn median_max(mut d: Vec<Duration>) -> (f64, f64) {
+    d.sort_unstable();
+    (
+        d[d.len() / 2].as_secs_f64() * 1e3,
+        d[d.len() - 1].as_secs_f64() * 1e3,
+    )
+}
+
+/// Runs the benchmark (module docs).
+pub fn readonly(args: ReadonlyArgs) -> BoxResult<()> {
+    if args.rows == 0 || args.gets < 16 {
+        return Err("--rows must be positive and --gets at least 16".into());
+    }
+    let work = match &args.work_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            tempfile::Builder::new()
+                .prefix("cairn-bench-ro-")
+                .tempdir_in(d)?
+        }
+        None => tempfile::Builder::new()
+            .prefix("cairn-bench-ro-")
+            .tempdir()?,
+    };
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    eprintln!(
+        "cairn-bench readonly: {} rows of {}-byte values, {cpus} CPUs, {}; work dir {} ({})",
+        args.rows,
+        args.value_bytes,
+        total_memory(),
+        work.path().display(),
+        fs_type(work.path())
+    );
+    let batches = generate(args.rows, args.value_bytes)?;
+
+    // ---- build ----
+    let arrow_schema = batches[0].schema();
+    let schema = StoreSchema::from_arrow(&arrow_schema, &["id".to_string()], None)?;
+    let layout = StoreLayout::round_robin(1, 8, 1, 1)?;
+    let options = BuildOptions {
+        threads: cpus,
+        spill_dir: work.path().to_path_buf(),
+        ..BuildOptions::default()
+    };
+    let out = work.path().join("build");
+    let t0 = Instant::now();
+    let builder = StoreBuilder::new("bench", schema.clone(), layout, &options)?;
+    std::thread::scope(|s| -> BoxResult<()> {
+        let hs: Vec<_> = (0..cpus)
+            .map(|t| {
+                let (b, batches) = (&builder, &batches);
+                s.spawn(move || {
+                    batches
+                        .iter()
+                        .skip(t)
+                        .step_by(cpus)
+                        .try_for_each(|x| b.add_batch(x))
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().map_err(|_| "a build thread panicked")??;
+        }
+        Ok(())
+    })?;
+    let summary = builder.finish(&out)?;
+    let build_s = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "  build: {build_s:.2} s ({:.0} rows/s), {} bytes, {} spilled",
+        args.rows as f64 / build_s,
+        summary.bytes,
+        summary.spilled_bytes
+    );
+
+    // The encoded keys and values, for LMDB and for lookups.
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(args.rows);
+    for b in &batches {
+        let ids = b
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or("ids")?;
+        let vs = b
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or("values")?;
+        for i in 0..b.num_rows() {
+            let key = schema.encode_key(&[cairn_common::Value::Int64(ids.value(i))])?;
+            let mut v = Vec::with_capacity(args.value_bytes + 5);
+            cairn_common::codec::put_value(
+                &mut v,
+                &cairn_common::Value::String(vs.value(i).to_string()),
+            );
+            pairs.push((key, v));
+        }
+    }
+    drop(batches);
+    pairs.sort_unstable();
+
+    // ---- LMDB load ----
+    let lmdb_dir = work.path().join("lmdb");
+    std::fs::create_dir_all(&lmdb_dir)?;
+    let map_size = (args.rows * (args.value_bytes + 64) * 2)
+        .max(1 << 30)
+        .next_multiple_of(1 << 20);
+    // SAFETY: the environment is opened once, by this process only.
+    let env = unsafe { EnvOpenOptions::new().map_size(map_size).open(&lmdb_dir)? };
+    let t0 = Instant::now();
+    let mut wtxn = env.write_txn()?;
+    let db: Database<Bytes, Bytes> = env.create_database(&mut wtxn, None)?;
+    for (k, v) in &pairs {
+        db.put_with_flags(&mut wtxn, PutFlags::APPEND, k, v)?;
+    }
+    wtxn.commit()?;
+    env.force_sync()?;
+    let lmdb_load_s = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "  LMDB load (sorted, MDB_APPEND): {lmdb_load_s:.2} s ({:.0} rows/s)",
+        args.rows as f64 / lmdb_load_s
+    );
+    let keys: Vec<Vec<u8>> = pairs.into_iter().map(|(k, _)| k).collect();
+
+    // ---- gets ----
+    let version = StoreVersion::open(&node_dir(&out, 0), Verify::Structure)?;
+    let cairn_get = |k: &[u8]| -> BoxResult<usize> { Ok(version.get(k)?.map_or(0, |v| v.len())) };
+    let rtxn_env = env.clone();
+    let lmdb_get = move |k: &[u8]| -> BoxResult<usize> {
+        let rtxn = rtxn_env.read_txn()?;
+        Ok(db.get(&rtxn, k)?.map_or(0, |v| v.len()))
+    };
+    // Warm both: every key once, so every page of both is cached and mapped.
+    for k in &keys {
+        if cairn_get(k)? == 0 || lmdb_get(k)? == 0 {
+            return Err("a present key was not found while warming up".into());
+        }
+    }
+    let mut gets = Vec::new();
+    for threads in [1usize, 16] {
+        let c = measure(&keys, args.gets, threads, &cairn_get)?;
+        let l = measure(&keys, args.gets, threads, &lmdb_get)?;
+        eprintln!(
+            "  get, {threads} thread(s): cairn p50 {:.2} µs p99 {:.2} µs {:.0}/s; LMDB p50 {:.2} µs \
+             p99 {:.2} µs {:.0}/s",
+            c.p50_us, c.p99_us, c.ops_per_s, l.p50_us, l.p99_us, l.ops_per_s
+        );
+        gets.push((threads, c, l));
+    }
+
+    // ---- install, swap, rollback ----
+    let store = VersionedStore::open(&work.path().join("store"), 3)?;
+    hard_link_dir(&node_dir(&out, 0), &store.fetch_dir(1))?;
+    hard_link_dir(&node_dir(&out, 0), &store.fetch_dir(2))?;
+    let t0 = Instant::now();
+    store.install(1)?;
+    let install_s = t0.elapsed().as_secs_f64();
+    store.install(2)?;
+    store.swap(1)?;
+    let (mut swaps, mut rollbacks) = (Vec::new(), Vec::new());
+    for _ in 0..SWAPS {
+        swaps.push(store.swap(2)?.elapsed);
+        rollbacks.push(store.rollback(None)?.elapsed);
+    }
+    let (swap_ms, swap_max_ms) = median_max(swaps);
+    let (rollback_ms, rollback_max_ms) = median_max(rollbacks);
+    eprintln!(
+        "  install (MD5 of every file): {install_s:.2} s; swap median {swap_ms:.3} ms (max \
+         {swap_max_ms:.3}); rollback median {rollback_ms:.3} ms (max {rollback_max_ms:.3})"
+    );
+
+    // ---- record ----
+    let mut line = format!(
+        "{{\"date\":{},\"git\":{},\"machine\":{},\"cpus\":{cpus},\"memory\":{},\
+         \"rows\":{},\"value_bytes\":{},\"build_s\":{},\"build_bytes\":{},\"spilled_bytes\":{},\
+         \"lmdb_load_s\":{},\"install_s\":{},\"swap_ms\":{},\"swap_max_ms\":{},\
+         \"rollback_ms\":{},\"rollback_max_ms\":{}",
+        json_str(&utc_now()),
+        json_str(&git_revision()),
+        json_str(&proc_field("/proc/cpuinfo", "model name").unwrap_or_default()),
+        json_str(&total_memory()),
+        args.rows,
+        args.value_bytes,
+        json_num(build_s),
+        summary.bytes,
+        summary.spilled_bytes,
+        json_num(lmdb_load_s),
+        json_num(install_s),
+        json_num(swap_ms),
+        json_num(swap_max_ms),
+        json_num(rollback_ms),
+        json_num(rollback_max_ms),
+    );
+    for (threads, c, l) in &gets {
+        line.push_str(&format!(
+            ",\"get{threads}\":{{\"cairn_p50_us\":{},\"cairn_p99_us\":{},\"cairn_ops\":{},\
+             \"lmdb_p50_us\":{},\"lmdb_p99_us\":{},\"lmdb_ops\":{}}}",
+            json_num(c.p50_us),
+            json_num(c.p99_us),
+            json_num(c.ops_per_s),
+            json_num(l.p50_us),
+            json_num(l.p99_us),
+            json_num(l.ops_per_s)
+        ));
+    }
+    line.push('}');
+    if let Some(dir) = args.jsonl.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.jsonl)?;
+    writeln!(f, "{line}")?;
+    eprintln!("  appended to {}", args.jsonl.display());
+    Ok(())
+}
