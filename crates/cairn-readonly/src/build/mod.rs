@@ -270,7 +270,8 @@ impl StoreBuilder {
     }
 
     /// Writes every node's folder under `out` (`node-<id>/`), one thread per shard,
-    /// and returns what was built. A node folder that exists must be empty.
+    /// and returns what was built. A node folder that exists must be empty; on an error
+    /// (a duplicate key, a full disk) the node folders are removed again.
     pub fn finish(self, out: &Path) -> Result<BuildSummary> {
         let mut node_dirs = BTreeMap::new();
         for node in self.layout.nodes() {
@@ -289,6 +290,18 @@ impl StoreBuilder {
                 .map_err(|e| ReadOnlyError::io(format!("cannot create {dir:?}"), e))?;
             node_dirs.insert(node, dir);
         }
+        let result = self.write_nodes(&node_dirs);
+        if result.is_err() {
+            // The folders were empty or absent before: leave nothing half-written.
+            for dir in node_dirs.values() {
+                let _ = fs::remove_dir_all(dir);
+            }
+        }
+        result
+    }
+
+    /// Writes every chunk and `.metadata` into the (empty) node folders.
+    fn write_nodes(&self, node_dirs: &BTreeMap<NodeId, PathBuf>) -> Result<BuildSummary> {
         // Every chunk with its node, by global number.
         let mut all: Vec<(u32, ChunkId, NodeId)> = Vec::new();
         for partition in 0..self.layout.partitions() {
@@ -320,7 +333,6 @@ impl StoreBuilder {
                         .filter(|c| c.0 as usize % shards == i)
                         .copied()
                         .collect();
-                    let node_dirs = &node_dirs;
                     let this = &self;
                     s.spawn(move || this.reduce_shard(shard, chunks, node_dirs))
                 })
@@ -355,7 +367,7 @@ impl StoreBuilder {
             }
         }
         summary.spilled_bytes = self.progress.spilled_bytes.load(Ordering::Relaxed);
-        for (&node, dir) in &node_dirs {
+        for (&node, dir) in node_dirs {
             let mut entries = Vec::new();
             let mut rows = 0;
             for id in self.layout.chunks_of_node(node) {
