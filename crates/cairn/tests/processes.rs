@@ -566,6 +566,13 @@ async fn statement_timeout_answers_while_every_core_computes() {
     local.kill9();
 }
 
+/// `cairn store build ids` of a JSON-lines file keyed by `key` into `out`.
+fn build_ids(input: &str, key: &str, out: &str) -> (bool, String) {
+    cairn(&[
+        "store", "build", "ids", "-i", input, "--key", key, "-o", out,
+    ])
+}
+
 /// `cairn store build / verify / get` on CSV, JSON lines and Parquet input, as a user
 /// runs them; bad input gets an error that names the problem.
 #[test]
@@ -633,59 +640,19 @@ fn store_tools_build_verify_and_get() {
         jsonl.push_str(&format!("{{\"id\": {i}, \"name\": \"x{i}\"}}\n"));
     }
     std::fs::write(d("in.jsonl"), &jsonl).unwrap();
-    let (ok, out) = cairn(&[
-        "store",
-        "build",
-        "ids",
-        "-i",
-        &d("in.jsonl"),
-        "--key",
-        "id",
-        "-o",
-        &d("json-out"),
-    ]);
+    let (ok, out) = build_ids(&d("in.jsonl"), "id", &d("json-out"));
     assert!(ok, "{out}");
     let (ok, out) = cairn(&["store", "get", &d("json-out/node-0"), "42"]);
     assert!(ok && out.contains("'x42'"), "{out}");
     let (ok, out) = cairn(&["store", "get", &d("json-out/node-0"), "4200"]);
     assert!(!ok && out.contains("no row with this key"), "{out}");
-    let (ok, out) = cairn(&[
-        "store",
-        "build",
-        "ids",
-        "-i",
-        &d("in.jsonl"),
-        "--key",
-        "id",
-        "-o",
-        &d("json-out"),
-    ]);
+    let (ok, out) = build_ids(&d("in.jsonl"), "id", &d("json-out"));
     assert!(!ok && out.contains("not empty"), "{out}");
     jsonl.push_str("{\"id\": 5, \"name\": \"again\"}\n");
     std::fs::write(d("dup.jsonl"), &jsonl).unwrap();
-    let (ok, out) = cairn(&[
-        "store",
-        "build",
-        "ids",
-        "-i",
-        &d("dup.jsonl"),
-        "--key",
-        "id",
-        "-o",
-        &d("dup-out"),
-    ]);
+    let (ok, out) = build_ids(&d("dup.jsonl"), "id", &d("dup-out"));
     assert!(!ok && out.contains("duplicate key 5"), "{out}");
-    let (ok, out) = cairn(&[
-        "store",
-        "build",
-        "ids",
-        "-i",
-        &d("in.jsonl"),
-        "--key",
-        "nope",
-        "-o",
-        &d("x-out"),
-    ]);
+    let (ok, out) = build_ids(&d("in.jsonl"), "nope", &d("x-out"));
     assert!(!ok && out.contains("no column 'nope'"), "{out}");
 
     // Parquet, written by the arrow crate.
@@ -725,6 +692,16 @@ fn store_tools_build_verify_and_get() {
     assert!(ok && out.contains("'v998'"), "{out}");
     let (ok, out) = cairn(&["store", "get", &d("pq-out/node-0"), "999"]);
     assert!(ok && out.contains("NULL"), "{out}");
+}
+
+/// The file names in a folder, sorted.
+fn sorted_names(dir: &std::path::Path) -> Vec<std::ffi::OsString> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    names
 }
 
 /// The Python with PySpark: $CAIRN_PYTHON or the CI venv (.ci/run installs it).
@@ -878,17 +855,8 @@ fn spark_job_writes_the_same_bytes_as_cairn_store_build() {
             dir.path().join(format!("rust/node-{node}")),
             dir.path().join(format!("spark/node-{node}")),
         );
-        let mut names: Vec<_> = std::fs::read_dir(&a)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        names.sort();
-        let mut spark_names: Vec<_> = std::fs::read_dir(&b)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        spark_names.sort();
-        assert_eq!(names, spark_names, "node {node}: different files");
+        let names = sorted_names(&a);
+        assert_eq!(names, sorted_names(&b), "node {node}: different files");
         for name in names {
             let (x, y) = (
                 std::fs::read(a.join(&name)).unwrap(),
