@@ -11,6 +11,7 @@
 //! - [`ksck`]: `cluster ksck`, the health check;
 //! - [`loadgen`]: `perf loadgen`, a write / point-read load generator;
 //! - [`store`]: `store build`, `store verify` and `store get` for read-only stores;
+//! - [`wal`]: `wal dump`, an offline reader of a replica's Raft log;
 //! - [`parse`]: the little languages of the flags (column specs, values, `--where`,
 //!   `--hash`, `--split`), pure and unit-tested.
 
@@ -27,6 +28,7 @@ pub mod parse;
 pub mod sql;
 pub mod store;
 pub mod table;
+pub mod wal;
 
 /// The error of every tool: a message for the user (any error type converts with `?`).
 pub type ToolError = Box<dyn std::error::Error + Send + Sync>;
@@ -122,6 +124,17 @@ pub enum Tool {
     /// node's folder, look keys up in it.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Read a tablet replica's Raft log offline (post-mortems, debugging).
+    #[command(subcommand)]
+    Wal(WalCommand),
+}
+
+/// `cairn wal …`
+#[derive(Subcommand, Debug)]
+pub enum WalCommand {
+    /// Print every entry of a replica's log: index, term, leader and the decoded
+    /// records. Run it on a stopped server's folder or a copy.
+    Dump(wal::DumpArgs),
 }
 
 /// `cairn store …`
@@ -186,6 +199,7 @@ pub async fn run(tool: Tool) -> ToolResult<()> {
             StoreCommand::Verify(a) => store::verify(a),
             StoreCommand::Get(a) => store::get(a),
         },
+        Tool::Wal(WalCommand::Dump(a)) => wal::dump(a),
     }
 }
 
