@@ -15,11 +15,14 @@
 //! [`cairn_tablet::results`]); one whose first attempt is still running here waits for
 //! it.
 //!
-//! **Reads**: `READ_LATEST` is served only after the leader confirmed its leadership
-//! with a quorum ([`RaftGroup::confirm_leadership`]), so a deposed leader in a minority
-//! partition never answers from stale state. A snapshot read on a follower asks the
-//! leader which log index makes the snapshot safe (the leader confirms its leadership
-//! first) and waits to apply it; every wait has a deadline.
+//! **Reads**: a read served by the leader — `READ_LATEST` or a snapshot — is served
+//! only once the leader has confirmed its leadership with a quorum
+//! ([`RaftGroup::confirm_leadership`]) *after* waiting for the snapshot to be safe, so
+//! a deposed leader in a minority partition, or one that was paused, never answers
+//! from stale state, nor from state its successor's records change while it reads. A
+//! snapshot read on a follower asks the leader which log index makes the snapshot
+//! safe (the leader confirms its leadership after the same wait) and waits to apply
+//! it; every wait has a deadline.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -755,14 +758,25 @@ impl TabletReplica {
         }
     }
 
-    /// Resolves the read mode of a scan on this replica (every wait until `deadline`):
-    /// - `READ_LATEST` needs the leader, its leadership confirmed by a quorum;
+    /// Resolves the read mode of a scan on this replica (every wait until `deadline`)
+    /// into the snapshot it reads at:
+    /// - `READ_LATEST` needs the leader; it reads at the leader's latest safe time;
     /// - a snapshot at a given timestamp is read on any replica: a follower first
     ///   learns from the leader which log index makes it safe (`safe_index` asks the
     ///   leader, which confirms its leadership) and waits to apply it;
     /// - a snapshot at timestamp 0 ("now", READ_YOUR_WRITES) takes the confirmed
     ///   leader's current time, which is past every write acknowledged before: a
     ///   follower's own clock may lag it.
+    ///
+    /// On the leader, leadership is confirmed with a quorum (or its lease) *after* the
+    /// wait for the snapshot to be safe, whatever the mode. The wait only covers the
+    /// writes this replica knows of: a leader cut off from the others, or paused, that
+    /// has not heard of its successor finds nothing in flight below the snapshot, or
+    /// waits for its own stuck proposals until it learns of the new term — and then
+    /// applies its successor's records, some below the snapshot, while the scan reads.
+    /// Either way it would read a snapshot that is not one (a torn or stale read).
+    /// Confirmed afterwards, every record at or below the snapshot is applied here,
+    /// and later ones carry later timestamps.
     pub async fn read_mode<F, Fut>(
         &self,
         snapshot: Option<u64>,
@@ -774,26 +788,29 @@ impl TabletReplica {
         Fut: std::future::Future<Output = Result<(u64, u64)>>,
     {
         let tablet = self.tablet();
-        let Some(ts) = snapshot else {
-            self.group.confirm_leadership(deadline).await?;
-            return Ok(ReadMode::Latest);
-        };
-        if ts != 0 {
+        if let Some(ts) = snapshot
+            && ts != 0
+        {
             tablet.clock().check(HybridTime(ts))?;
         }
-        if self.group.check_leader_ready().is_ok() {
-            let ts = if ts == 0 {
-                self.group.confirm_leadership(deadline).await?;
-                tablet.clock().now()
-            } else {
-                HybridTime(ts)
+        let leads = self.group.check_leader_ready();
+        if leads.is_ok() || snapshot.is_none() {
+            // READ_LATEST is served by the leader only.
+            leads?;
+            let mode = match snapshot {
+                None => ReadMode::Latest,
+                Some(0) => ReadMode::Snapshot(tablet.clock().now()),
+                Some(ts) => ReadMode::Snapshot(HybridTime(ts)),
             };
             let t = tablet.clone();
-            tokio::task::spawn_blocking(move || t.snapshot_for(ReadMode::Snapshot(ts)))
+            let snap = tokio::task::spawn_blocking(move || t.snapshot_for(mode))
                 .await
                 .map_err(|e| TserverError::Internal(e.to_string()))??;
-            return Ok(ReadMode::Snapshot(ts));
+            self.group.confirm_leadership(deadline).await?;
+            return Ok(ReadMode::Snapshot(snap));
         }
+        // A snapshot at a given timestamp (or 0) on a follower.
+        let ts = snapshot.unwrap_or(0);
         let st = self.group.status();
         let leader_addr = st.leader.and_then(|l| st.voters.get(&l).cloned()).ok_or(
             cairn_consensus::ConsensusError::NotLeader {
@@ -815,18 +832,26 @@ impl TabletReplica {
     /// no write at or below the snapshot is in flight, the log index a follower must
     /// have applied to read at it, and the snapshot (`ts`, or the leader's current time
     /// when `ts` is 0).
+    ///
+    /// Leadership is confirmed after the wait, as for the leader's own reads (see
+    /// [`TabletReplica::read_mode`]). The index is the tablet's own applied index,
+    /// which covers every record at or below the snapshot once the wait is over; the
+    /// group's applied index is published later and may lag it.
     pub async fn safe_index(&self, ts: u64, deadline: Instant) -> Result<(u64, u64)> {
-        self.group.confirm_leadership(deadline).await?;
+        self.group.check_leader_ready()?;
         let tablet = self.tablet();
         let ts = if ts == 0 {
             tablet.clock().now()
         } else {
             HybridTime(ts)
         };
-        tokio::task::spawn_blocking(move || tablet.snapshot_for(ReadMode::Snapshot(ts)))
+        let t = tablet.clone();
+        tokio::task::spawn_blocking(move || t.snapshot_for(ReadMode::Snapshot(ts)))
             .await
             .map_err(|e| TserverError::Internal(e.to_string()))??;
-        Ok((self.group.status().last_applied, ts.0))
+        self.group.confirm_leadership(deadline).await?;
+        let index = tablet.applied_index().max(self.group.status().last_applied);
+        Ok((index, ts.0))
     }
 
     /// Replicates a schema change record and waits (until `deadline`) for it to apply.

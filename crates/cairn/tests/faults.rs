@@ -194,6 +194,32 @@ mod targeted {
                 panic!("the deposed leader served a READ_LATEST read ({n} rows): it may be stale");
             }
         }
+        // A snapshot read at a timestamp the new leader has written below must not be
+        // served from the deposed leader's stale state either (the leader path of a
+        // snapshot read confirms leadership too).
+        let mut req = tonic::Request::new(pb::ScanRequest {
+            tablet_id: tablet.clone(),
+            all_columns: true,
+            read_mode: pb::ReadMode::ReadAtSnapshot as i32,
+            snapshot_timestamp: c.last_timestamp(),
+            ..Default::default()
+        });
+        req.set_timeout(Duration::from_secs(5));
+        match ts.scan(req).await {
+            Err(s) => eprintln!(
+                "the deposed leader refused the snapshot read: {}",
+                s.message()
+            ),
+            Ok(r) => {
+                let r = r.into_inner();
+                let rows = cairn_client::decode_ipc(&r.arrow_ipc).unwrap();
+                panic!(
+                    "the deposed leader served a snapshot read at {} after the new leader \
+                     wrote below it: {rows:?}",
+                    r.snapshot_timestamp
+                );
+            }
+        }
         // Writes to it fail within their deadline, many at once.
         let t0 = Instant::now();
         let mut calls = vec![];
@@ -242,6 +268,39 @@ mod targeted {
             }
             assert!(t0.elapsed() < Duration::from_secs(30));
         }
+
+        // `cairn wal dump` reads a copy of the new leader's replica offline: its log
+        // holds the write the deposed leader never saw, under the new term.
+        let replica = dir
+            .path()
+            .join(cl.nodes[cl.node_of(&new).unwrap()].name())
+            .join("tablets")
+            .join(&tablet);
+        let copy = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(&replica)
+            .arg(copy.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "copying {}", replica.display());
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["wal", "dump"])
+            .arg(copy.path().join(&tablet))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "wal dump failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("membership"), "{text}");
+        assert!(text.contains("blank"), "{text}");
+        assert!(
+            text.contains("(0, Int64(1)), (1, Int64(2))"),
+            "the new leader's write is missing from its log dump:\n{text}"
+        );
     }
 
     /// A replica whose log writes fail (disk full, I/O error) is reported FAILED, and
