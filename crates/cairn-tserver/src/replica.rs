@@ -797,6 +797,11 @@ impl TabletReplica {
         if leads.is_ok() || snapshot.is_none() {
             // READ_LATEST is served by the leader only.
             leads?;
+            if matches!(snapshot, None | Some(0)) {
+                // Also confirmed first, so that a deposed leader fails at once rather
+                // than after waiting, and "now" is past every acknowledged write.
+                self.group.confirm_leadership(deadline).await?;
+            }
             let mode = match snapshot {
                 None => ReadMode::Latest,
                 Some(0) => ReadMode::Snapshot(tablet.clock().now()),
@@ -838,7 +843,11 @@ impl TabletReplica {
     /// which covers every record at or below the snapshot once the wait is over; the
     /// group's applied index is published later and may lag it.
     pub async fn safe_index(&self, ts: u64, deadline: Instant) -> Result<(u64, u64)> {
-        self.group.check_leader_ready()?;
+        if ts == 0 {
+            self.group.confirm_leadership(deadline).await?;
+        } else {
+            self.group.check_leader_ready()?;
+        }
         let tablet = self.tablet();
         let ts = if ts == 0 {
             tablet.clock().now()

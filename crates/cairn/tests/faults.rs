@@ -64,7 +64,9 @@ async fn every_fault_kind_leaves_no_anomaly() {
         let kept = std::env::temp_dir().join(format!("cairn-faults-failed-{seed}"));
         let _ = std::fs::rename(dir.path(), &kept);
         panic!(
-            "the fault harness found anomalies (seed {seed}); histories and logs kept in {}",
+            "the fault harness found anomalies (seed {seed}); histories and logs kept in {} \
+             (`cairn wal dump {}/cluster/t0/tablets/<tablet id>` reads a replica's log)",
+            kept.display(),
             kept.display()
         );
     }
