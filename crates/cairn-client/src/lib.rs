@@ -79,6 +79,7 @@ pub mod requests;
 mod retry;
 pub mod scan;
 pub mod session;
+pub mod stores;
 pub mod table;
 pub mod txn;
 pub mod write;
@@ -89,6 +90,7 @@ pub use client::{Client, ClientOptions, LOCATIONS_TTL, MasterStub, TabletServerS
 pub use error::{ClientError, Result};
 pub use scan::{READ_AHEAD_BATCHES, ReadMode, ScanBuilder, ScanCursor, ScanResult};
 pub use session::{FlushMode, RowErrorInfo, WriteSession};
+pub use stores::{CreateStoreSpec, StoreEntry, StoreNode};
 pub use table::{CreateTableSpec, ReplicaInfo, Table, TabletLocationInfo, locate_tablet};
 pub use txn::Transaction;
 pub use write::{Condition, EncodedWrite, Operation, decode_ipc, encode_write};

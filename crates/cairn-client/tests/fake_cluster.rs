@@ -301,6 +301,34 @@ impl Master for FakeMaster {
         Err(Status::unimplemented("the fake master has no users"))
     }
 
+    async fn create_store(
+        &self,
+        _: Request<cairn_proto::CreateStoreRequest>,
+    ) -> Rpc<cairn_proto::CreateStoreResponse> {
+        Err(Status::unimplemented("the fake master has no stores"))
+    }
+
+    async fn drop_store(
+        &self,
+        _: Request<cairn_proto::DropStoreRequest>,
+    ) -> Rpc<cairn_proto::DropStoreResponse> {
+        Err(Status::unimplemented("the fake master has no stores"))
+    }
+
+    async fn list_stores(
+        &self,
+        _: Request<cairn_proto::ListStoresRequest>,
+    ) -> Rpc<cairn_proto::ListStoresResponse> {
+        Err(Status::unimplemented("the fake master has no stores"))
+    }
+
+    async fn get_store(
+        &self,
+        _: Request<cairn_proto::GetStoreRequest>,
+    ) -> Rpc<cairn_proto::GetStoreResponse> {
+        Err(Status::unimplemented("the fake master has no stores"))
+    }
+
     async fn list_masters(&self, _: Request<ListMastersRequest>) -> Rpc<ListMastersResponse> {
         let leader = self.world.leader_master.lock().clone();
         Ok(Response::new(ListMastersResponse {

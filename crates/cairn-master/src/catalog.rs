@@ -161,6 +161,16 @@ pub enum CatalogOp {
         /// Its length.
         count: u64,
     },
+    /// Adds a read-only store (see [`crate::stores`]).
+    CreateStore {
+        /// The store.
+        store: crate::stores::StoreEntry,
+    },
+    /// Removes a read-only store.
+    RemoveStore {
+        /// Store id.
+        id: String,
+    },
     /// Changes users or privileges (table names already resolved to ids).
     User(UserOp),
     /// Sets the cluster's token-signing key (PKCS#8 of an Ed25519 key), once.
@@ -203,6 +213,9 @@ pub struct Catalog {
     /// The token-signing key (PKCS#8), set by the first leader.
     #[serde(default)]
     pub token_key: Option<Vec<u8>>,
+    /// Read-only stores by id.
+    #[serde(default)]
+    pub stores: BTreeMap<String, crate::stores::StoreEntry>,
 }
 
 impl Catalog {
@@ -310,6 +323,10 @@ impl Catalog {
                     .checked_add(count)
                     .ok_or("the table's auto-incrementing key is exhausted")?;
             }
+            CatalogOp::CreateStore { store } => {
+                crate::stores::apply_create(&mut self.stores, store)?
+            }
+            CatalogOp::RemoveStore { id } => crate::stores::apply_remove(&mut self.stores, &id)?,
             CatalogOp::User(op) => self.apply_user(op)?,
             CatalogOp::SetTokenKey { pkcs8 } => {
                 if self.token_key.is_none() {

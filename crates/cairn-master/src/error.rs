@@ -9,6 +9,12 @@ pub enum MasterError {
     /// The table exists.
     #[error("table '{0}' already exists")]
     TableExists(String),
+    /// No such read-only store.
+    #[error("store '{0}' does not exist; list stores with `cairn store list`")]
+    StoreNotFound(String),
+    /// The store exists.
+    #[error("store '{0}' already exists")]
+    StoreExists(String),
     /// Bad request.
     #[error("{0}")]
     InvalidArgument(String),
@@ -50,8 +56,12 @@ impl From<MasterError> for tonic::Status {
         let msg = e.to_string();
         match e {
             MasterError::Auth(a) => a.into(),
-            MasterError::TableNotFound(_) => tonic::Status::not_found(msg),
-            MasterError::TableExists(_) => tonic::Status::already_exists(msg),
+            MasterError::TableNotFound(_) | MasterError::StoreNotFound(_) => {
+                tonic::Status::not_found(msg)
+            }
+            MasterError::TableExists(_) | MasterError::StoreExists(_) => {
+                tonic::Status::already_exists(msg)
+            }
             MasterError::InvalidArgument(_) => tonic::Status::invalid_argument(msg),
             MasterError::NotLeader(addr)
             | MasterError::Consensus(C::NotLeader {

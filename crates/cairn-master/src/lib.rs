@@ -17,6 +17,8 @@
 //!   (signed tokens; failed logins logged and rate-limited), `ListUsers` for the SQL
 //!   front ends, and user DDL. Every RPC first asks the service's
 //!   [`cairn_proto::auth::AuthGate`] who is calling and whether they may.
+//! - [`stores`]: read-only stores in the catalog — their columns and the ring of
+//!   partitions laid out over the tablet servers (`CreateStore`, `GetStore`).
 //! - [`server`]: wiring (listener, catalog group, reconciler).
 
 pub mod catalog;
@@ -24,6 +26,7 @@ pub mod error;
 pub mod reconcile;
 pub mod server;
 pub mod service;
+pub mod stores;
 pub mod users;
 
 pub use error::{MasterError, Result};

@@ -177,7 +177,7 @@ impl MasterState {
     }
 }
 
-fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
@@ -699,6 +699,44 @@ impl pb::master_server::Master for MasterService {
         self.check_owner(&request, &request.get_ref().name.clone())?;
         self.drop_table_inner(request.into_inner()).await?;
         Ok(Response::new(pb::DropTableResponse {}))
+    }
+
+    async fn create_store(
+        &self,
+        request: Request<pb::CreateStoreRequest>,
+    ) -> std::result::Result<Response<pb::CreateStoreResponse>, Status> {
+        let who = self
+            .state
+            .authorize(&request, Action::Admin("CreateStore"))?;
+        let store_id = crate::stores::create(&self.state, &who, request.into_inner()).await?;
+        Ok(Response::new(pb::CreateStoreResponse { store_id }))
+    }
+
+    async fn drop_store(
+        &self,
+        request: Request<pb::DropStoreRequest>,
+    ) -> std::result::Result<Response<pb::DropStoreResponse>, Status> {
+        self.state.authorize(&request, Action::Admin("DropStore"))?;
+        crate::stores::drop(&self.state, request.into_inner()).await?;
+        Ok(Response::new(pb::DropStoreResponse {}))
+    }
+
+    async fn list_stores(
+        &self,
+        request: Request<pb::ListStoresRequest>,
+    ) -> std::result::Result<Response<pb::ListStoresResponse>, Status> {
+        self.state.authorize(&request, ANY)?;
+        let stores_json = crate::stores::list_json(&self.state)?.into();
+        Ok(Response::new(pb::ListStoresResponse { stores_json }))
+    }
+
+    async fn get_store(
+        &self,
+        request: Request<pb::GetStoreRequest>,
+    ) -> std::result::Result<Response<pb::GetStoreResponse>, Status> {
+        self.state.authorize(&request, ANY)?;
+        let store_json = crate::stores::get_json(&self.state, &request.into_inner().name)?.into();
+        Ok(Response::new(pb::GetStoreResponse { store_json }))
     }
 
     async fn list_tables(

@@ -23,11 +23,14 @@
 //! - [`versions`]: a store's versions on one server — install a fetched folder after
 //!   checking its checksums, swap the `latest` link atomically, roll back, delete
 //!   versions beyond retention (paper §4.2, §4.3).
+//! - [`catalog`]: a store's entry in the cluster's catalog (its ring and the tablet
+//!   server of each node), the type the master keeps and clients read.
 //!
 //! Everything here is local and synchronous. Fetching files to servers, swapping
 //! versions, routing requests and SQL access live in the layers above.
 
 pub mod build;
+pub mod catalog;
 pub mod error;
 pub mod format;
 pub mod layout;
@@ -39,6 +42,7 @@ pub mod versions;
 mod tests;
 
 pub use build::{BuildOptions, BuildProgress, BuildSummary, StoreBuilder, node_dir};
+pub use catalog::{StoreEntry, StoreNode};
 pub use error::{ReadOnlyError, Result};
 pub use format::NodeMetadata;
 pub use layout::{ChunkId, KeyHash, NodeId, PreferenceList, StoreLayout};

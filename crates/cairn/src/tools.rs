@@ -11,6 +11,7 @@
 //! - [`ksck`]: `cluster ksck`, the health check;
 //! - [`loadgen`]: `perf loadgen`, a write / point-read load generator;
 //! - [`store`]: `store build`, `store verify` and `store get` for read-only stores;
+//! - [`store_catalog`]: `store create`, `list`, `describe` and `drop` in the catalog;
 //! - [`wal`]: `wal dump`, an offline reader of a replica's Raft log;
 //! - [`parse`]: the little languages of the flags (column specs, values, `--where`,
 //!   `--hash`, `--split`), pure and unit-tested.
@@ -27,6 +28,7 @@ pub mod loadgen;
 pub mod parse;
 pub mod sql;
 pub mod store;
+pub mod store_catalog;
 pub mod table;
 pub mod wal;
 
@@ -147,6 +149,15 @@ pub enum StoreCommand {
     Verify(store::VerifyArgs),
     /// Look a key up in a node folder and print its value columns.
     Get(store::GetArgs),
+    /// Add a store to the cluster's catalog: its key and value columns and a ring of
+    /// partitions laid out over the live tablet servers.
+    Create(store_catalog::CreateArgs),
+    /// List the cluster's stores.
+    List(store_catalog::ListArgs),
+    /// Show a store's columns, ring and which tablet server holds which partitions.
+    Describe(store_catalog::DescribeArgs),
+    /// Remove a store from the catalog.
+    Drop(store_catalog::DropArgs),
 }
 
 /// `cairn table …`
@@ -198,6 +209,10 @@ pub async fn run(tool: Tool) -> ToolResult<()> {
             StoreCommand::Build(a) => store::build(a).await,
             StoreCommand::Verify(a) => store::verify(a),
             StoreCommand::Get(a) => store::get(a),
+            StoreCommand::Create(a) => store_catalog::create(a).await,
+            StoreCommand::List(a) => store_catalog::list(a).await,
+            StoreCommand::Describe(a) => store_catalog::describe(a).await,
+            StoreCommand::Drop(a) => store_catalog::drop(a).await,
         },
         Tool::Wal(WalCommand::Dump(a)) => wal::dump(a),
     }

@@ -1633,3 +1633,97 @@ async fn concurrent_writes_share_log_entries_and_keyed_reads_see_them() {
             .is_err()
     );
 }
+
+/// A read-only store is a catalog object: its ring is laid out over the live tablet
+/// servers, names are unique, bad requests say what to change, and the entry survives
+/// a restart of the whole cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stores_are_catalog_objects_laid_out_over_live_servers() {
+    use cairn_client::CreateStoreSpec;
+    use cairn_readonly::{StoreColumn, StoreSchema};
+
+    let mut cl = InProc::start(3, Duration::from_secs(300)).await;
+    cl.wait_live(3).await;
+    let c = cl.client().await;
+    let col = |name: &str, data_type, nullable| StoreColumn {
+        name: name.into(),
+        data_type,
+        nullable,
+    };
+    let schema = StoreSchema {
+        key: vec![col("user_id", DataType::Int64, false)],
+        value: vec![col("score", DataType::Double, true)],
+    };
+    let mut spec = CreateStoreSpec::new("recs", schema.clone());
+    spec.replication = 2;
+    let id = c.create_store(spec.clone()).await.unwrap();
+    let s = c.get_store("recs").await.unwrap();
+    assert_eq!(s.id, id);
+    assert_eq!(s.schema, schema);
+    assert_eq!(
+        s.nodes.len(),
+        3,
+        "every live tablet server is a node of the ring"
+    );
+    assert_eq!(s.layout.partition_nodes.len(), 12);
+    assert_eq!(s.layout.replication, 2);
+    assert_eq!(s.current_version, None);
+    let mut ids: Vec<u64> = s.nodes.iter().map(|n| n.node_id).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 3);
+
+    // Names are unique; IF NOT EXISTS answers with the existing store.
+    match c.create_store(spec.clone()).await {
+        Err(ClientError::AlreadyExists(m)) => assert!(m.contains("recs"), "{m}"),
+        other => panic!("a second store 'recs' was not refused: {other:?}"),
+    }
+    spec.if_not_exists = true;
+    assert_eq!(c.create_store(spec).await.unwrap(), id);
+    // More copies than servers, or fewer partitions than servers: refused with why.
+    // (Too few live servers is retried, as servers may be starting: a short budget.)
+    let impatient = c.clone().with_options(
+        cairn_client::ClientOptions::default().operation_timeout(Duration::from_secs(2)),
+    );
+    let mut too_many = CreateStoreSpec::new("wide", schema.clone());
+    too_many.replication = 4;
+    let e = impatient
+        .create_store(too_many)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("only 3 are live"), "{e}");
+    let mut too_few = CreateStoreSpec::new("narrow", schema.clone());
+    too_few.partitions = 2;
+    let e = c.create_store(too_few).await.unwrap_err().to_string();
+    assert!(e.contains("ring partitions"), "{e}");
+    assert!(matches!(
+        c.get_store("nope").await,
+        Err(ClientError::NotFound(_))
+    ));
+
+    // The entry is in the replicated catalog: it survives a restart.
+    cl.restart_all().await;
+    let c = cl.client().await;
+    wait_for(Duration::from_secs(30), "the store after a restart", || {
+        let c = c.clone();
+        async move { c.get_store("recs").await.is_ok() }
+    })
+    .await;
+    assert_eq!(c.get_store("recs").await.unwrap(), s);
+    let names: Vec<String> = c
+        .list_stores()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, vec!["recs".to_string()]);
+
+    c.drop_store("recs", false).await.unwrap();
+    assert!(c.list_stores().await.unwrap().is_empty());
+    assert!(matches!(
+        c.drop_store("recs", false).await,
+        Err(ClientError::NotFound(_))
+    ));
+    c.drop_store("recs", true).await.unwrap();
+}
