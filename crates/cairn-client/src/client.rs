@@ -11,6 +11,7 @@ use cairn_common::{AlterOp, SchemaMeta};
 use cairn_proto::InProcessTabletServer;
 use cairn_proto::auth::Bearer;
 use cairn_proto::master_client::MasterClient;
+use cairn_proto::read_only_store_client::ReadOnlyStoreClient;
 use cairn_proto::tablet_server_client::TabletServerClient;
 use cairn_proto::{
     AlterTableRequest, CreateTableRequest, DropTableRequest, FlushTabletRequest,
@@ -70,6 +71,8 @@ impl ClientOptions {
 pub type TabletServerStub = TabletServerClient<InterceptedService<Channel, Bearer>>;
 /// A stub for a master, on a shared connection, sending the client's token.
 pub type MasterStub = MasterClient<InterceptedService<Channel, Bearer>>;
+/// A stub for a tablet server's read-only stores, sending the client's token.
+pub type StoreStub = ReadOnlyStoreClient<InterceptedService<Channel, Bearer>>;
 
 /// How long cached tablet locations are used before asking the master again.
 pub const LOCATIONS_TTL: Duration = Duration::from_secs(5);
@@ -586,6 +589,15 @@ impl Client {
     pub(crate) fn tablet_server_stub(&self, addr: &str) -> Result<TabletServerStub> {
         Ok(
             TabletServerClient::with_interceptor(self.channel(addr)?, self.shared.bearer.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+    }
+
+    /// A stub for the read-only stores of the tablet server at `addr`.
+    pub(crate) fn store_stub(&self, addr: &str) -> Result<StoreStub> {
+        Ok(
+            ReadOnlyStoreClient::with_interceptor(self.channel(addr)?, self.shared.bearer.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )

@@ -155,6 +155,10 @@ pub enum ClientError {
     /// it again. PostgreSQL's `transaction_resolution_unknown`.
     #[error("{0}")]
     TxnOutcomeUnknown(String),
+    /// No server holding some key of a read-only store answered: every replica in
+    /// the key's preference list is down or has no live version.
+    #[error("{0}; check the store's servers with `cairn store describe`")]
+    StoreUnavailable(String),
     /// A bug in the client.
     #[error("internal client error: {0} (this is a bug; please report it)")]
     Internal(String),
@@ -166,7 +170,7 @@ impl ClientError {
     /// [`ClientError::InvalidArgument`] are final.
     pub fn is_retryable(&self) -> bool {
         match self {
-            ClientError::Timeout { .. } => true,
+            ClientError::Timeout { .. } | ClientError::StoreUnavailable(_) => true,
             ClientError::WriteFailed { cause, .. } | ClientError::ScanInterrupted { cause, .. } => {
                 cause.is_retryable()
             }

@@ -79,6 +79,7 @@ pub mod requests;
 mod retry;
 pub mod scan;
 pub mod session;
+pub mod store_get;
 pub mod stores;
 pub mod table;
 pub mod txn;
@@ -90,7 +91,8 @@ pub use client::{Client, ClientOptions, LOCATIONS_TTL, MasterStub, TabletServerS
 pub use error::{ClientError, Result};
 pub use scan::{READ_AHEAD_BATCHES, ReadMode, ScanBuilder, ScanCursor, ScanResult};
 pub use session::{FlushMode, RowErrorInfo, WriteSession};
-pub use stores::{CreateStoreSpec, StoreEntry, StoreNode};
+pub use store_get::{StoreReader, StoreRow};
+pub use stores::{CreateStoreSpec, PushReport, StoreEntry, StoreNode};
 pub use table::{CreateTableSpec, ReplicaInfo, Table, TabletLocationInfo, locate_tablet};
 pub use txn::Transaction;
 pub use write::{Condition, EncodedWrite, Operation, decode_ipc, encode_write};

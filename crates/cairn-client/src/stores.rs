@@ -5,9 +5,12 @@
 //! server is each node. [`Client::get_store`] returns that entry, so a build can
 //! lay its files out for the servers that will hold them.
 
-use cairn_proto::{CreateStoreRequest, DropStoreRequest, GetStoreRequest, ListStoresRequest};
+use cairn_proto::{
+    CreateStoreRequest, DropStoreRequest, GetStoreRequest, ListStoresRequest, PushStoreRequest,
+    RollbackStoreRequest, RollbackStoreResponse,
+};
 use cairn_readonly::StoreSchema;
-pub use cairn_readonly::{StoreEntry, StoreNode};
+pub use cairn_readonly::{PushReport, StoreEntry, StoreNode};
 use serde::Deserialize;
 
 use crate::client::Client;
@@ -98,6 +101,12 @@ impl Client {
 
     /// A read-only store's catalog entry.
     pub async fn get_store(&self, name: &str) -> Result<StoreEntry> {
+        Ok(self.get_store_and_push(name).await?.0)
+    }
+
+    /// A read-only store's catalog entry and the report of its last push the leader
+    /// master drove (`None` if it drove none, e.g. since it became leader).
+    pub async fn get_store_and_push(&self, name: &str) -> Result<(StoreEntry, Option<PushReport>)> {
         let req = GetStoreRequest {
             name: name.to_string(),
         };
@@ -107,7 +116,54 @@ impl Client {
                 async move { m.get_store(r).await }
             })
             .await?;
-        decode("store", &resp.store_json)
+        let push = if resp.push_json.is_empty() {
+            None
+        } else {
+            Some(decode("push report", &resp.push_json)?)
+        };
+        Ok((decode("store", &resp.store_json)?, push))
+    }
+
+    /// Starts pushing a built version of a read-only store: every tablet server of its
+    /// ring fetches its `node-<n>` folder of `source` (a folder they can all read), then
+    /// all swap together. Returns the version; follow the push with
+    /// [`Client::get_store_and_push`]. `version` 0 takes the next number;
+    /// `throttle_bytes_per_sec` 0 fetches at full speed. Needs administrative rights.
+    pub async fn push_store(
+        &self,
+        name: &str,
+        source: &str,
+        version: u64,
+        throttle_bytes_per_sec: u64,
+    ) -> Result<u64> {
+        let req = PushStoreRequest {
+            name: name.to_string(),
+            source: source.to_string(),
+            version,
+            throttle_bytes_per_sec,
+        };
+        let resp = self
+            .call_master(&format!("pushing store '{name}'"), move |mut m, t| {
+                let r = request(req.clone(), t);
+                async move { m.push_store(r).await }
+            })
+            .await?;
+        Ok(resp.version)
+    }
+
+    /// Makes an earlier retained version of a read-only store live on every server:
+    /// `to`, or (0) the newest one older than the current. Needs administrative
+    /// rights.
+    pub async fn rollback_store(&self, name: &str, to: u64) -> Result<RollbackStoreResponse> {
+        let req = RollbackStoreRequest {
+            name: name.to_string(),
+            to,
+        };
+        self.call_master(&format!("rolling back store '{name}'"), move |mut m, t| {
+            let r = request(req.clone(), t);
+            async move { m.rollback_store(r).await }
+        })
+        .await
     }
 
     /// Every read-only store, by name.

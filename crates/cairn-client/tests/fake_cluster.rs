@@ -329,6 +329,20 @@ impl Master for FakeMaster {
         Err(Status::unimplemented("the fake master has no stores"))
     }
 
+    async fn push_store(
+        &self,
+        _: Request<cairn_proto::PushStoreRequest>,
+    ) -> Rpc<cairn_proto::PushStoreResponse> {
+        Err(Status::unimplemented("the fake master has no stores"))
+    }
+
+    async fn rollback_store(
+        &self,
+        _: Request<cairn_proto::RollbackStoreRequest>,
+    ) -> Rpc<cairn_proto::RollbackStoreResponse> {
+        Err(Status::unimplemented("the fake master has no stores"))
+    }
+
     async fn list_masters(&self, _: Request<ListMastersRequest>) -> Rpc<ListMastersResponse> {
         let leader = self.world.leader_master.lock().clone();
         Ok(Response::new(ListMastersResponse {

@@ -171,6 +171,16 @@ pub enum CatalogOp {
         /// Store id.
         id: String,
     },
+    /// Sets a read-only store's current version and push (see
+    /// [`crate::store_push`]).
+    SetStoreState {
+        /// Store id.
+        id: String,
+        /// The version served.
+        current_version: Option<u64>,
+        /// The push under way, if any.
+        push: Option<cairn_readonly::PushState>,
+    },
     /// Changes users or privileges (table names already resolved to ids).
     User(UserOp),
     /// Sets the cluster's token-signing key (PKCS#8 of an Ed25519 key), once.
@@ -327,6 +337,18 @@ impl Catalog {
                 crate::stores::apply_create(&mut self.stores, store)?
             }
             CatalogOp::RemoveStore { id } => crate::stores::apply_remove(&mut self.stores, &id)?,
+            CatalogOp::SetStoreState {
+                id,
+                current_version,
+                push,
+            } => {
+                let s = self
+                    .stores
+                    .get_mut(&id)
+                    .ok_or_else(|| format!("no store with id {id}"))?;
+                s.current_version = current_version;
+                s.push = push;
+            }
             CatalogOp::User(op) => self.apply_user(op)?,
             CatalogOp::SetTokenKey { pkcs8 } => {
                 if self.token_key.is_none() {

@@ -18,6 +18,9 @@ pub enum MasterError {
     /// Bad request.
     #[error("{0}")]
     InvalidArgument(String),
+    /// The request does not fit the object's state (a push while another runs).
+    #[error("{0}")]
+    FailedPrecondition(String),
     /// Not the leader master.
     #[error("not the leader master{}", match .0 { Some(a) => format!("; the leader is at {a}"), None => "; no leader is known yet, retry shortly".into() })]
     NotLeader(Option<String>),
@@ -63,6 +66,7 @@ impl From<MasterError> for tonic::Status {
                 tonic::Status::already_exists(msg)
             }
             MasterError::InvalidArgument(_) => tonic::Status::invalid_argument(msg),
+            MasterError::FailedPrecondition(_) => tonic::Status::failed_precondition(msg),
             MasterError::NotLeader(addr)
             | MasterError::Consensus(C::NotLeader {
                 leader_addr: addr, ..

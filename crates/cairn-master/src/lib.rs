@@ -19,6 +19,9 @@
 //!   [`cairn_proto::auth::AuthGate`] who is calling and whether they may.
 //! - [`stores`]: read-only stores in the catalog — their columns and the ring of
 //!   partitions laid out over the tablet servers (`CreateStore`, `GetStore`).
+//! - [`store_push`]: pushing a built version of a store to its servers (all fetch,
+//!   then all swap, or none does), rolling back, and keeping servers on the catalog's
+//!   version.
 //! - [`server`]: wiring (listener, catalog group, reconciler).
 
 pub mod catalog;
@@ -26,6 +29,7 @@ pub mod error;
 pub mod reconcile;
 pub mod server;
 pub mod service;
+pub mod store_push;
 pub mod stores;
 pub mod users;
 

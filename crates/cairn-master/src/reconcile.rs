@@ -85,6 +85,9 @@ async fn round(
     leader_since: Instant,
     last: &mut HashMap<String, Instant>,
 ) -> crate::Result<()> {
+    if due(last, "read-only stores", Duration::from_secs(2)) {
+        crate::store_push::reconcile(st).await;
+    }
     let catalog = st.catalog.snapshot();
     for t in catalog.tables.values() {
         let tablets: Vec<&TabletEntry> = t

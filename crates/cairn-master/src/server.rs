@@ -51,6 +51,9 @@ pub struct MasterOptions {
     /// How long a token is valid (`--token-validity-secs`, 300). A REVOKE reaches
     /// native clients' tokens within this time.
     pub token_validity: Duration,
+    /// How long a read-only store push waits for an unreachable tablet server before
+    /// it gives up and leaves the previous version live (`--store-push-grace-secs`, 60).
+    pub store_push_grace: Duration,
 }
 
 impl MasterOptions {
@@ -70,6 +73,7 @@ impl MasterOptions {
             tls: None,
             admin_password: None,
             token_validity: Duration::from_secs(300),
+            store_push_grace: Duration::from_secs(60),
         }
     }
 }
@@ -151,6 +155,8 @@ impl MasterServer {
             gate: cairn_proto::auth::AuthGate::new(opts.tls.is_some()),
             login_failures: Default::default(),
             token_key_cache: Mutex::new(None),
+            store_pushes: Mutex::new(HashMap::new()),
+            store_drivers: Mutex::new(HashSet::new()),
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();

@@ -56,6 +56,10 @@ pub struct MasterState {
     pub login_failures: cairn_proto::auth::LoginFailures,
     /// The parsed token key and the bytes it came from.
     pub token_key_cache: Mutex<Option<(Vec<u8>, Arc<cairn_proto::auth::TokenKey>)>>,
+    /// The last push of each read-only store this master drove, by store id.
+    pub store_pushes: Mutex<HashMap<String, cairn_readonly::PushReport>>,
+    /// Stores whose push this master is driving now.
+    pub store_drivers: Mutex<HashSet<String>>,
 }
 
 impl MasterState {
@@ -735,8 +739,31 @@ impl pb::master_server::Master for MasterService {
         request: Request<pb::GetStoreRequest>,
     ) -> std::result::Result<Response<pb::GetStoreResponse>, Status> {
         self.state.authorize(&request, ANY)?;
-        let store_json = crate::stores::get_json(&self.state, &request.into_inner().name)?.into();
-        Ok(Response::new(pb::GetStoreResponse { store_json }))
+        let (store_json, push_json) =
+            crate::stores::get_json(&self.state, &request.into_inner().name)?;
+        Ok(Response::new(pb::GetStoreResponse {
+            store_json: store_json.into(),
+            push_json: push_json.into(),
+        }))
+    }
+
+    async fn push_store(
+        &self,
+        request: Request<pb::PushStoreRequest>,
+    ) -> std::result::Result<Response<pb::PushStoreResponse>, Status> {
+        self.state.authorize(&request, Action::Admin("PushStore"))?;
+        let version = crate::store_push::start(&self.state, request.into_inner()).await?;
+        Ok(Response::new(pb::PushStoreResponse { version }))
+    }
+
+    async fn rollback_store(
+        &self,
+        request: Request<pb::RollbackStoreRequest>,
+    ) -> std::result::Result<Response<pb::RollbackStoreResponse>, Status> {
+        self.state
+            .authorize(&request, Action::Admin("RollbackStore"))?;
+        let r = crate::store_push::rollback(&self.state, request.into_inner()).await?;
+        Ok(Response::new(r))
     }
 
     async fn list_tables(

@@ -112,6 +112,7 @@ pub fn plan_store(
         },
         current_version: None,
         owner,
+        push: None,
     })
 }
 
@@ -205,9 +206,14 @@ pub(crate) async fn drop(st: &MasterState, req: pb::DropStoreRequest) -> Result<
         }
         return Err(MasterError::StoreNotFound(name.to_string()));
     };
+    let store = st.catalog.read(|c| c.stores.get(&id).cloned());
     st.propose(&CatalogOp::RemoveStore { id })
         .await?
-        .map_err(MasterError::InvalidArgument)
+        .map_err(MasterError::InvalidArgument)?;
+    if let Some(store) = store {
+        crate::store_push::drop_files(st, &store).await;
+    }
+    Ok(())
 }
 
 /// Every store's entry, as the JSON `ListStores` answers with.
@@ -217,15 +223,25 @@ pub(crate) fn list_json(st: &MasterState) -> Result<Vec<u8>> {
     serde_json::to_vec(&stores).map_err(|e| MasterError::Internal(e.to_string()))
 }
 
-/// The entry of store `name`, as the JSON `GetStore` answers with.
-pub(crate) fn get_json(st: &MasterState, name: &str) -> Result<Vec<u8>> {
+/// The entry of store `name` (with its servers' current addresses) and the report
+/// of its last push this master drove (empty if none), as the JSON `GetStore`
+/// answers with.
+pub(crate) fn get_json(st: &MasterState, name: &str) -> Result<(Vec<u8>, Vec<u8>)> {
     st.check_leader()?;
     let name = name.trim();
     let store = st
         .catalog
         .read(|c| by_name(&c.stores, name).cloned())
         .ok_or_else(|| MasterError::StoreNotFound(name.to_string()))?;
-    serde_json::to_vec(&store).map_err(|e| MasterError::Internal(e.to_string()))
+    let push = st.store_pushes.lock().get(&store.id).cloned();
+    let store = crate::store_push::with_current_addrs(st, store);
+    let store_json =
+        serde_json::to_vec(&store).map_err(|e| MasterError::Internal(e.to_string()))?;
+    let push_json = match push {
+        Some(p) => serde_json::to_vec(&p).map_err(|e| MasterError::Internal(e.to_string()))?,
+        None => Vec::new(),
+    };
+    Ok((store_json, push_json))
 }
 
 #[cfg(test)]

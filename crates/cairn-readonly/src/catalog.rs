@@ -35,4 +35,60 @@ pub struct StoreEntry {
     pub current_version: Option<u64>,
     /// The user who created it.
     pub owner: String,
+    /// A push under way, recorded so that a new leader master finishes or undoes it.
+    #[serde(default)]
+    pub push: Option<PushState>,
+}
+
+/// Where a push is: every server fetches, then every server swaps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PushPhase {
+    /// The servers are pulling their files; nothing is live yet.
+    Fetching,
+    /// Every server has its files; they are being told to swap.
+    Swapping,
+}
+
+/// A push in the catalog.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushState {
+    /// The version being pushed.
+    pub version: u64,
+    /// The build's output folder (`node-<n>` folders inside).
+    pub source: String,
+    /// Bytes per second each server may fetch at (0: unlimited).
+    pub throttle_bytes_per_sec: u64,
+    /// Where it is.
+    pub phase: PushPhase,
+}
+
+/// One server's part in a push, as the master last saw it (`cairn store describe`
+/// and the push's progress bar show it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeProgress {
+    /// The server's node id.
+    pub node_id: u64,
+    /// Bytes fetched so far.
+    pub bytes_done: u64,
+    /// Bytes to fetch.
+    pub bytes_total: u64,
+    /// Whether its files are all in place and verified.
+    pub fetched: bool,
+    /// Whether it serves the pushed version.
+    pub swapped: bool,
+    /// Its last error, if any.
+    pub error: Option<String>,
+}
+
+/// A push as `GetStore` reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushReport {
+    /// The version being (or last) pushed.
+    pub version: u64,
+    /// `fetching`, `swapping`, `done`, `failed` or `rolled back`.
+    pub state: String,
+    /// One entry per node of the ring.
+    pub nodes: Vec<NodeProgress>,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
 }

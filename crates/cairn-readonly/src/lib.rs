@@ -20,18 +20,22 @@
 //!   runs spilled to disk, deterministic output (paper §4.2.1).
 //! - [`reader`]: opening a node's folder with verification, and lookups through
 //!   memory-mapped files with interpolation search (paper §4.2.2).
+//! - [`fetch`]: pulling a built node folder to the server that serves it —
+//!   throttled, resumable, every file checked against `.metadata` (paper §4.2.2).
 //! - [`versions`]: a store's versions on one server — install a fetched folder after
 //!   checking its checksums, swap the `latest` link atomically, roll back, delete
 //!   versions beyond retention (paper §4.2, §4.3).
 //! - [`catalog`]: a store's entry in the cluster's catalog (its ring and the tablet
 //!   server of each node), the type the master keeps and clients read.
 //!
-//! Everything here is local and synchronous. Fetching files to servers, swapping
-//! versions, routing requests and SQL access live in the layers above.
+//! Everything here is local and synchronous. Deciding when servers fetch and swap,
+//! routing requests and SQL access live in the layers above (the master drives a
+//! push, the tablet server hosts versions, the client routes by the ring).
 
 pub mod build;
 pub mod catalog;
 pub mod error;
+pub mod fetch;
 pub mod format;
 pub mod layout;
 pub mod reader;
@@ -42,8 +46,9 @@ pub mod versions;
 mod tests;
 
 pub use build::{BuildOptions, BuildProgress, BuildSummary, StoreBuilder, node_dir};
-pub use catalog::{StoreEntry, StoreNode};
+pub use catalog::{NodeProgress, PushPhase, PushReport, PushState, StoreEntry, StoreNode};
 pub use error::{ReadOnlyError, Result};
+pub use fetch::{FetchProgress, FetchTarget, fetch_node, source_path};
 pub use format::NodeMetadata;
 pub use layout::{ChunkId, KeyHash, NodeId, PreferenceList, StoreLayout};
 pub use reader::{StoreVersion, Verify};

@@ -448,3 +448,173 @@ fn lookups_during_swaps_see_one_whole_version() {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
 }
+
+#[test]
+fn fetch_copies_verifies_and_resumes_a_node_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = StoreLayout::round_robin(2, 8, 2, 2).unwrap();
+    let rows = sample_rows(3_000);
+    build(&rows, &layout, 500, 1 << 20, tmp.path()).unwrap();
+    let src = node_dir(&tmp.path().join("out"), 1);
+    let target = FetchTarget {
+        store: "recs",
+        node: 1,
+    };
+
+    // A first fetch stopped half-way through one file leaves a `.part` behind.
+    let dest = tmp.path().join("dest");
+    let meta = crate::fetch::read_source_metadata(&src, &target).unwrap().0;
+    let big = meta.files.iter().max_by_key(|f| f.bytes).unwrap();
+    std::fs::create_dir_all(&dest).unwrap();
+    let bytes = std::fs::read(src.join(&big.name)).unwrap();
+    std::fs::write(
+        dest.join(format!("{}.part", big.name)),
+        &bytes[..bytes.len() / 2],
+    )
+    .unwrap();
+    assert!(!crate::fetch::is_fetched(&dest));
+
+    // The next one continues it and finishes with every file verified.
+    let progress = FetchProgress::default();
+    let got = fetch_node(&src, &dest, &target, 0, &progress).unwrap();
+    assert_eq!(got, meta);
+    assert!(crate::fetch::is_fetched(&dest));
+    let total: u64 = meta.files.iter().map(|f| f.bytes).sum();
+    assert_eq!(
+        progress
+            .bytes_done
+            .load(std::sync::atomic::Ordering::Relaxed),
+        total
+    );
+    let v = StoreVersion::open(&dest, Verify::Checksums).unwrap();
+    for r in &rows {
+        let k = schema().encode_key(&key(r)).unwrap();
+        if v.holds(&k) {
+            assert_eq!(v.get_row(&key(r)).unwrap(), Some(expected(r)));
+        }
+    }
+    // Fetching a finished folder again copies nothing and changes nothing.
+    let again = FetchProgress::default();
+    fetch_node(&src, &dest, &target, 0, &again).unwrap();
+    assert_eq!(
+        again.bytes_done.load(std::sync::atomic::Ordering::Relaxed),
+        total
+    );
+    let names = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&dest), names(&src), "no .part file is left");
+    for n in names(&src) {
+        assert_eq!(
+            std::fs::read(dest.join(&n)).unwrap(),
+            std::fs::read(src.join(&n)).unwrap()
+        );
+    }
+}
+
+#[test]
+fn fetch_refuses_damaged_or_foreign_sources() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = StoreLayout::round_robin(2, 4, 1, 1).unwrap();
+    build(&sample_rows(500), &layout, 100, 1 << 20, tmp.path()).unwrap();
+    let src = node_dir(&tmp.path().join("out"), 0);
+
+    // Another node's folder, or another store's, is refused before anything is copied.
+    for (store, node) in [("recs", 1), ("other", 0)] {
+        let dest = tmp.path().join(format!("d-{store}-{node}"));
+        let e = fetch_node(
+            &src,
+            &dest,
+            &FetchTarget { store, node },
+            0,
+            &FetchProgress::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("push the build made for this store"),
+            "{e}"
+        );
+        assert!(!dest.exists());
+    }
+
+    // A flipped byte in a data file fails that file's MD5; the bad copy is not kept.
+    let meta = crate::fetch::read_source_metadata(
+        &src,
+        &FetchTarget {
+            store: "recs",
+            node: 0,
+        },
+    )
+    .unwrap()
+    .0;
+    let data = meta
+        .files
+        .iter()
+        .find(|f| f.name.ends_with(".data") && f.bytes > 0)
+        .unwrap();
+    let path = src.join(&data.name);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[0] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let dest = tmp.path().join("d-bad");
+    let target = FetchTarget {
+        store: "recs",
+        node: 0,
+    };
+    let e = fetch_node(&src, &dest, &target, 0, &FetchProgress::default()).unwrap_err();
+    assert!(matches!(e, ReadOnlyError::Corrupt { .. }), "{e}");
+    assert!(!dest.join(&data.name).exists());
+    assert!(!crate::fetch::is_fetched(&dest));
+
+    // Unsupported and relative sources say what to give instead.
+    assert!(
+        source_path("s3://bucket/x")
+            .unwrap_err()
+            .to_string()
+            .contains("not supported")
+    );
+    assert!(
+        source_path("build/out")
+            .unwrap_err()
+            .to_string()
+            .contains("absolute")
+    );
+    assert_eq!(source_path("file:///a/b").unwrap(), Path::new("/a/b"));
+}
+
+#[test]
+fn fetch_honours_its_throttle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = StoreLayout::round_robin(1, 2, 1, 1).unwrap();
+    build(&sample_rows(4_000), &layout, 1_000, 1 << 20, tmp.path()).unwrap();
+    let src = node_dir(&tmp.path().join("out"), 0);
+    let target = FetchTarget {
+        store: "recs",
+        node: 0,
+    };
+    let meta = crate::fetch::read_source_metadata(&src, &target).unwrap().0;
+    let total: u64 = meta.files.iter().map(|f| f.bytes).sum();
+    // At twice the folder's size per second the copy takes at least half a second: the
+    // throttle sleeps after each block until the bytes copied are due.
+    let rate = total * 2;
+    let started = std::time::Instant::now();
+    fetch_node(
+        &src,
+        &tmp.path().join("d"),
+        &target,
+        rate,
+        &FetchProgress::default(),
+    )
+    .unwrap();
+    let floor = std::time::Duration::from_millis(450);
+    assert!(
+        started.elapsed() >= floor.mul_f64(0.9),
+        "{:?} < {floor:?}",
+        started.elapsed()
+    );
+}

@@ -6,6 +6,12 @@ pub enum TserverError {
     /// No such tablet replica here.
     #[error("tablet {0} is not hosted on this server; refresh the tablet locations")]
     TabletNotFound(String),
+    /// No such read-only store here.
+    #[error("read-only store {0} is not hosted on this server; refresh the store's ring")]
+    StoreNotFound(String),
+    /// A read-only store operation failed.
+    #[error(transparent)]
+    ReadOnly(#[from] cairn_readonly::ReadOnlyError),
     /// No such scanner (expired or never opened).
     #[error("scanner {0} does not exist (it expired or was closed); open a new scan")]
     ScannerNotFound(String),
@@ -72,9 +78,16 @@ impl From<TserverError> for tonic::Status {
         use cairn_tablet::TabletError as T;
         let msg = e.to_string();
         match e {
-            TserverError::TabletNotFound(_) | TserverError::ScannerNotFound(_) => {
-                tonic::Status::not_found(msg)
+            TserverError::TabletNotFound(_)
+            | TserverError::ScannerNotFound(_)
+            | TserverError::StoreNotFound(_) => tonic::Status::not_found(msg),
+            TserverError::ReadOnly(cairn_readonly::ReadOnlyError::Corrupt { .. }) => {
+                tonic::Status::data_loss(msg)
             }
+            TserverError::ReadOnly(cairn_readonly::ReadOnlyError::Io { .. }) => {
+                tonic::Status::internal(msg)
+            }
+            TserverError::ReadOnly(_) => tonic::Status::failed_precondition(msg),
             TserverError::InvalidArgument(_) => tonic::Status::invalid_argument(msg),
             TserverError::LimitExceeded { .. } => tonic::Status::resource_exhausted(msg),
             TserverError::Consensus(C::NotLeader { leader_addr, .. }) => {

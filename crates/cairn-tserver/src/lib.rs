@@ -1,5 +1,6 @@
 //! The tablet server (`cairn tserver`): hosts tablet replicas, each a Raft group whose
-//! state machine is a [`cairn_tablet::Tablet`] (Kudu paper §3.3–3.4).
+//! state machine is a [`cairn_tablet::Tablet`] (Kudu paper §3.3–3.4), and the
+//! read-only stores' files (Voldemort read-only paper §4.2).
 //!
 //! - [`replica`]: one replica — the tablet as a [`cairn_consensus::StateMachine`], the
 //!   leader's write path (validate, lock rows, take a HybridTime, submit to Raft in
@@ -10,6 +11,9 @@
 //!   replicas on disk.
 //! - [`service`]: the gRPC `TabletServer` service: writes, stateful scanners with
 //!   expiry, keyed reads (`Get`), checksums, membership changes, schema changes.
+//! - [`stores`]: read-only stores hosted here (Voldemort): each store's versions,
+//!   fetches of new ones, swap and rollback when the master says, lookups.
+//! - [`store_service`]: the gRPC `ReadOnlyStore` service over [`stores`].
 //! - [`server`]: wiring — the RPC listener (tablet server + consensus services) and the
 //!   heartbeat to the master with incremental tablet reports.
 //! - [`convert`]: Arrow IPC and error conversions at the RPC boundary.
@@ -21,6 +25,8 @@ pub mod proposer;
 pub mod replica;
 pub mod server;
 pub mod service;
+pub mod store_service;
+pub mod stores;
 
 pub use error::{Result, TserverError};
 pub use server::{TabletServer, TserverOptions};

@@ -1,4 +1,5 @@
-//! Wiring of a tablet server: its RPC listener and its heartbeat to the master.
+//! Wiring of a tablet server: its RPC listener (tablets, read-only stores, Raft) and
+//! its heartbeat to the master.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -20,6 +21,8 @@ use crate::error::{Result, TserverError};
 use crate::manager::TabletManager;
 use crate::replica::{AskHome, HomeState};
 use crate::service::{ServiceLimits, TabletService, report};
+use crate::store_service::StoreService;
+use crate::stores::StoreHost;
 
 /// Flags of a tablet server.
 #[derive(Clone, Debug)]
@@ -74,6 +77,7 @@ pub struct TabletServer {
     addr: String,
     manager: Arc<TabletManager>,
     service: TabletService,
+    stores: Arc<StoreHost>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -128,6 +132,7 @@ impl TabletServer {
             registry.clone(),
         )?;
         let n = manager.open_all().await?;
+        let stores = Arc::new(StoreHost::open(&opts.data_dir)?);
         let (stop, stop_rx) = watch::channel(false);
         let gate = cairn_proto::auth::AuthGate::new(opts.tls.is_some());
         let service = TabletService::new(manager.clone(), opts.limits.clone(), gate.clone());
@@ -139,6 +144,14 @@ impl TabletServer {
                 pb::tablet_server_server::TabletServerServer::new(service.clone())
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(
+                pb::read_only_store_server::ReadOnlyStoreServer::new(StoreService::new(
+                    stores.clone(),
+                    gate.clone(),
+                ))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
             .add_service(consensus_server(registry, gate.clone()));
         tasks.push(spawn_rpc_server(
@@ -202,6 +215,7 @@ impl TabletServer {
             addr,
             manager,
             service,
+            stores,
             stop,
             tasks,
         })
@@ -218,6 +232,11 @@ impl TabletServer {
     /// Its tablet manager.
     pub fn manager(&self) -> &Arc<TabletManager> {
         &self.manager
+    }
+
+    /// Its read-only stores.
+    pub fn stores(&self) -> &Arc<StoreHost> {
+        &self.stores
     }
 
     /// Its RPC service, for callers in the same process (the `cairn` binary lets its

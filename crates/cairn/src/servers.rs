@@ -372,6 +372,10 @@ pub struct MasterArgs {
     /// Replication factor of tables created without one.
     #[arg(long, default_value_t = 1)]
     pub default_replicas: u32,
+    /// Seconds a read-only store push waits for an unreachable tablet server before
+    /// it fails and leaves the previous version live.
+    #[arg(long, default_value_t = 60)]
+    pub store_push_grace_secs: u64,
     /// Serve a status page (`/`) and Prometheus metrics (`/metrics`) here.
     #[arg(long, env = "CAIRN_WEB_ADDR")]
     pub web_addr: Option<String>,
@@ -399,6 +403,7 @@ impl MasterArgs {
         o.tserver_dead_after = Duration::from_secs(self.tserver_dead_after_secs);
         o.tserver_live_timeout = Duration::from_secs(self.tserver_live_timeout_secs.max(1));
         o.default_replicas = self.default_replicas;
+        o.store_push_grace = Duration::from_secs(self.store_push_grace_secs.max(1));
         o.group = self.raft.group_options();
         self.limits.apply_master(&mut o);
         self.users.apply(&mut o);
@@ -640,6 +645,7 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         tserver_dead_after_secs: 300,
         tserver_live_timeout_secs: 5,
         default_replicas: args.replicas,
+        store_push_grace_secs: 60,
         web_addr: None,
         raft: args.raft.clone(),
         sql: SqlFlags {

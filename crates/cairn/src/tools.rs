@@ -29,6 +29,7 @@ pub mod parse;
 pub mod sql;
 pub mod store;
 pub mod store_catalog;
+pub mod store_serve;
 pub mod table;
 pub mod wal;
 
@@ -147,8 +148,15 @@ pub enum StoreCommand {
     Build(store::BuildArgs),
     /// Check a node folder's files against its .metadata (sizes, order, MD5s).
     Verify(store::VerifyArgs),
-    /// Look a key up in a node folder and print its value columns.
+    /// Look a key up — in the cluster, routed by the store's ring with failover to
+    /// the next replica, or in a build's node folder — and print its value columns.
     Get(store::GetArgs),
+    /// Push a built version to the cluster: every tablet server fetches its files
+    /// (throttled, verified, resumable), then all swap at once — or none does.
+    Push(store_serve::PushArgs),
+    /// Return a store to an earlier retained version on every server, in
+    /// milliseconds.
+    Rollback(store_serve::RollbackArgs),
     /// Add a store to the cluster's catalog: its key and value columns and a ring of
     /// partitions laid out over the live tablet servers.
     Create(store_catalog::CreateArgs),
@@ -208,7 +216,9 @@ pub async fn run(tool: Tool) -> ToolResult<()> {
         Tool::Store(c) => match c {
             StoreCommand::Build(a) => store::build(a).await,
             StoreCommand::Verify(a) => store::verify(a),
-            StoreCommand::Get(a) => store::get(a),
+            StoreCommand::Get(a) => store::get(a).await,
+            StoreCommand::Push(a) => store_serve::push(a).await,
+            StoreCommand::Rollback(a) => store_serve::rollback(a).await,
             StoreCommand::Create(a) => store_catalog::create(a).await,
             StoreCommand::List(a) => store_catalog::list(a).await,
             StoreCommand::Describe(a) => store_catalog::describe(a).await,

@@ -74,6 +74,36 @@ impl WebState {
                     t.replicas
                 );
             }
+            let _ = writeln!(out, "\nread-only stores ({}):", cat.stores.len());
+            let pushes = m.store_pushes.lock().clone();
+            for s in cat.stores.values() {
+                let _ = writeln!(
+                    out,
+                    "  {:<24} version {:<8} {} partition(s) x {} replica(s) on {} server(s)",
+                    s.name,
+                    s.current_version
+                        .map_or_else(|| "none".to_string(), |v| v.to_string()),
+                    s.layout.partition_nodes.len(),
+                    s.layout.replication,
+                    s.nodes.len()
+                );
+                if let Some(r) = pushes.get(&s.id) {
+                    let (done, total) = r
+                        .nodes
+                        .iter()
+                        .fold((0, 0), |(d, t), n| (d + n.bytes_done, t + n.bytes_total));
+                    let _ = writeln!(
+                        out,
+                        "    last push: version {} {}, {done}/{total} bytes fetched{}",
+                        r.version,
+                        r.state,
+                        r.error
+                            .as_ref()
+                            .map(|e| format!(": {e}"))
+                            .unwrap_or_default()
+                    );
+                }
+            }
             let ts = m.tservers.read();
             let _ = writeln!(out, "\ntablet servers ({}):", ts.len());
             for (id, t) in ts.iter() {

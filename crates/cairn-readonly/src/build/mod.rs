@@ -426,7 +426,7 @@ pub(crate) fn poisoned() -> ReadOnlyError {
 }
 
 /// Writes a file and makes it durable (file and folder fsync).
-fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
     let err = |e| ReadOnlyError::io(format!("cannot write {path:?}"), e);
     let mut f = File::create(path).map_err(err)?;
     f.write_all(bytes).map_err(err)?;

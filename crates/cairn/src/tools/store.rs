@@ -46,9 +46,19 @@ pub enum InputFormat {
     chunk files (partition_replica_chunk.index / .data) and a .metadata file with their \
     checksums. A key may appear only once in the input.\n\
     Example:\n  cairn store build recs --input recs.parquet --key user_id \
-    --output /data/recs-build --nodes 3 --replication 2"
+    --output /data/recs-build --nodes 3 --replication 2\n\
+    For a store created in a cluster (`cairn store create`), --cluster takes the ring and \
+    the columns from its catalog entry, so the files fit the servers that will hold them:\n  \
+    cairn store build recs --cluster --input recs.parquet --output /shared/recs-v2"
 )]
 pub struct BuildArgs {
+    /// Take the ring (nodes, partitions, replication, chunks) and the key and value
+    /// columns from the catalog entry of store NAME in the cluster, instead of from
+    /// the flags below.
+    #[arg(long)]
+    pub cluster: bool,
+    #[command(flatten)]
+    pub conn: super::MasterArgs,
     /// The store's name (recorded in every node's .metadata).
     pub name: String,
     /// The input: a file, a folder of files of one format, or a glob.
@@ -57,9 +67,9 @@ pub struct BuildArgs {
     /// The input's format (default: from the file extension).
     #[arg(long, value_enum)]
     pub format: Option<InputFormat>,
-    /// The key columns, comma-separated, in key order.
+    /// The key columns, comma-separated, in key order (required without --cluster).
     #[arg(long, value_name = "COL[,COL...]")]
-    pub key: String,
+    pub key: Option<String>,
     /// The value columns, comma-separated (default: every non-key column).
     #[arg(long, value_name = "COL[,COL...]")]
     pub value: Option<String>,
@@ -102,11 +112,16 @@ pub struct VerifyArgs {
 
 /// `cairn store get`
 #[derive(Args, Debug)]
-#[command(after_help = "Example:\n  cairn store get /data/recs-build/node-0 42 \
-    (a two-column key takes two values: … get DIR alice 7)")]
+#[command(
+    after_help = "Examples:\n  cairn store get recs 42            (the cluster's \
+    servers, routed by the ring)\n  cairn store get /data/recs-build/node-0 42   (a build's \
+    node folder)\nA two-column key takes two values: … get recs alice 7"
+)]
 pub struct GetArgs {
-    /// A node folder (OUTPUT/node-<id> of a build).
-    pub dir: PathBuf,
+    #[command(flatten)]
+    pub conn: super::MasterArgs,
+    /// A store in the cluster, or a node folder of a build (OUTPUT/node-<id>).
+    pub store: String,
     /// The key: one value per key column, in key order.
     #[arg(required = true)]
     pub key: Vec<String>,
@@ -189,24 +204,75 @@ fn layout(args: &BuildArgs) -> ToolResult<StoreLayout> {
     Ok(l)
 }
 
+/// The ring and columns of a build with --cluster: the store's catalog entry, after
+/// checking the input has its columns with its types.
+async fn cluster_plan(
+    args: &BuildArgs,
+    input: &arrow::datatypes::Schema,
+) -> ToolResult<(StoreLayout, StoreSchema)> {
+    if args.key.is_some() || args.value.is_some() || args.zones.is_some() {
+        return Err("--cluster takes the key, value columns and zones from the store's                     catalog entry: drop --key, --value and --zones"
+            .into());
+    }
+    let client = args.conn.connect().await?;
+    let entry = client.get_store(&args.name).await?;
+    let names = |cs: &[cairn_readonly::StoreColumn]| -> Vec<String> {
+        cs.iter().map(|c| c.name.clone()).collect()
+    };
+    let found = StoreSchema::from_arrow(
+        input,
+        &names(&entry.schema.key),
+        Some(&names(&entry.schema.value)),
+    )?;
+    for (want, got) in entry
+        .schema
+        .key
+        .iter()
+        .chain(&entry.schema.value)
+        .zip(found.key.iter().chain(&found.value))
+    {
+        if want.data_type != got.data_type {
+            return Err(format!(
+                "column '{}' is {} in the input but {} in store '{}': cast it in the input",
+                want.name,
+                super::parse::type_name(&got.data_type),
+                super::parse::type_name(&want.data_type),
+                entry.name
+            )
+            .into());
+        }
+    }
+    Ok((entry.layout, entry.schema))
+}
+
 /// Runs `cairn store build`.
 pub async fn build(args: BuildArgs) -> ToolResult<()> {
     let started = Instant::now();
-    let layout = layout(&args)?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
         .max(1);
     let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(threads));
     let df = read_input(&ctx, &args).await?;
-    let key = parse_names(&args.key, "key column")?;
-    let value = args
-        .value
-        .as_deref()
-        .map(|v| parse_names(v, "value column"))
-        .transpose()?;
     let arrow_schema = df.schema().as_arrow().clone();
-    let schema = StoreSchema::from_arrow(&arrow_schema, &key, value.as_deref())?;
+    let (layout, schema) = if args.cluster {
+        cluster_plan(&args, &arrow_schema).await?
+    } else {
+        let key = args
+            .key
+            .as_deref()
+            .ok_or("--key is required: name the key columns (or use --cluster)")?;
+        let key = parse_names(key, "key column")?;
+        let value = args
+            .value
+            .as_deref()
+            .map(|v| parse_names(v, "value column"))
+            .transpose()?;
+        (
+            layout(&args)?,
+            StoreSchema::from_arrow(&arrow_schema, &key, value.as_deref())?,
+        )
+    };
     let options = BuildOptions {
         threads,
         memory_bytes: args.memory_mb.max(1) << 20,
@@ -327,11 +393,9 @@ pub fn verify(args: VerifyArgs) -> ToolResult<()> {
     Ok(())
 }
 
-/// Runs `cairn store get`.
-pub fn get(args: GetArgs) -> ToolResult<()> {
-    let v = StoreVersion::open(&args.dir, Verify::Structure)?;
-    let schema = &v.metadata().schema;
-    if args.key.len() != schema.key.len() {
+/// The key `raw` gives for `schema` (one value per key column).
+pub fn parse_key(schema: &StoreSchema, raw: &[String]) -> ToolResult<Vec<Value>> {
+    if raw.len() != schema.key.len() {
         return Err(format!(
             "the store's key has {} column(s) ({}): give one value for each",
             schema.key.len(),
@@ -344,37 +408,49 @@ pub fn get(args: GetArgs) -> ToolResult<()> {
         )
         .into());
     }
-    let key = args
-        .key
-        .iter()
+    raw.iter()
         .zip(&schema.key)
         .map(|(raw, c)| {
             parse_value(raw, &c.data_type)
                 .map_err(|e| format!("key column '{}': {e}", c.name).into())
         })
-        .collect::<ToolResult<Vec<Value>>>()?;
+        .collect()
+}
+
+/// Prints a row of value columns, or fails with "no row" for `None`.
+pub fn print_row(schema: &StoreSchema, row: Option<Vec<Value>>) -> ToolResult<()> {
+    let Some(values) = row else {
+        return Err("no row with this key".into());
+    };
+    let headers: Vec<&str> = schema.value.iter().map(|c| c.name.as_str()).collect();
+    let row: Vec<String> = values
+        .iter()
+        .zip(&schema.value)
+        .map(|(v, c)| format_value(v, &c.data_type))
+        .collect();
+    println!("{}", text_table(&headers, &[row]).trim_end());
+    Ok(())
+}
+
+/// Runs `cairn store get`: in a node folder if `store` is one, else in the cluster.
+pub async fn get(args: GetArgs) -> ToolResult<()> {
+    let dir = PathBuf::from(&args.store);
+    if !dir.join(cairn_readonly::format::METADATA_FILE).is_file() {
+        return super::store_serve::get(args).await;
+    }
+    let v = StoreVersion::open(&dir, Verify::Structure)?;
+    let schema = &v.metadata().schema;
+    let key = parse_key(schema, &args.key)?;
     let encoded = schema.encode_key(&key)?;
     if !v.holds(&encoded) {
-        let others = other_holders(&args.dir, &v, &encoded);
+        let others = other_holders(&dir, &v, &encoded);
         return Err(format!(
             "node {} does not hold this key's partition; it is on node(s) {others}",
             v.metadata().node
         )
         .into());
     }
-    match v.get_row(&key)? {
-        None => Err("no row with this key".into()),
-        Some(values) => {
-            let headers: Vec<&str> = schema.value.iter().map(|c| c.name.as_str()).collect();
-            let row: Vec<String> = values
-                .iter()
-                .zip(&schema.value)
-                .map(|(v, c)| format_value(v, &c.data_type))
-                .collect();
-            println!("{}", text_table(&headers, &[row]).trim_end());
-            Ok(())
-        }
-    }
+    print_row(schema, v.get_row(&key)?)
 }
 
 /// The nodes of a key's preference list, with their folders when they sit next to

@@ -211,9 +211,33 @@ fn describe_lines(s: &StoreEntry) -> Vec<String> {
 /// Runs `cairn store describe`.
 pub async fn describe(a: DescribeArgs) -> ToolResult<()> {
     let client = a.conn.connect().await?;
-    let s = client.get_store(&a.name).await?;
+    let (s, push) = client.get_store_and_push(&a.name).await?;
     for l in describe_lines(&s) {
         println!("{l}");
+    }
+    if let Some(p) = &s.push {
+        println!("push of version {} under way ({:?})", p.version, p.phase);
+    }
+    if let Some(r) = push {
+        println!(
+            "last push: version {} {}{}",
+            r.version,
+            r.state,
+            r.error.map(|e| format!(": {e}")).unwrap_or_default()
+        );
+        for (i, n) in r.nodes.iter().enumerate() {
+            println!(
+                "  node {i}: {}/{} bytes fetched{}{}{}",
+                n.bytes_done,
+                n.bytes_total,
+                if n.fetched { ", verified" } else { "" },
+                if n.swapped { ", swapped" } else { "" },
+                n.error
+                    .as_ref()
+                    .map(|e| format!(", error: {e}"))
+                    .unwrap_or_default()
+            );
+        }
     }
     Ok(())
 }
@@ -266,6 +290,7 @@ mod tests {
             retained: 2,
             current_version: None,
             owner: "cairn".into(),
+            push: None,
         };
         let text = describe_lines(&s).join("\n");
         assert!(text.contains("key:   user_id:int64"), "{text}");

@@ -475,6 +475,17 @@ pub const FAST_RAFT: [&str; 6] = [
 ];
 
 pub fn master_proc(dir: &std::path::Path, addr: &str, masters: &[String], log: PathBuf) -> Proc {
+    master_proc_with(dir, addr, masters, log, &[])
+}
+
+/// [`master_proc`] with `extra` flags.
+pub fn master_proc_with(
+    dir: &std::path::Path,
+    addr: &str,
+    masters: &[String],
+    log: PathBuf,
+    extra: &[&str],
+) -> Proc {
     let mut args = vec![
         "master".to_string(),
         "--data-dir".into(),
@@ -489,6 +500,7 @@ pub fn master_proc(dir: &std::path::Path, addr: &str, masters: &[String], log: P
         args.push(masters.join(","));
     }
     args.extend(FAST_RAFT.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(|s| s.to_string()));
     Proc::spawn(args, addr.to_string(), log)
 }
 

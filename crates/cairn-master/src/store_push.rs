@@ -1,0 +1,565 @@
+//! Pushing, rolling back and keeping in step the versions of read-only stores.
+//!
+//! Voldemort swaps a new version in only once every node has fetched its files
+//! (the Voldemort read-only paper, §4.2.2 and §4.3); Cairn's leader master runs that
+//! protocol:
+//!
+//! 1. **Fetching.** The push is recorded in the catalog ([`PushState`], phase
+//!    `Fetching`). Every node of the ring is told to fetch its `node-<n>` folder of the
+//!    build; the master polls them (the same idempotent `StoreFetch`, which starts,
+//!    resumes or reports) until all have their files verified. A node that fails, or
+//!    stays unreachable for longer than [`MasterOptions::store_push_grace`], fails the
+//!    push: the others' partial copies are deleted and nothing was ever served.
+//! 2. **Swapping.** The phase becomes `Swapping` in the catalog, then every node swaps
+//!    (`StoreSwap`, idempotent). If one cannot, the nodes that did swap are swapped
+//!    back to the version the catalog says is current, and the push fails.
+//! 3. The catalog's `current_version` becomes the new version and the push is cleared.
+//!
+//! Because every step is recorded before it starts and every RPC is idempotent, a new
+//! leader master that finds a push in the catalog ([`reconcile`]) simply drives it
+//! again from its phase: a fetch resumes, a swap completes or rolls back.
+//!
+//! [`reconcile`] also keeps servers in step with the catalog: a server that comes
+//! back from a crash serving a version other than `current_version` (it had swapped
+//! just before a failed push rolled the others back) is swapped to it.
+//!
+//! [`MasterOptions::store_push_grace`]: crate::server::MasterOptions::store_push_grace
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_proto as pb;
+use cairn_proto::read_only_store_client::ReadOnlyStoreClient;
+use cairn_readonly::{NodeProgress, PushPhase, PushReport, PushState, StoreEntry};
+
+use crate::catalog::CatalogOp;
+use crate::error::{MasterError, Result};
+use crate::service::MasterState;
+use crate::stores::by_name;
+
+/// How long one store RPC to a tablet server may take.
+const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a push polls the servers.
+const POLL: Duration = Duration::from_millis(200);
+
+fn client(st: &MasterState, addr: &str) -> Result<ReadOnlyStoreClient<tonic::transport::Channel>> {
+    Ok(ReadOnlyStoreClient::new(st.pool.get(addr).map_err(
+        |e| MasterError::Unavailable(format!("tablet server {addr}: {e}")),
+    )?))
+}
+
+/// The address of node `n` of `store` now: the live server's own address when it
+/// has heartbeated (it may have moved), else the one recorded at creation.
+fn node_addr(st: &MasterState, store: &StoreEntry, n: usize) -> String {
+    let node = &store.nodes[n];
+    st.tservers
+        .read()
+        .get(&node.node_id)
+        .map_or_else(|| node.addr.clone(), |t| t.addr.clone())
+}
+
+/// `store` with every node's current address (see [`node_addr`]).
+pub(crate) fn with_current_addrs(st: &MasterState, mut store: StoreEntry) -> StoreEntry {
+    let addrs: Vec<String> = (0..store.nodes.len())
+        .map(|n| node_addr(st, &store, n))
+        .collect();
+    for (node, addr) in store.nodes.iter_mut().zip(addrs) {
+        node.addr = addr;
+    }
+    store
+}
+
+/// Records the store's version and push in the catalog.
+async fn set_state(
+    st: &MasterState,
+    id: &str,
+    current_version: Option<u64>,
+    push: Option<PushState>,
+) -> Result<()> {
+    st.propose(&CatalogOp::SetStoreState {
+        id: id.to_string(),
+        current_version,
+        push,
+    })
+    .await?
+    .map_err(MasterError::InvalidArgument)
+}
+
+fn publish(st: &MasterState, id: &str, report: &PushReport) {
+    st.store_pushes
+        .lock()
+        .insert(id.to_string(), report.clone());
+}
+
+/// The `PushStore` RPC after authorization: records the push and starts driving it.
+/// Returns the version being pushed.
+/// REQUIRES: the caller may push stores.
+pub(crate) async fn start(st: &Arc<MasterState>, req: pb::PushStoreRequest) -> Result<u64> {
+    st.check_leader()?;
+    let _ddl = st.ddl.lock().await;
+    let name = req.name.trim();
+    let store = st
+        .catalog
+        .read(|c| by_name(&c.stores, name).cloned())
+        .ok_or_else(|| MasterError::StoreNotFound(name.to_string()))?;
+    if let Some(p) = &store.push {
+        return Err(MasterError::FailedPrecondition(format!(
+            "store '{name}' is already being pushed (version {}); wait for that push to \
+             finish (cairn store describe {name})",
+            p.version
+        )));
+    }
+    cairn_readonly::source_path(&req.source)
+        .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
+    let newest = st
+        .store_pushes
+        .lock()
+        .get(&store.id)
+        .map_or(0, |r| r.version)
+        .max(store.current_version.unwrap_or(0));
+    let version = if req.version == 0 {
+        newest + 1
+    } else {
+        req.version
+    };
+    if store.current_version.is_some_and(|c| version <= c) {
+        return Err(MasterError::InvalidArgument(format!(
+            "store '{name}' serves version {}; push a higher version, or use \
+             `cairn store rollback` to return to an older one",
+            store.current_version.unwrap_or(0)
+        )));
+    }
+    let push = PushState {
+        version,
+        source: req.source.trim_end_matches('/').to_string(),
+        throttle_bytes_per_sec: req.throttle_bytes_per_sec,
+        phase: PushPhase::Fetching,
+    };
+    set_state(st, &store.id, store.current_version, Some(push)).await?;
+    spawn_driver(st, &store.id);
+    Ok(version)
+}
+
+/// Starts driving store `id`'s recorded push, unless this master already does.
+fn spawn_driver(st: &Arc<MasterState>, id: &str) {
+    if !st.store_drivers.lock().insert(id.to_string()) {
+        return;
+    }
+    let (st, id) = (st.clone(), id.to_string());
+    tokio::spawn(async move {
+        if let Err(e) = drive(&st, &id).await {
+            tracing::warn!(store = %id, error = %e, "read-only store push stopped");
+        }
+        st.store_drivers.lock().remove(&id);
+    });
+}
+
+/// Drives store `id`'s push from its recorded phase to the end (module docs).
+async fn drive(st: &Arc<MasterState>, id: &str) -> Result<()> {
+    let Some(store) = st.catalog.read(|c| c.stores.get(id).cloned()) else {
+        return Ok(());
+    };
+    let Some(mut push) = store.push.clone() else {
+        return Ok(());
+    };
+    let mut report = PushReport {
+        version: push.version,
+        state: "fetching".into(),
+        nodes: store
+            .nodes
+            .iter()
+            .map(|n| NodeProgress {
+                node_id: n.node_id,
+                ..Default::default()
+            })
+            .collect(),
+        error: None,
+    };
+    tracing::info!(store = %store.name, version = push.version, phase = ?push.phase,
+        "driving read-only store push");
+    if push.phase == PushPhase::Fetching {
+        if let Err(e) = fetch_all(st, &store, &push, &mut report).await {
+            if st.check_leader().is_err() {
+                // The next leader resumes the push; the fetched files stay for it.
+                return Err(e);
+            }
+            for n in 0..store.nodes.len() {
+                let _ = abort_fetch(st, &store, n, push.version).await;
+            }
+            report.state = "failed".into();
+            report.error = Some(e.to_string());
+            publish(st, id, &report);
+            set_state(st, id, store.current_version, None).await?;
+            return Err(e);
+        }
+        push.phase = PushPhase::Swapping;
+        set_state(st, id, store.current_version, Some(push.clone())).await?;
+    }
+    report.state = "swapping".into();
+    publish(st, id, &report);
+    match swap_all(st, &store, push.version, &mut report).await {
+        Ok(()) => {
+            report.state = "done".into();
+            publish(st, id, &report);
+            set_state(st, id, Some(push.version), None).await?;
+            tracing::info!(store = %store.name, version = push.version, "pushed read-only store");
+            Ok(())
+        }
+        Err(e) => {
+            report.error = Some(e.to_string());
+            report.state = "rolled back".into();
+            if let Some(prev) = store.current_version {
+                let swapped: Vec<usize> = (0..store.nodes.len())
+                    .filter(|&n| report.nodes[n].swapped)
+                    .collect();
+                for n in swapped {
+                    match swap_node(st, &store, n, prev).await {
+                        Ok(_) => report.nodes[n].swapped = false,
+                        Err(e2) => {
+                            // The server will be swapped back by `reconcile` once it
+                            // answers again.
+                            report.nodes[n].error = Some(e2.to_string());
+                        }
+                    }
+                }
+            }
+            publish(st, id, &report);
+            set_state(st, id, store.current_version, None).await?;
+            Err(e)
+        }
+    }
+}
+
+async fn fetch_node(
+    st: &MasterState,
+    store: &StoreEntry,
+    n: usize,
+    push: &PushState,
+) -> Result<pb::StoreStatusResponse> {
+    let addr = node_addr(st, store, n);
+    let mut c = client(st, &addr)?;
+    let req = pb::StoreFetchRequest {
+        store_id: store.id.clone(),
+        store_name: store.name.clone(),
+        version: push.version,
+        source: format!("{}/node-{n}", push.source),
+        node: n as u32,
+        retained: store.retained,
+        throttle_bytes_per_sec: push.throttle_bytes_per_sec,
+        abort: false,
+    };
+    let r = tokio::time::timeout(RPC_TIMEOUT, c.store_fetch(req))
+        .await
+        .map_err(|_| MasterError::Unavailable(format!("tablet server {addr} did not answer")))?
+        .map_err(|s| MasterError::Unavailable(format!("tablet server {addr}: {}", s.message())))?;
+    Ok(r.into_inner())
+}
+
+async fn abort_fetch(st: &MasterState, store: &StoreEntry, n: usize, version: u64) -> Result<()> {
+    let addr = node_addr(st, store, n);
+    let mut c = client(st, &addr)?;
+    let req = pb::StoreFetchRequest {
+        store_id: store.id.clone(),
+        version,
+        abort: true,
+        ..Default::default()
+    };
+    tokio::time::timeout(RPC_TIMEOUT, c.store_fetch(req))
+        .await
+        .map_err(|_| MasterError::Unavailable(format!("tablet server {addr} did not answer")))?
+        .map_err(|s| MasterError::Unavailable(s.message().to_string()))?;
+    Ok(())
+}
+
+/// Phase 1: until every node has its files, or one fails.
+async fn fetch_all(
+    st: &MasterState,
+    store: &StoreEntry,
+    push: &PushState,
+    report: &mut PushReport,
+) -> Result<()> {
+    let grace = st.opts.store_push_grace;
+    let mut last_seen = vec![Instant::now(); store.nodes.len()];
+    loop {
+        st.check_leader()?;
+        if st.catalog.read(|c| !c.stores.contains_key(&store.id)) {
+            return Err(MasterError::StoreNotFound(store.name.clone()));
+        }
+        let mut all = true;
+        for (n, seen) in last_seen.iter_mut().enumerate() {
+            if report.nodes[n].fetched {
+                continue;
+            }
+            match fetch_node(st, store, n, push).await {
+                Ok(s) => {
+                    *seen = Instant::now();
+                    let p = &mut report.nodes[n];
+                    p.bytes_done = s.bytes_done;
+                    p.bytes_total = s.bytes_total;
+                    p.fetched = s.fetched;
+                    p.error = None;
+                    if !s.fetch_error.is_empty() {
+                        return Err(MasterError::FailedPrecondition(format!(
+                            "tablet server {} (node {n}) could not fetch version {}: {}",
+                            store.nodes[n].node_id, push.version, s.fetch_error
+                        )));
+                    }
+                    all &= s.fetched;
+                }
+                Err(e) => {
+                    all = false;
+                    report.nodes[n].error = Some(e.to_string());
+                    if seen.elapsed() > grace {
+                        return Err(MasterError::Unavailable(format!(
+                            "tablet server {} (node {n}) was unreachable for more than {} s \
+                             while fetching version {}: {e}",
+                            store.nodes[n].node_id,
+                            grace.as_secs(),
+                            push.version
+                        )));
+                    }
+                }
+            }
+        }
+        publish(st, &store.id, report);
+        if all {
+            return Ok(());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Tells node `n` to make `version` live; retries while it is unreachable, up to the
+/// push grace.
+async fn swap_node(
+    st: &MasterState,
+    store: &StoreEntry,
+    n: usize,
+    version: u64,
+) -> Result<pb::StoreSwapResponse> {
+    let deadline = Instant::now() + st.opts.store_push_grace;
+    loop {
+        let addr = node_addr(st, store, n);
+        let attempt = async {
+            let mut c = client(st, &addr)?;
+            let req = pb::StoreSwapRequest {
+                store_id: store.id.clone(),
+                version,
+            };
+            match tokio::time::timeout(RPC_TIMEOUT, c.store_swap(req)).await {
+                Err(_) => Err(MasterError::Unavailable(format!("{addr} did not answer"))),
+                Ok(Err(s)) if s.code() == tonic::Code::Unavailable => {
+                    Err(MasterError::Unavailable(format!("{addr}: {}", s.message())))
+                }
+                Ok(Err(s)) => Err(MasterError::FailedPrecondition(format!(
+                    "tablet server {addr} cannot swap store '{}' to version {version}: {}",
+                    store.name,
+                    s.message()
+                ))),
+                Ok(Ok(r)) => Ok(r.into_inner()),
+            }
+        };
+        match attempt.await {
+            Err(MasterError::Unavailable(e)) if Instant::now() < deadline => {
+                tracing::debug!(error = %e, "swap: tablet server unreachable, retrying");
+                tokio::time::sleep(POLL).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Phase 2: every node swaps, in parallel.
+async fn swap_all(
+    st: &MasterState,
+    store: &StoreEntry,
+    version: u64,
+    report: &mut PushReport,
+) -> Result<()> {
+    let results =
+        futures::future::join_all((0..store.nodes.len()).map(|n| swap_node(st, store, n, version)))
+            .await;
+    let mut first_error = None;
+    for (n, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(_) => report.nodes[n].swapped = true,
+            Err(e) => {
+                report.nodes[n].error = Some(e.to_string());
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// The `RollbackStore` RPC after authorization: every node swaps to `to` (or the
+/// newest retained version older than the current one), then the catalog records it.
+/// If a node cannot, the others are swapped back and nothing changes.
+/// REQUIRES: the caller may roll stores back.
+pub(crate) async fn rollback(
+    st: &MasterState,
+    req: pb::RollbackStoreRequest,
+) -> Result<pb::RollbackStoreResponse> {
+    st.check_leader()?;
+    let _ddl = st.ddl.lock().await;
+    let name = req.name.trim();
+    let store = st
+        .catalog
+        .read(|c| by_name(&c.stores, name).cloned())
+        .ok_or_else(|| MasterError::StoreNotFound(name.to_string()))?;
+    if store.push.is_some() {
+        return Err(MasterError::FailedPrecondition(format!(
+            "store '{name}' is being pushed; roll back once the push has finished"
+        )));
+    }
+    let Some(current) = store.current_version else {
+        return Err(MasterError::FailedPrecondition(format!(
+            "store '{name}' has never been pushed; there is nothing to roll back"
+        )));
+    };
+    // The versions every node still holds.
+    let mut common: Option<BTreeSet<u64>> = None;
+    for n in 0..store.nodes.len() {
+        let addr = node_addr(st, &store, n);
+        let mut c = client(st, &addr)?;
+        let s = tokio::time::timeout(
+            RPC_TIMEOUT,
+            c.store_status(pb::StoreStatusRequest {
+                store_id: store.id.clone(),
+            }),
+        )
+        .await
+        .map_err(|_| MasterError::Unavailable(format!("tablet server {addr} did not answer")))?
+        .map_err(|s| MasterError::Unavailable(format!("tablet server {addr}: {}", s.message())))?
+        .into_inner();
+        let held: BTreeSet<u64> = s.versions.into_iter().collect();
+        common = Some(match common {
+            None => held,
+            Some(c) => c.intersection(&held).copied().collect(),
+        });
+    }
+    let common = common.unwrap_or_default();
+    let target = if req.to > 0 {
+        if !common.contains(&req.to) {
+            return Err(MasterError::InvalidArgument(format!(
+                "version {} of store '{name}' is not retained on every server (retained \
+                 everywhere: {common:?})",
+                req.to
+            )));
+        }
+        req.to
+    } else {
+        *common.iter().rev().find(|&&v| v < current).ok_or_else(|| {
+            MasterError::FailedPrecondition(format!(
+                "no version of store '{name}' older than {current} is retained on every \
+                     server (retained everywhere: {common:?})"
+            ))
+        })?
+    };
+    let mut report = PushReport {
+        version: target,
+        state: "rolling back".into(),
+        nodes: store
+            .nodes
+            .iter()
+            .map(|n| NodeProgress {
+                node_id: n.node_id,
+                fetched: true,
+                ..Default::default()
+            })
+            .collect(),
+        error: None,
+    };
+    let mut max_micros = 0;
+    let results =
+        futures::future::join_all((0..store.nodes.len()).map(|n| swap_node(st, &store, n, target)))
+            .await;
+    let mut failed = None;
+    for (n, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(r) => {
+                report.nodes[n].swapped = true;
+                max_micros = max_micros.max(r.micros);
+            }
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failed {
+        for n in 0..store.nodes.len() {
+            if report.nodes[n].swapped {
+                let _ = swap_node(st, &store, n, current).await;
+            }
+        }
+        return Err(e);
+    }
+    set_state(st, &store.id, Some(target), None).await?;
+    Ok(pb::RollbackStoreResponse {
+        previous: current,
+        current: target,
+        max_swap_micros: max_micros,
+    })
+}
+
+/// Tells every node of a dropped store to delete its files (best effort: a server
+/// that is down keeps them until it is told again, which `reconcile` does not do —
+/// an operator removes `<data>/stores/<id>` by hand).
+pub(crate) async fn drop_files(st: &MasterState, store: &StoreEntry) {
+    for n in 0..store.nodes.len() {
+        let addr = node_addr(st, store, n);
+        let Ok(mut c) = client(st, &addr) else {
+            continue;
+        };
+        let req = pb::StoreDropRequest {
+            store_id: store.id.clone(),
+        };
+        if let Err(e) = tokio::time::timeout(RPC_TIMEOUT, c.store_drop(req)).await {
+            tracing::warn!(store = %store.name, %addr, error = %e, "could not delete store files");
+        }
+    }
+}
+
+/// One round of the leader's store upkeep (module docs): resumes recorded pushes
+/// this master is not driving, and swaps servers that serve another version than
+/// the catalog's back to it.
+pub(crate) async fn reconcile(st: &Arc<MasterState>) {
+    let stores: Vec<StoreEntry> = st.catalog.read(|c| c.stores.values().cloned().collect());
+    for store in stores {
+        if store.push.is_some() {
+            spawn_driver(st, &store.id);
+            continue;
+        }
+        let Some(current) = store.current_version else {
+            continue;
+        };
+        if st.store_drivers.lock().contains(&store.id) {
+            continue;
+        }
+        for n in 0..store.nodes.len() {
+            let addr = node_addr(st, &store, n);
+            let Ok(mut c) = client(st, &addr) else {
+                continue;
+            };
+            let req = pb::StoreStatusRequest {
+                store_id: store.id.clone(),
+            };
+            let Ok(Ok(s)) = tokio::time::timeout(RPC_TIMEOUT, c.store_status(req)).await else {
+                continue;
+            };
+            let s = s.into_inner();
+            if s.live_version != current && s.versions.contains(&current) {
+                tracing::info!(store = %store.name, %addr, serves = s.live_version, current,
+                    "swapping a tablet server back to the store's current version");
+                let req = pb::StoreSwapRequest {
+                    store_id: store.id.clone(),
+                    version: current,
+                };
+                if let Err(e) = tokio::time::timeout(RPC_TIMEOUT, c.store_swap(req)).await {
+                    tracing::warn!(store = %store.name, %addr, error = %e, "swap back failed");
+                }
+            }
+        }
+    }
+}

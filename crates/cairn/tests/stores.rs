@@ -1,0 +1,307 @@
+//! Read-only stores on a real multi-process cluster: build from the catalog's ring,
+//! push (with a tablet server killed mid-fetch and the leader master killed
+//! mid-push), roll back, fail over lookups, and a push that fails leaving the
+//! previous version live. Readers run throughout and check that every answer is one
+//! whole version's value and that no lookup fails while a replica is up.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cairn_client::{Client, StoreReader};
+use cairn_common::Value;
+use common::*;
+
+/// Rows in every version.
+const ROWS: i64 = 3_000;
+/// Seconds a push waits for an unreachable server (the masters' flag).
+const GRACE_SECS: &str = "8";
+
+fn cairn(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// The value tag of version `v`.
+fn tag(v: u64) -> &'static str {
+    match v {
+        1 => "one",
+        2 => "two",
+        3 => "three",
+        _ => "unknown",
+    }
+}
+
+/// Writes version `v`'s input (`{"id": i, "v": "<tag>-<i>"}` per line) and builds it
+/// with the ring from the catalog into `out`.
+fn build_version(dir: &std::path::Path, masters: &str, v: u64) -> String {
+    let input = dir.join(format!("v{v}.jsonl"));
+    let mut text = String::new();
+    for i in 0..ROWS {
+        text.push_str(&format!("{{\"id\": {i}, \"v\": \"{}-{i}\"}}\n", tag(v)));
+    }
+    std::fs::write(&input, text).unwrap();
+    let out = dir.join(format!("build-v{v}"));
+    let (ok, text) = cairn(&[
+        "store",
+        "build",
+        "recs",
+        "--cluster",
+        "--masters",
+        masters,
+        "--format",
+        "jsonl",
+        "-i",
+        &input.to_string_lossy(),
+        "-o",
+        &out.to_string_lossy(),
+    ]);
+    assert!(ok, "build of version {v} failed: {text}");
+    out.to_string_lossy().to_string()
+}
+
+/// Looks every key up; each answer must be its version's value.
+async fn check_all(reader: &StoreReader, expect: Option<u64>) -> u64 {
+    let keys: Vec<Vec<Value>> = (0..ROWS).map(|i| vec![Value::Int64(i)]).collect();
+    let rows = reader.get_all(&keys).await.unwrap();
+    let mut seen = 0;
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(
+            r.value,
+            Some(vec![Value::String(format!("{}-{i}", tag(r.version)))]),
+            "key {i} at version {}",
+            r.version
+        );
+        if let Some(v) = expect {
+            assert_eq!(r.version, v, "key {i}");
+        }
+        seen = seen.max(r.version);
+    }
+    // A key never built is absent.
+    assert_eq!(reader.get(&[Value::Int64(ROWS + 7)]).await.unwrap(), None);
+    seen
+}
+
+/// Readers looking random batches up until `stop`; they count answers and record the
+/// first bad one.
+fn spawn_readers(
+    reader: StoreReader,
+    stop: Arc<AtomicBool>,
+    answers: Arc<AtomicU64>,
+) -> Vec<tokio::task::JoinHandle<Result<(), String>>> {
+    (0..2)
+        .map(|t| {
+            let (reader, stop, answers) = (reader.clone(), stop.clone(), answers.clone());
+            tokio::spawn(async move {
+                let mut x: u64 = 0x9e37_79b9 + t;
+                while !stop.load(Ordering::Relaxed) {
+                    let keys: Vec<Vec<Value>> = (0..50)
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            vec![Value::Int64((x % ROWS as u64) as i64)]
+                        })
+                        .collect();
+                    let rows = reader
+                        .get_all(&keys)
+                        .await
+                        .map_err(|e| format!("a lookup failed while replicas were up: {e}"))?;
+                    for (k, r) in keys.iter().zip(rows) {
+                        let Value::Int64(i) = k[0] else {
+                            unreachable!()
+                        };
+                        let want = Some(vec![Value::String(format!("{}-{i}", tag(r.version)))]);
+                        if r.value != want {
+                            return Err(format!(
+                                "key {i} at version {} answered {:?}",
+                                r.version, r.value
+                            ));
+                        }
+                    }
+                    answers.fetch_add(50, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Ok(())
+            })
+        })
+        .collect()
+}
+
+/// Waits until the store serves `version` (and no push is under way).
+async fn wait_version(c: &Client, version: u64, within: Duration) {
+    let until = Instant::now() + within;
+    loop {
+        if let Ok((e, r)) = c.get_store_and_push("recs").await {
+            if e.push.is_none() && e.current_version == Some(version) {
+                return;
+            }
+            if let Some(r) = r.filter(|r| r.version == version && r.state != "done")
+                && (r.state == "failed" || r.state == "rolled back")
+            {
+                panic!("push of version {version} failed: {r:?}");
+            }
+        }
+        assert!(
+            Instant::now() < until,
+            "version {version} was not live within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn push_swap_rollback_and_failover_on_real_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let master_addrs: Vec<String> = (0..3).map(|_| reserve_addr()).collect();
+    let mut masters: Vec<Proc> = master_addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            master_proc_with(
+                &d.join(format!("m{i}")),
+                a,
+                &master_addrs,
+                d.join(format!("m{i}.log")),
+                &["--store-push-grace-secs", GRACE_SECS],
+            )
+        })
+        .collect();
+    let mut tservers: Vec<Proc> = (0..3)
+        .map(|i| {
+            tserver_proc(
+                &d.join(format!("t{i}")),
+                &reserve_addr(),
+                &master_addrs,
+                d.join(format!("t{i}.log")),
+            )
+        })
+        .collect();
+    let c = Client::connect(&master_addrs).await.unwrap();
+    wait_live_servers(&c, 3, Duration::from_secs(60)).await;
+    let m = master_addrs.join(",");
+
+    // Create with the CLI; build version 1 from the catalog's ring; push it.
+    let (ok, out) = cairn(&[
+        "store",
+        "create",
+        "recs",
+        "--masters",
+        &m,
+        "--key",
+        "id:int64",
+        "--value",
+        "v:string",
+        "--replication",
+        "2",
+        "--retain",
+        "3",
+    ]);
+    assert!(ok, "{out}");
+    let (ok, out) = cairn(&["store", "get", "recs", "1", "--masters", &m]);
+    assert!(!ok && out.contains("no version yet"), "{out}");
+    let v1 = build_version(d, &m, 1);
+    let (ok, out) = cairn(&["store", "push", "recs", "--from", &v1, "--masters", &m]);
+    assert!(ok && out.contains("now serves version 1"), "{out}");
+    let (ok, out) = cairn(&["store", "get", "recs", "42", "--masters", &m]);
+    assert!(ok && out.contains("one-42"), "{out}");
+    let reader = c.open_store("recs").await.unwrap();
+    assert_eq!(check_all(&reader, Some(1)).await, 1);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let answers = Arc::new(AtomicU64::new(0));
+    let readers = spawn_readers(reader.clone(), stop.clone(), answers.clone());
+
+    // Version 2, fetched slowly: one tablet server is killed mid-fetch and restarted
+    // (its fetch resumes), then the leader master is killed (the next one finishes
+    // the push). Lookups keep answering version 1 until the swap.
+    let v2 = build_version(d, &m, 2);
+    let version = c.push_store("recs", &v2, 0, 10_000).await.unwrap();
+    assert_eq!(version, 2);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tservers[1].kill9();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tservers[1].start();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let leader = c
+        .list_masters()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|x| x.role.eq_ignore_ascii_case("leader"))
+        .expect("a leader master");
+    let li = master_addrs.iter().position(|a| *a == leader.addr).unwrap();
+    let (e, _) = c.get_store_and_push("recs").await.unwrap();
+    assert_eq!(
+        (e.current_version, e.push.is_some()),
+        (Some(1), true),
+        "still fetching: {e:?}"
+    );
+    masters[li].kill9();
+    wait_version(&c, 2, Duration::from_secs(90)).await;
+    masters[li].start();
+    assert_eq!(check_all(&reader, Some(2)).await, 2);
+
+    // Roll back with the CLI, in milliseconds.
+    let (ok, out) = cairn(&["store", "rollback", "recs", "--masters", &m]);
+    assert!(ok && out.contains("now serves version 1 (was 2)"), "{out}");
+    assert_eq!(check_all(&reader, Some(1)).await, 1);
+
+    // A server down: lookups fail over to the next replica; a push cannot complete
+    // and leaves version 1 live.
+    tservers[2].kill9();
+    assert_eq!(check_all(&reader, Some(1)).await, 1);
+    let v3 = build_version(d, &m, 3);
+    let (ok, out) = cairn(&["store", "push", "recs", "--from", &v3, "--masters", &m]);
+    assert!(!ok && out.contains("previous version stays live"), "{out}");
+    assert_eq!(check_all(&reader, Some(1)).await, 1);
+    let (e, _) = c.get_store_and_push("recs").await.unwrap();
+    assert_eq!((e.current_version, e.push.is_none()), (Some(1), true));
+
+    // Back up, the server serves version 1 too; the push then succeeds (numbered 3
+    // again on purpose: the failed push installed nothing).
+    tservers[2].start();
+    wait_live_servers(&c, 3, Duration::from_secs(60)).await;
+    let (ok, out) = cairn(&[
+        "store",
+        "push",
+        "recs",
+        "--from",
+        &v3,
+        "--version",
+        "3",
+        "--masters",
+        &m,
+    ]);
+    assert!(ok && out.contains("now serves version 3"), "{out}");
+    assert_eq!(check_all(&reader, Some(3)).await, 3);
+
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.await.unwrap().unwrap();
+    }
+    assert!(answers.load(Ordering::Relaxed) > 0);
+
+    // Dropping the store deletes its files on every server.
+    let (ok, out) = cairn(&["store", "drop", "recs", "--masters", &m]);
+    assert!(ok, "{out}");
+    for i in 0..3 {
+        let stores = d.join(format!("t{i}/stores"));
+        let left: Vec<_> = std::fs::read_dir(&stores).unwrap().collect();
+        assert!(left.is_empty(), "t{i} still has {left:?}");
+    }
+    for p in tservers.iter_mut().chain(masters.iter_mut()) {
+        p.kill9();
+    }
+}
