@@ -199,6 +199,79 @@ impl StoreReader {
         Ok(out.into_iter().map(|o| o.unwrap_or((0, None))).collect())
     }
 
+    /// Every tuple (encoded key, encoded value) of the store, one version throughout
+    /// (module docs of [`StoreReader::scan_partition`]); `version` pins it (0: the
+    /// live one of the first partition read).
+    pub async fn scan_all(&self, version: u64) -> Result<(u64, Vec<(Vec<u8>, Vec<u8>)>)> {
+        let entry = self.entry();
+        let mut version = version;
+        let mut out = Vec::new();
+        for p in 0..entry.layout.partitions() {
+            let (v, tuples) = self.scan_partition(&entry, p, version).await?;
+            version = v;
+            out.extend(tuples);
+        }
+        Ok((version, out))
+    }
+
+    /// Every tuple of primary partition `p`, read page by page from the first replica
+    /// of its preference list that answers all pages; `version` 0 takes the live one.
+    /// A server that swapped during the scan fails it rather than mix versions.
+    pub async fn scan_partition(
+        &self,
+        entry: &StoreEntry,
+        p: u32,
+        version: u64,
+    ) -> Result<(u64, Vec<(Vec<u8>, Vec<u8>)>)> {
+        let t = self.client.options().rpc_timeout;
+        let mut errors = Vec::new();
+        for (_, node) in entry.layout.preference_list(p) {
+            let Some(addr) = entry.nodes.get(node as usize).map(|n| n.addr.clone()) else {
+                continue;
+            };
+            let attempt_node = async {
+                let mut stub = self
+                    .client
+                    .store_stub(&addr)
+                    .map_err(|e| Status::unavailable(e.to_string()))?;
+                let mut req = cairn_proto::StoreScanRequest {
+                    store_id: entry.id.clone(),
+                    partition: p,
+                    version,
+                    ..Default::default()
+                };
+                let mut tuples = Vec::new();
+                loop {
+                    let r = attempt(t, stub.store_scan(request(req.clone(), t))).await?;
+                    req.version = r.version;
+                    tuples.extend(
+                        r.keys
+                            .into_iter()
+                            .zip(r.values)
+                            .map(|(k, v)| (k.to_vec(), v.to_vec())),
+                    );
+                    if !r.more {
+                        return Ok::<_, Status>((r.version, tuples));
+                    }
+                    req.chunk = r.next_chunk;
+                    req.entry = r.next_entry;
+                }
+            };
+            match attempt_node.await {
+                Ok(r) => return Ok(r),
+                Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                    return Err(ClientError::InvalidArgument(s.message().to_string()));
+                }
+                Err(s) => errors.push(format!("{addr}: {}", s.message())),
+            }
+        }
+        Err(ClientError::StoreUnavailable(format!(
+            "no replica of partition {p} of store '{}' answered a scan ({})",
+            entry.name,
+            errors.join("; ")
+        )))
+    }
+
     /// One `StoreGet` to ring node `node` for `batch`.
     async fn call_node(
         &self,

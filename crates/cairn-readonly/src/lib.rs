@@ -51,6 +51,6 @@ pub use error::{ReadOnlyError, Result};
 pub use fetch::{FetchProgress, FetchTarget, fetch_node, source_path};
 pub use format::NodeMetadata;
 pub use layout::{ChunkId, KeyHash, NodeId, PreferenceList, StoreLayout};
-pub use reader::{StoreVersion, Verify};
+pub use reader::{ScanCursor, StoreVersion, Verify};
 pub use schema::{StoreColumn, StoreSchema};
 pub use versions::{SwapReport, VersionedStore};

@@ -67,6 +67,18 @@ fn map(path: &Path) -> Result<Mapped> {
     Ok(Mapped::Map(m))
 }
 
+/// A tuple copied out of a store: the encoded key and the encoded value.
+pub type OwnedTuple = (Vec<u8>, Vec<u8>);
+
+/// Where a partition scan continues: a chunk and an index entry in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanCursor {
+    /// The chunk.
+    pub chunk: u32,
+    /// The index entry in it.
+    pub entry: u64,
+}
+
 /// One chunk's index and data, mapped.
 #[derive(Debug)]
 pub struct Chunk {
@@ -231,6 +243,52 @@ impl StoreVersion {
             .get(layout.chunk_of(&hash) as usize)
             .ok_or_else(|| ReadOnlyError::corrupt(&self.dir, "a chunk is missing"))?;
         chunk.get(hash.prefix(), key)
+    }
+
+    /// Reads the tuples of primary partition `partition` in file order, starting at
+    /// `from` (chunk, index entry), until about `max_bytes` of keys and values are
+    /// gathered: `(tuples, where to continue)`, `None` once the partition is done.
+    /// A partition this node holds no replica of is an error.
+    pub fn scan(
+        &self,
+        partition: u32,
+        from: ScanCursor,
+        max_bytes: usize,
+    ) -> Result<(Vec<OwnedTuple>, Option<ScanCursor>)> {
+        let (_, chunks) = self.partitions.get(&partition).ok_or_else(|| {
+            ReadOnlyError::InvalidInput(format!(
+                "node {} holds no replica of partition {partition}",
+                self.meta.node
+            ))
+        })?;
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        let (mut c, mut e) = (from.chunk as usize, from.entry as usize);
+        while let Some(chunk) = chunks.get(c) {
+            while e < chunk.entries() {
+                if bytes >= max_bytes.max(1) {
+                    return Ok((
+                        out,
+                        Some(ScanCursor {
+                            chunk: c as u32,
+                            entry: e as u64,
+                        }),
+                    ));
+                }
+                let off = &chunk.index[e * INDEX_ENTRY_BYTES + 8..(e + 1) * INDEX_ENTRY_BYTES];
+                let offset = u32::from_be_bytes([off[0], off[1], off[2], off[3]]);
+                let group = format::read_group(&chunk.data, offset)
+                    .map_err(|d| ReadOnlyError::corrupt(&chunk.data_path, d))?;
+                for (k, v) in group {
+                    bytes += k.len() + v.len();
+                    out.push((k.to_vec(), v.to_vec()));
+                }
+                e += 1;
+            }
+            c += 1;
+            e = 0;
+        }
+        Ok((out, None))
     }
 
     /// The value columns of the row with key `key` (one value per key column).

@@ -618,3 +618,43 @@ fn fetch_honours_its_throttle() {
         started.elapsed()
     );
 }
+
+#[test]
+fn partition_scans_page_through_every_tuple_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = StoreLayout::round_robin(2, 8, 2, 3).unwrap();
+    let rows = sample_rows(2_000);
+    build(&rows, &layout, 400, 1 << 20, tmp.path()).unwrap();
+    let versions = open_all(&layout, tmp.path());
+    let s = schema();
+    for (n, v) in &versions {
+        let mut seen = std::collections::BTreeSet::new();
+        for p in 0..layout.partitions() {
+            let holds = layout.preference_list(p).iter().any(|x| x.1 == *n);
+            let mut cursor = ScanCursor::default();
+            loop {
+                let page = v.scan(p, cursor, 300);
+                if !holds {
+                    assert!(page.is_err(), "node {n} does not hold partition {p}");
+                    break;
+                }
+                let (tuples, next) = page.unwrap();
+                for (k, val) in tuples {
+                    assert_eq!(v.get(&k).unwrap(), Some(&val[..]));
+                    assert!(seen.insert(k), "a tuple came twice");
+                }
+                match next {
+                    Some(c) => cursor = c,
+                    None => break,
+                }
+            }
+        }
+        // Every row whose partition this node holds, and nothing else.
+        let expect: std::collections::BTreeSet<Vec<u8>> = rows
+            .iter()
+            .map(|r| s.encode_key(&key(r)).unwrap())
+            .filter(|k| v.holds(k))
+            .collect();
+        assert_eq!(seen, expect, "node {n}");
+    }
+}

@@ -104,7 +104,6 @@ impl UserDirectory {
 }
 
 /// The Cairn table behind a plan's table source, if it is one.
-/// The Cairn table behind a plan's table source, if it is one.
 pub(crate) fn cairn_table(source: &Arc<dyn TableSource>) -> Option<cairn_client::Table> {
     let provider = source_as_provider(source).ok()?;
     provider

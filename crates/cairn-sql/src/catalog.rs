@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 
 use crate::error::{SqlError, df_err};
 use crate::provider::CairnTable;
+use crate::store_table::StoreTable;
 
 /// How long a table list or an opened table is reused.
 const TABLE_CACHE_TTL: Duration = Duration::from_secs(1);
@@ -83,7 +84,13 @@ impl CairnSchema {
         }
         let tables = self.client.list_tables().await?;
         let mut names: Vec<String> = tables.into_iter().map(|t| t.name).collect();
+        // Read-only stores are tables too (a table of the same name hides one).
+        // A master without stores support answers UNIMPLEMENTED: no stores then.
+        if let Ok(stores) = self.client.list_stores().await {
+            names.extend(stores.into_iter().map(|s| s.name));
+        }
         names.sort();
+        names.dedup();
         *self.names.lock() = (Some(Instant::now()), names);
         Ok(())
     }
@@ -152,7 +159,12 @@ impl SchemaProvider for CairnSchema {
         }
         let table = match self.client.open_table(name).await {
             Ok(t) => t,
-            Err(cairn_client::ClientError::TableNotFound(_)) => return Ok(None),
+            Err(cairn_client::ClientError::TableNotFound(_)) => {
+                return match self.client.open_store(name).await {
+                    Ok(reader) => Ok(Some(Arc::new(StoreTable::new(reader).map_err(df_err)?))),
+                    Err(_) => Ok(None),
+                };
+            }
             Err(e) => return Err(df_err(e)),
         };
         let stats = self.tablet_statistics(&table.id).await;

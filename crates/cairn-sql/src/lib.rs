@@ -9,6 +9,8 @@
 //! - [`provider`] / [`scan`] / [`pushdown`]: a `TableProvider` per table with exact
 //!   predicate, projection and limit pushdown, partition pruning, one DataFusion
 //!   partition per tablet, and one snapshot per statement.
+//! - [`store_table`]: a read-only store as a table (key lookups and `IN` lists
+//!   pushed down to the store's servers, full scans otherwise; writes refused).
 //! - [`write`] / [`copy`]: INSERT, UPSERT, UPDATE, DELETE and COPY FROM as batched
 //!   keyed row operations.
 //! - [`parser`] / [`ddl`]: Cairn's SQL dialect (PostgreSQL plus `PARTITION BY HASH …
@@ -43,6 +45,7 @@ pub mod provider;
 pub mod pushdown;
 pub mod scan;
 pub mod session;
+pub mod store_table;
 pub mod system;
 pub mod txn;
 pub mod types;

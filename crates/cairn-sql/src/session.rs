@@ -1032,6 +1032,11 @@ impl SqlSession {
                     _ => "MERGE",
                 };
                 self.check_write(tag)?;
+                if let Ok(p) = datafusion::datasource::source_as_provider(&d.target)
+                    && p.downcast_ref::<crate::store_table::StoreTable>().is_some()
+                {
+                    return Err(crate::store_table::read_only(&d.table_name.to_string()));
+                }
                 if matches!(d.op, WriteOp::Update | WriteOp::Delete)
                     && !reads_target(&state.optimize(&plan)?)
                 {

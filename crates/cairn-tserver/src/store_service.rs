@@ -144,6 +144,38 @@ impl pb::read_only_store_server::ReadOnlyStore for StoreService {
         Ok(Response::new(pb::StoreDropResponse {}))
     }
 
+    async fn store_scan(
+        &self,
+        request: Request<pb::StoreScanRequest>,
+    ) -> Result<Response<pb::StoreScanResponse>, Status> {
+        self.gate.principal(&request)?;
+        let r = request.into_inner();
+        let from = cairn_readonly::ScanCursor {
+            chunk: r.chunk,
+            entry: r.entry,
+        };
+        let max = if r.max_bytes == 0 {
+            4 << 20
+        } else {
+            (r.max_bytes as usize).min(32 << 20)
+        };
+        let (version, tuples, next) = self
+            .blocking(move |h| h.scan(&r.store_id, r.partition, from, r.version, max))
+            .await?;
+        let (keys, values) = tuples
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .unzip();
+        Ok(Response::new(pb::StoreScanResponse {
+            version,
+            keys,
+            values,
+            more: next.is_some(),
+            next_chunk: next.map_or(0, |n| n.chunk),
+            next_entry: next.map_or(0, |n| n.entry),
+        }))
+    }
+
     async fn store_get(
         &self,
         request: Request<pb::StoreGetRequest>,

@@ -400,6 +400,45 @@ impl StoreHost {
     }
 }
 
+/// A page of a partition scan: the version, the tuples, where to continue.
+pub type ScanPage = (
+    u64,
+    Vec<(Vec<u8>, Vec<u8>)>,
+    Option<cairn_readonly::ScanCursor>,
+);
+
+impl StoreHost {
+    /// A page of primary partition `partition` of store `id`'s live version, which
+    /// must be `version` unless that is 0. Blocking.
+    pub fn scan(
+        &self,
+        id: &str,
+        partition: u32,
+        from: cairn_readonly::ScanCursor,
+        version: u64,
+        max_bytes: usize,
+    ) -> Result<ScanPage> {
+        let store = self.store(id)?;
+        let Some((live, files)) = store.versions.live() else {
+            return Err(TserverError::Unavailable(format!(
+                "store '{}' has no live version on this server yet",
+                store.info.name
+            )));
+        };
+        if version != 0 && version != live {
+            return Err(TserverError::ReadOnly(ReadOnlyError::InvalidInput(
+                format!(
+                    "store '{}' changed from version {version} to {live} during the scan; run \
+                 it again",
+                    store.info.name
+                ),
+            )));
+        }
+        let (tuples, next) = files.scan(partition, from, max_bytes)?;
+        Ok((live, tuples, next))
+    }
+}
+
 impl Drop for StoreHost {
     fn drop(&mut self) {
         for s in self.stores.lock().values() {

@@ -22,6 +22,7 @@ mod point;
 mod security;
 mod si_model;
 mod slt;
+mod stores;
 mod tpch;
 mod transactions;
 
