@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 
 mod cluster;
 mod readonly;
+mod readonly_serve;
 mod storage;
 mod tpch;
 
@@ -40,6 +41,10 @@ enum Command {
     /// Read-only store: build, lookups from 1 and 16 threads, swap and rollback, on
     /// one node, vs LMDB on the same keys and values.
     Readonly(readonly::ReadonlyArgs),
+    /// Read-only store served by `cairn local`: build, push, lookups through the
+    /// native client from 1 and 16 clients vs point lookups on a Cairn table with
+    /// the same rows, and a rollback through the master.
+    ReadonlyServe(readonly_serve::ReadonlyServeArgs),
 }
 
 fn main() {
@@ -49,6 +54,9 @@ fn main() {
         Command::Cluster(args) => cluster::cluster(args).map_err(|e| e.to_string().into()),
         Command::Tpch(args) => tpch::tpch(args).map_err(|e| e.to_string().into()),
         Command::Readonly(args) => readonly::readonly(args).map_err(|e| e.to_string().into()),
+        Command::ReadonlyServe(args) => {
+            readonly_serve::readonly_serve(args).map_err(|e| e.to_string().into())
+        }
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -79,7 +79,7 @@ fn value_of(i: u64, len: usize) -> String {
         .collect()
 }
 
-fn generate(rows: usize, value_bytes: usize) -> BoxResult<Vec<RecordBatch>> {
+pub(crate) fn generate(rows: usize, value_bytes: usize) -> BoxResult<Vec<RecordBatch>> {
     let schema = Arc::new(ArrowSchema::new(vec![
         Field::new("id", ArrowType::Int64, false),
         Field::new("v", ArrowType::Utf8, false),

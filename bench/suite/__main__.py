@@ -7,7 +7,7 @@ regenerates bench/results/REPORT.md and its charts.
 import argparse
 import sys
 
-from . import common, pgbench, readonly, report, storage, tlscost, tpch, ycsb
+from . import common, pgbench, readonly, readonly_serve, report, storage, tlscost, tpch, ycsb
 
 EPILOG = """examples:
   bench/run tpch --quick                     # SF 0.01, all 7 systems, a few minutes
@@ -18,7 +18,7 @@ EPILOG = """examples:
   bench/run all --quick                      # tpch, ycsb, storage, then the report
   bench/run report                           # REPORT.md from the JSON lines
 
-Results: bench/results/{tpch,ycsb,pgbench,storage,readonly,tls-cost}.jsonl, bench/results/REPORT.md, charts in
+Results: bench/results/{tpch,ycsb,pgbench,storage,readonly,readonly-serve,tls-cost}.jsonl, bench/results/REPORT.md, charts in
 bench/results/charts/. Servers, data and logs go to --work-dir (default /tmp/cairn-bench)."""
 
 
@@ -45,6 +45,9 @@ def parser():
     readonly.add_arguments(sub.add_parser(
         "readonly", help="read-only store: build, gets, swap, rollback vs LMDB",
         description=readonly.__doc__))
+    readonly_serve.add_arguments(sub.add_parser(
+        "readonly-serve", help="read-only store served by cairn local: push, network gets "
+        "vs a Cairn table, rollback", description=readonly_serve.__doc__))
     tlscost.add_arguments(sub.add_parser(
         "tls-cost", help="TPC-H and YCSB C on Cairn with TLS and authentication off and on",
         description=tlscost.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
@@ -79,7 +82,8 @@ def main():
         failed = run_all(args.quick)
     elif args.command != "report":
         {"tpch": tpch, "ycsb": ycsb, "pgbench": pgbench, "storage": storage,
-         "readonly": readonly, "tls-cost": tlscost}[args.command].run(args)
+         "readonly": readonly, "readonly-serve": readonly_serve,
+         "tls-cost": tlscost}[args.command].run(args)
     print(f"report: {report.generate()}", file=sys.stderr)
     if failed:
         sys.exit(f"failed: {', '.join(failed)}")

@@ -40,6 +40,8 @@ use crate::stores::by_name;
 
 /// How long one store RPC to a tablet server may take.
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a rollback waits for a server's status before leaving it out.
+const QUICK_RPC_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a push polls the servers.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -393,9 +395,10 @@ async fn swap_all(
     first_error.map_or(Ok(()), Err)
 }
 
-/// The `RollbackStore` RPC after authorization: every node swaps to `to` (or the
-/// newest retained version older than the current one), then the catalog records it.
-/// If a node cannot, the others are swapped back and nothing changes.
+/// The `RollbackStore` RPC after authorization: every reachable node swaps to `to`
+/// (or the newest retained version older than the current one), then the catalog
+/// records it; nodes that are down follow when they return (`reconcile`). If a
+/// reachable node cannot swap, the others are swapped back and nothing changes.
 /// REQUIRES: the caller may roll stores back.
 pub(crate) async fn rollback(
     st: &MasterState,
@@ -418,28 +421,38 @@ pub(crate) async fn rollback(
             "store '{name}' has never been pushed; there is nothing to roll back"
         )));
     };
-    // The versions every node still holds.
+    // The versions every reachable node still holds. A node that does not answer is
+    // left out: a bad version must be undone even while a server is down, and
+    // `reconcile` swaps that server to the catalog's version when it is back.
     let mut common: Option<BTreeSet<u64>> = None;
+    let mut reachable = Vec::new();
+    let mut unreachable = Vec::new();
     for n in 0..store.nodes.len() {
         let addr = node_addr(st, &store, n);
-        let mut c = client(st, &addr)?;
-        let s = tokio::time::timeout(
-            RPC_TIMEOUT,
-            c.store_status(pb::StoreStatusRequest {
-                store_id: store.id.clone(),
-            }),
-        )
-        .await
-        .map_err(|_| MasterError::Unavailable(format!("tablet server {addr} did not answer")))?
-        .map_err(|s| MasterError::Unavailable(format!("tablet server {addr}: {}", s.message())))?
-        .into_inner();
-        let held: BTreeSet<u64> = s.versions.into_iter().collect();
+        let Ok(mut c) = client(st, &addr) else {
+            unreachable.push(addr);
+            continue;
+        };
+        let req = pb::StoreStatusRequest {
+            store_id: store.id.clone(),
+        };
+        let Ok(Ok(s)) = tokio::time::timeout(QUICK_RPC_TIMEOUT, c.store_status(req)).await else {
+            unreachable.push(addr);
+            continue;
+        };
+        reachable.push(n);
+        let held: BTreeSet<u64> = s.into_inner().versions.into_iter().collect();
         common = Some(match common {
             None => held,
             Some(c) => c.intersection(&held).copied().collect(),
         });
     }
-    let common = common.unwrap_or_default();
+    let Some(common) = common else {
+        return Err(MasterError::Unavailable(format!(
+            "no tablet server of store '{name}' answered ({}); retry when one is up",
+            unreachable.join(", ")
+        )));
+    };
     let target = if req.to > 0 {
         if !common.contains(&req.to) {
             return Err(MasterError::InvalidArgument(format!(
@@ -453,33 +466,20 @@ pub(crate) async fn rollback(
         *common.iter().rev().find(|&&v| v < current).ok_or_else(|| {
             MasterError::FailedPrecondition(format!(
                 "no version of store '{name}' older than {current} is retained on every \
-                     server (retained everywhere: {common:?})"
+                 server (retained everywhere: {common:?})"
             ))
         })?
     };
-    let mut report = PushReport {
-        version: target,
-        state: "rolling back".into(),
-        nodes: store
-            .nodes
-            .iter()
-            .map(|n| NodeProgress {
-                node_id: n.node_id,
-                fetched: true,
-                ..Default::default()
-            })
-            .collect(),
-        error: None,
-    };
-    let mut max_micros = 0;
     let results =
-        futures::future::join_all((0..store.nodes.len()).map(|n| swap_node(st, &store, n, target)))
+        futures::future::join_all(reachable.iter().map(|&n| swap_once(st, &store, n, target)))
             .await;
+    let mut max_micros = 0;
+    let mut swapped = Vec::new();
     let mut failed = None;
-    for (n, r) in results.into_iter().enumerate() {
+    for (&n, r) in reachable.iter().zip(results) {
         match r {
             Ok(r) => {
-                report.nodes[n].swapped = true;
+                swapped.push(n);
                 max_micros = max_micros.max(r.micros);
             }
             Err(e) => {
@@ -488,19 +488,45 @@ pub(crate) async fn rollback(
         }
     }
     if let Some(e) = failed {
-        for n in 0..store.nodes.len() {
-            if report.nodes[n].swapped {
-                let _ = swap_node(st, &store, n, current).await;
-            }
+        for n in swapped {
+            let _ = swap_once(st, &store, n, current).await;
         }
         return Err(e);
     }
     set_state(st, &store.id, Some(target), None).await?;
+    if !unreachable.is_empty() {
+        tracing::warn!(store = %name, servers = ?unreachable, version = target,
+            "rolled back without unreachable servers; they are swapped when they return");
+    }
     Ok(pb::RollbackStoreResponse {
         previous: current,
         current: target,
         max_swap_micros: max_micros,
     })
+}
+
+/// One `StoreSwap` of node `n` to `version`, without retries.
+async fn swap_once(
+    st: &MasterState,
+    store: &StoreEntry,
+    n: usize,
+    version: u64,
+) -> Result<pb::StoreSwapResponse> {
+    let addr = node_addr(st, store, n);
+    let mut c = client(st, &addr)?;
+    let req = pb::StoreSwapRequest {
+        store_id: store.id.clone(),
+        version,
+    };
+    match tokio::time::timeout(RPC_TIMEOUT, c.store_swap(req)).await {
+        Err(_) => Err(MasterError::Unavailable(format!("{addr} did not answer"))),
+        Ok(Err(s)) => Err(MasterError::FailedPrecondition(format!(
+            "tablet server {addr} cannot swap store '{}' to version {version}: {}",
+            store.name,
+            s.message()
+        ))),
+        Ok(Ok(r)) => Ok(r.into_inner()),
+    }
 }
 
 /// Tells every node of a dropped store to delete its files (best effort: a server

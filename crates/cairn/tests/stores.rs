@@ -287,6 +287,54 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     assert!(ok && out.contains("now serves version 3"), "{out}");
     assert_eq!(check_all(&reader, Some(3)).await, 3);
 
+    // A rollback with a server down leaves it out; the master swaps it when it is
+    // back, so every key answers version 2 again.
+    tservers[0].kill9();
+    let (ok, out) = cairn(&["store", "rollback", "recs", "--masters", &m]);
+    assert!(ok && out.contains("now serves version 2 (was 3)"), "{out}");
+    assert_eq!(check_all(&reader, Some(2)).await, 2);
+    tservers[0].start();
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let keys: Vec<Vec<Value>> = (0..ROWS).map(|i| vec![Value::Int64(i)]).collect();
+        // Ask the restarted server itself: drop the others from a copy of the ring.
+        let mut entry = (*reader.entry()).clone();
+        let t0 = tservers[0].addr.clone();
+        let only_t0: Vec<usize> = (0..entry.nodes.len())
+            .filter(|&n| entry.nodes[n].addr == t0)
+            .collect();
+        assert_eq!(only_t0.len(), 1, "{entry:?}");
+        for (n, node) in entry.nodes.iter_mut().enumerate() {
+            if n != only_t0[0] {
+                node.addr = "127.0.0.1:1".into();
+            }
+        }
+        // Only the keys the restarted server holds a replica of.
+        let encoded: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|k| entry.schema.encode_key(k).unwrap())
+            .filter(|k| {
+                let p = entry.layout.partition_of(&cairn_readonly::KeyHash::of(k));
+                entry
+                    .layout
+                    .preference_list(p)
+                    .iter()
+                    .any(|&(_, n)| n as usize == only_t0[0])
+            })
+            .collect();
+        assert!(!encoded.is_empty());
+        if let Ok(rows) = reader.get_encoded(&entry, &encoded).await
+            && rows.iter().all(|(v, _)| *v == 2)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the restarted server was not swapped back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     stop.store(true, Ordering::Relaxed);
     for r in readers {
         r.await.unwrap().unwrap();

@@ -1,0 +1,391 @@
+//! `cairn-bench readonly-serve`: a read-only store served by a running cluster,
+//! end to end, against a Cairn table holding the same rows.
+//!
+//! On a fresh `cairn local` (one tablet server, real gRPC on loopback) it
+//! measures what the `readonly` benchmark cannot on files alone:
+//!
+//! - build with the catalog's ring, then `push` (fetch into the server's folder,
+//!   verify every MD5, swap): the time from `PushStore` to the version being live;
+//! - lookups through the native client's `StoreReader` (ring routing, `StoreGet`
+//!   over the network, served from the memory-mapped files) from 1 client (latency)
+//!   and 16 concurrent ones (throughput and latency), against `Client::get` point
+//!   lookups on a Cairn table with the same keys and values (bulk-loaded and flushed);
+//! - a second push and a `RollbackStore` through the master (the server's swap time
+//!   and the whole call).
+//!
+//! Results are appended to `bench/results/readonly-serve.jsonl`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_client::{Client, CreateStoreSpec, CreateTableSpec, ReadMode, StoreReader, Table};
+use cairn_common::{ColumnSpec, DataType, Schema, Value};
+use cairn_readonly::{BuildOptions, StoreBuilder, StoreSchema};
+use clap::Args;
+use rand::{Rng, SeedableRng};
+
+use crate::readonly::generate;
+use crate::storage::report::{git_revision, json_num, json_str, proc_field, utc_now};
+
+type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// `cairn-bench readonly-serve`
+#[derive(Args)]
+pub struct ReadonlyServeArgs {
+    /// The `cairn` binary to run (build it with `cargo build --release -p cairn`).
+    #[arg(long, default_value = "target/release/cairn")]
+    cairn: PathBuf,
+    /// Rows in the store and the table.
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: usize,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Lookups by the single client.
+    #[arg(long, default_value_t = 20_000)]
+    gets: usize,
+    /// Lookups by the 16 concurrent clients together.
+    #[arg(long, default_value_t = 200_000)]
+    concurrent_gets: usize,
+    /// Where the cluster and the build live (default: the system's temporary folder).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Append the results here.
+    #[arg(long, default_value = "bench/results/readonly-serve.jsonl")]
+    jsonl: PathBuf,
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> BoxResult<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Latency percentiles (µs) and throughput of a lookup run.
+struct Stats {
+    p50: f64,
+    p99: f64,
+    ops: f64,
+}
+
+/// Runs `total` lookups of random ids in `0..rows` from `clients` concurrent tasks;
+/// `get` returns whether the key was found (a miss fails the run).
+async fn measure<F, Fut>(rows: usize, total: usize, clients: usize, get: F) -> BoxResult<Stats>
+where
+    F: Fn(i64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = BoxResult<bool>> + Send,
+{
+    let per = total / clients;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let get = get.clone();
+            tokio::spawn(async move {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(c as u64 + 11);
+                let mut out = Vec::with_capacity(per);
+                for _ in 0..per {
+                    let id = rng.random_range(0..rows as i64);
+                    let t0 = Instant::now();
+                    let found = get(id).await?;
+                    out.push(t0.elapsed());
+                    if !found {
+                        return Err::<_, Box<dyn std::error::Error + Send + Sync>>(
+                            format!("key {id} was not found").into(),
+                        );
+                    }
+                }
+                Ok(out)
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(total);
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    let elapsed = started.elapsed();
+    all.sort_unstable();
+    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
+    Ok(Stats {
+        p50: pct(0.5).as_secs_f64() * 1e6,
+        p99: pct(0.99).as_secs_f64() * 1e6,
+        ops: all.len() as f64 / elapsed.as_secs_f64(),
+    })
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut n = 0;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            n += if p.is_dir() {
+                dir_bytes(&p)
+            } else {
+                e.metadata().map_or(0, |m| m.len())
+            };
+        }
+    }
+    n
+}
+
+/// Builds the generated rows with `entry`'s ring into `out`.
+fn build(
+    layout: &cairn_readonly::StoreLayout,
+    schema: &StoreSchema,
+    batches: &[arrow::array::RecordBatch],
+    out: &Path,
+) -> BoxResult<f64> {
+    let opts = BuildOptions {
+        threads: 2,
+        memory_bytes: 1 << 30,
+        spill_dir: out.parent().unwrap_or(Path::new("/tmp")).to_path_buf(),
+    };
+    let t0 = Instant::now();
+    let b = StoreBuilder::new("recs", schema.clone(), layout.clone(), &opts)?;
+    let (even, odd): (Vec<_>, Vec<_>) = batches.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    std::thread::scope(|s| -> BoxResult<()> {
+        let h1 = s.spawn(|| even.iter().try_for_each(|(_, x)| b.add_batch(x)));
+        let h2 = s.spawn(|| odd.iter().try_for_each(|(_, x)| b.add_batch(x)));
+        h1.join().map_err(|_| "a build thread panicked")??;
+        h2.join().map_err(|_| "a build thread panicked")??;
+        Ok(())
+    })?;
+    b.finish(out)?;
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+/// Pushes `from` and waits for it to be live: seconds.
+async fn push(c: &Client, from: &Path) -> BoxResult<(u64, f64)> {
+    let t0 = Instant::now();
+    let v = c.push_store("recs", &from.to_string_lossy(), 0, 0).await?;
+    loop {
+        let (e, r) = c.get_store_and_push("recs").await?;
+        if e.current_version == Some(v) && e.push.is_none() {
+            return Ok((v, t0.elapsed().as_secs_f64()));
+        }
+        if let Some(r) =
+            r.filter(|r| r.version == v && (r.state == "failed" || r.state == "rolled back"))
+        {
+            return Err(format!("push failed: {r:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn store_get(r: StoreReader, id: i64) -> BoxResult<bool> {
+    Ok(r.get(&[Value::Int64(id)]).await?.is_some())
+}
+
+async fn table_get(c: Client, t: Arc<Table>, id: i64) -> BoxResult<bool> {
+    Ok(c.get(&t, &[Value::Int64(id)], &[], ReadMode::Latest)
+        .await?
+        .is_some())
+}
+
+/// Runs `cairn-bench readonly-serve`.
+pub fn readonly_serve(a: ReadonlyServeArgs) -> BoxResult<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()?;
+    rt.block_on(run(a))
+}
+
+async fn run(a: ReadonlyServeArgs) -> BoxResult<()> {
+    let work = match &a.work_dir {
+        Some(d) => tempfile::tempdir_in(d)?,
+        None => tempfile::tempdir()?,
+    };
+    let master = format!("127.0.0.1:{}", free_port()?);
+    let log = std::fs::File::create(work.path().join("local.log"))?;
+    let _local = Proc(
+        Command::new(&a.cairn)
+            .args([
+                "local",
+                "--data-dir",
+                &work.path().join("data").to_string_lossy(),
+                "--tservers",
+                "1",
+                "--master-addr",
+                &master,
+                "--tserver-port",
+                &free_port()?.to_string(),
+                "--pg-addr",
+                "",
+                "--flight-sql-addr",
+                "",
+            ])
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()?,
+    );
+    let c = Client::connect(std::slice::from_ref(&master)).await?;
+    let until = Instant::now() + Duration::from_secs(60);
+    while !c
+        .list_tablet_servers()
+        .await
+        .map(|s| s.iter().any(|t| t.live))
+        .unwrap_or(false)
+    {
+        if Instant::now() > until {
+            return Err("cairn local did not start".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "readonly-serve: {} rows of {}-byte values, 1 tablet server on loopback",
+        a.rows, a.value_bytes
+    );
+    let batches = generate(a.rows, a.value_bytes)?;
+    let schema = StoreSchema::from_arrow(&batches[0].schema(), &["id".into()], None)?;
+    c.create_store(CreateStoreSpec::new("recs", schema.clone()))
+        .await?;
+    let entry = c.get_store("recs").await?;
+
+    let out1 = work.path().join("build-1");
+    let build_s = build(&entry.layout, &schema, &batches, &out1)?;
+    let bytes = dir_bytes(&out1);
+    let (_, push_s) = push(&c, &out1).await?;
+    println!(
+        "  build {build_s:.2} s ({:.0} rows/s); push {push_s:.2} s for {bytes} bytes ({:.0} MB/s)",
+        a.rows as f64 / build_s,
+        bytes as f64 / push_s / 1e6
+    );
+
+    // The same rows in a table, bulk-loaded and flushed.
+    let tschema = Schema::new(
+        vec![
+            ColumnSpec::new("id", DataType::Int64),
+            ColumnSpec::new("v", DataType::String),
+        ],
+        &["id"],
+    )?;
+    c.create_table(CreateTableSpec::new("recs_t", tschema))
+        .await?;
+    let table = Arc::new(c.open_table("recs_t").await?);
+    let t0 = Instant::now();
+    let mut loader = c.bulk_loader(&table).await?;
+    for b in &batches {
+        loader.add(b.clone()).await?;
+    }
+    loader.finish().await?;
+    c.flush_table(&table).await?;
+    let load_s = t0.elapsed().as_secs_f64();
+    println!("  table bulk load {load_s:.2} s");
+    drop(batches);
+
+    let reader = c.open_store("recs").await?;
+    // Warm both up: every key once (and check it is there).
+    let keys: Vec<Vec<Value>> = (0..a.rows as i64).map(|i| vec![Value::Int64(i)]).collect();
+    for chunk in keys.chunks(2_000) {
+        let rows = reader.get_all(chunk).await?;
+        if rows.iter().any(|r| r.value.is_none()) {
+            return Err("the store lost a key".into());
+        }
+    }
+    drop(keys);
+    let (cc, t) = (c.clone(), table.clone());
+    measure(a.rows, a.gets, 4, move |id| {
+        table_get(cc.clone(), t.clone(), id)
+    })
+    .await?;
+
+    let r = reader.clone();
+    let s1 = measure(a.rows, a.gets, 1, move |id| store_get(r.clone(), id)).await?;
+    let r = reader.clone();
+    let s16 = measure(a.rows, a.concurrent_gets, 16, move |id| {
+        store_get(r.clone(), id)
+    })
+    .await?;
+    let (cc, t) = (c.clone(), table.clone());
+    let t1 = measure(a.rows, a.gets, 1, move |id| {
+        table_get(cc.clone(), t.clone(), id)
+    })
+    .await?;
+    let (cc, t) = (c.clone(), table.clone());
+    let t16 = measure(a.rows, a.concurrent_gets, 16, move |id| {
+        table_get(cc.clone(), t.clone(), id)
+    })
+    .await?;
+    for (what, s) in [
+        ("store, 1 client ", &s1),
+        ("table, 1 client ", &t1),
+        ("store, 16 clients", &s16),
+        ("table, 16 clients", &t16),
+    ] {
+        println!(
+            "  get {what}: p50 {:.0} µs, p99 {:.0} µs, {:.0} gets/s",
+            s.p50, s.p99, s.ops
+        );
+    }
+
+    // A second version, then a rollback through the master.
+    let out2 = work.path().join("build-2");
+    let batches = generate(a.rows, a.value_bytes)?;
+    build(&entry.layout, &schema, &batches, &out2)?;
+    drop(batches);
+    let (_, push2_s) = push(&c, &out2).await?;
+    let t0 = Instant::now();
+    let rb = c.rollback_store("recs", 0).await?;
+    let rollback_call_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let rollback_swap_ms = rb.max_swap_micros as f64 / 1e3;
+    println!(
+        "  second push {push2_s:.2} s; rollback: server swap {rollback_swap_ms:.2} ms, whole \
+         call {rollback_call_ms:.1} ms"
+    );
+
+    let line = format!(
+        "{{\"at\":{},\"rev\":{},\"cpu\":{},\"rows\":{},\"value_bytes\":{},\"bytes\":{},\
+         \"build_s\":{},\"push_s\":{},\"push2_s\":{},\"table_load_s\":{},\
+         \"store_p50_us\":{},\"store_p99_us\":{},\"store_ops\":{},\
+         \"table_p50_us\":{},\"table_p99_us\":{},\"table_ops\":{},\
+         \"store16_p50_us\":{},\"store16_p99_us\":{},\"store16_ops\":{},\
+         \"table16_p50_us\":{},\"table16_p99_us\":{},\"table16_ops\":{},\
+         \"rollback_swap_ms\":{},\"rollback_call_ms\":{}}}",
+        json_str(&utc_now()),
+        json_str(&git_revision()),
+        json_str(&proc_field("/proc/cpuinfo", "model name").unwrap_or_default()),
+        a.rows,
+        a.value_bytes,
+        bytes,
+        json_num(build_s),
+        json_num(push_s),
+        json_num(push2_s),
+        json_num(load_s),
+        json_num(s1.p50),
+        json_num(s1.p99),
+        json_num(s1.ops),
+        json_num(t1.p50),
+        json_num(t1.p99),
+        json_num(t1.ops),
+        json_num(s16.p50),
+        json_num(s16.p99),
+        json_num(s16.ops),
+        json_num(t16.p50),
+        json_num(t16.p99),
+        json_num(t16.ops),
+        json_num(rollback_swap_ms),
+        json_num(rollback_call_ms),
+    );
+    if let Some(p) = a.jsonl.parent() {
+        std::fs::create_dir_all(p)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&a.jsonl)?;
+    writeln!(f, "{line}")?;
+    println!("  appended to {}", a.jsonl.display());
+    Ok(())
+}
