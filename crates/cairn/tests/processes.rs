@@ -217,19 +217,6 @@ async fn master_failover_keeps_ddl_working() {
     assert_eq!(c.scan(&t).count().await.unwrap(), 100);
 }
 
-fn cairn(args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
 /// `cairn local` with its data in `dir`, its master at `master` and the PostgreSQL
 /// front end at `pg` (no web page, no Flight SQL).
 fn spawn_local(dir: &std::path::Path, master: &str, pg: &str) -> Proc {

@@ -19,19 +19,6 @@ const ROWS: i64 = 3_000;
 /// Seconds a push waits for an unreachable server (the masters' flag).
 const GRACE_SECS: &str = "8";
 
-fn cairn(args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
 /// The value tag of version `v`.
 fn tag(v: u64) -> &'static str {
     match v {

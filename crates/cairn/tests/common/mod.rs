@@ -398,6 +398,21 @@ pub fn reserve_addr() -> String {
     format!("127.0.0.1:{}", reserve_port())
 }
 
+/// Runs the `cairn` binary with `args`: whether it succeeded, and its stdout and
+/// stderr together.
+pub fn cairn(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 /// A `cairn` server process.
 pub struct Proc {
     pub args: Vec<String>,
