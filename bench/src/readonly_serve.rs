@@ -271,7 +271,7 @@ async fn run(a: ReadonlyServeArgs) -> BoxResult<()> {
         ],
         &["id"],
     )?;
-    c.create_table(CreateTableSpec::new("recs_t", tschema))
+    c.create_table(CreateTableSpec::new("recs_t", tschema).replicas(1))
         .await?;
     let table = Arc::new(c.open_table("recs_t").await?);
     let t0 = Instant::now();
