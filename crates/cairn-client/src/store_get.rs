@@ -44,6 +44,8 @@ pub struct StoreRow {
 pub struct StoreReader {
     client: Client,
     entry: Arc<RwLock<Arc<StoreEntry>>>,
+    /// Set while a background refresh runs.
+    refreshing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Client {
@@ -53,6 +55,7 @@ impl Client {
         Ok(StoreReader {
             client: self.clone(),
             entry: Arc::new(RwLock::new(Arc::new(entry))),
+            refreshing: Arc::default(),
         })
     }
 }
@@ -78,6 +81,23 @@ impl StoreReader {
         let e = self.client.get_store(&name).await?;
         *self.entry.write() = Arc::new(e);
         Ok(())
+    }
+
+    /// Refreshes the entry without waiting, unless a refresh is already running: a
+    /// server answered with a version newer than the entry's, so the store was pushed
+    /// or rebalanced (and a rebalance changes the ring).
+    fn refresh_in_background(&self) {
+        use std::sync::atomic::Ordering;
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = me.refresh().await {
+                tracing::debug!(error = %e, "could not refresh a store's ring");
+            }
+            me.refreshing.store(false, Ordering::Release);
+        });
     }
 
     /// The value columns of `key` (one value per key column), `None` if absent.
@@ -107,6 +127,12 @@ impl StoreReader {
             }
         };
         let entry = self.entry();
+        if raw
+            .iter()
+            .any(|(v, _)| *v > entry.current_version.unwrap_or(0))
+        {
+            self.refresh_in_background();
+        }
         raw.into_iter()
             .map(|(version, bytes)| {
                 let value = bytes

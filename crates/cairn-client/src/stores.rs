@@ -141,9 +141,31 @@ impl Client {
             source: source.to_string(),
             version,
             throttle_bytes_per_sec,
+            rebalance: false,
         };
         let resp = self
             .call_master(&format!("pushing store '{name}'"), move |mut m, t| {
+                let r = request(req.clone(), t);
+                async move { m.push_store(r).await }
+            })
+            .await?;
+        Ok(resp.version)
+    }
+
+    /// Starts rebalancing a read-only store: the live tablet servers not on its ring
+    /// join it and take their share of the partitions, copied from the servers that
+    /// hold them, while every lookup keeps being answered. Like a push, it makes a
+    /// new version (returned); follow it with [`Client::get_store_and_push`]. Needs
+    /// administrative rights.
+    pub async fn rebalance_store(&self, name: &str, throttle_bytes_per_sec: u64) -> Result<u64> {
+        let req = PushStoreRequest {
+            name: name.to_string(),
+            throttle_bytes_per_sec,
+            rebalance: true,
+            ..Default::default()
+        };
+        let resp = self
+            .call_master(&format!("rebalancing store '{name}'"), move |mut m, t| {
                 let r = request(req.clone(), t);
                 async move { m.push_store(r).await }
             })

@@ -180,6 +180,9 @@ pub enum CatalogOp {
         current_version: Option<u64>,
         /// The push under way, if any.
         push: Option<cairn_readonly::PushState>,
+        /// A new ring, when a rebalance finishes.
+        #[serde(default)]
+        ring: Option<cairn_readonly::RingChange>,
     },
     /// Changes users or privileges (table names already resolved to ids).
     User(UserOp),
@@ -341,13 +344,25 @@ impl Catalog {
                 id,
                 current_version,
                 push,
+                ring,
             } => {
                 let s = self
                     .stores
                     .get_mut(&id)
                     .ok_or_else(|| format!("no store with id {id}"))?;
                 s.current_version = current_version;
+                let swapping = push
+                    .as_ref()
+                    .filter(|p| p.phase == cairn_readonly::PushPhase::Swapping);
+                s.newest_version = s
+                    .newest_version
+                    .max(current_version.unwrap_or(0))
+                    .max(swapping.map_or(0, |p| p.version));
                 s.push = push;
+                if let Some(ring) = ring {
+                    s.layout = ring.layout;
+                    s.nodes = ring.nodes;
+                }
             }
             CatalogOp::User(op) => self.apply_user(op)?,
             CatalogOp::SetTokenKey { pkcs8 } => {

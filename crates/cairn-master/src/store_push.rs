@@ -31,7 +31,10 @@ use std::time::{Duration, Instant};
 
 use cairn_proto as pb;
 use cairn_proto::read_only_store_client::ReadOnlyStoreClient;
-use cairn_readonly::{NodeProgress, PushPhase, PushReport, PushState, StoreEntry};
+use cairn_readonly::{
+    Donor, NodeProgress, PushPhase, PushReport, PushState, RebalancePlan, RingChange, StoreEntry,
+    StoreNode,
+};
 
 use crate::catalog::CatalogOp;
 use crate::error::{MasterError, Result};
@@ -79,10 +82,22 @@ async fn set_state(
     current_version: Option<u64>,
     push: Option<PushState>,
 ) -> Result<()> {
+    set_state_and_ring(st, id, current_version, push, None).await
+}
+
+/// [`set_state`], and the store's new ring when a rebalance finishes.
+async fn set_state_and_ring(
+    st: &MasterState,
+    id: &str,
+    current_version: Option<u64>,
+    push: Option<PushState>,
+    ring: Option<RingChange>,
+) -> Result<()> {
     st.propose(&CatalogOp::SetStoreState {
         id: id.to_string(),
         current_version,
         push,
+        ring,
     })
     .await?
     .map_err(MasterError::InvalidArgument)
@@ -112,19 +127,32 @@ pub(crate) async fn start(st: &Arc<MasterState>, req: pb::PushStoreRequest) -> R
             p.version
         )));
     }
-    cairn_readonly::source_path(&req.source)
-        .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
+    let rebalance = if req.rebalance {
+        Some(plan_ring_change(st, &store)?)
+    } else {
+        cairn_readonly::source_path(&req.source)
+            .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
+        None
+    };
     let newest = st
         .store_pushes
         .lock()
         .get(&store.id)
         .map_or(0, |r| r.version)
-        .max(store.current_version.unwrap_or(0));
+        .max(store.current_version.unwrap_or(0))
+        .max(store.newest_version);
     let version = if req.version == 0 {
         newest + 1
     } else {
         req.version
     };
+    if version <= store.newest_version && store.current_version.is_none_or(|c| version > c) {
+        return Err(MasterError::InvalidArgument(format!(
+            "version {version} of store '{name}' was pushed before (up to version {}), and \
+             servers may still hold it; push a higher version",
+            store.newest_version
+        )));
+    }
     if store.current_version.is_some_and(|c| version <= c) {
         return Err(MasterError::InvalidArgument(format!(
             "store '{name}' serves version {}; push a higher version, or use \
@@ -137,10 +165,69 @@ pub(crate) async fn start(st: &Arc<MasterState>, req: pb::PushStoreRequest) -> R
         source: req.source.trim_end_matches('/').to_string(),
         throttle_bytes_per_sec: req.throttle_bytes_per_sec,
         phase: PushPhase::Fetching,
+        rebalance,
     };
     set_state(st, &store.id, store.current_version, Some(push)).await?;
     spawn_driver(st, &store.id);
     Ok(version)
+}
+
+/// The ring a rebalance of `store` moves to: the live tablet servers not on its
+/// ring join it (in id order) and take their share of the partitions
+/// ([`cairn_readonly::StoreLayout::rebalanced`]).
+fn plan_ring_change(st: &MasterState, store: &StoreEntry) -> Result<RingChange> {
+    let name = &store.name;
+    if store.current_version.is_none() {
+        return Err(MasterError::FailedPrecondition(format!(
+            "store '{name}' has never been pushed: build it for the servers now live \
+             (cairn store build {name} --cluster) instead of rebalancing"
+        )));
+    }
+    let on_ring: BTreeSet<u64> = store.nodes.iter().map(|n| n.node_id).collect();
+    let mut joining: Vec<(u64, String)> = st
+        .live_servers()
+        .into_iter()
+        .filter(|(id, _, _)| !on_ring.contains(id))
+        .map(|(id, addr, _)| (id, addr))
+        .collect();
+    joining.sort();
+    if joining.is_empty() {
+        return Err(MasterError::FailedPrecondition(format!(
+            "every live tablet server is already on store '{name}''s ring ({} servers); \
+             start a new tablet server, then rebalance",
+            store.nodes.len()
+        )));
+    }
+    let total = store.nodes.len() + joining.len();
+    if (store.layout.partitions() as usize) < total {
+        return Err(MasterError::FailedPrecondition(format!(
+            "store '{name}' has {} ring partitions, fewer than the {total} servers it would \
+             span; create it with more partitions",
+            store.layout.partitions()
+        )));
+    }
+    let layout = store
+        .layout
+        .rebalanced(total as u32)
+        .map_err(|e| MasterError::FailedPrecondition(format!("store '{name}': {e}")))?;
+    let mut nodes = store.nodes.clone();
+    nodes.extend(
+        joining
+            .into_iter()
+            .map(|(node_id, addr)| StoreNode { node_id, addr }),
+    );
+    Ok(RingChange { layout, nodes })
+}
+
+/// `store` as it is once `push` is done: with the push's new ring if it is a
+/// rebalance. Its nodes are the servers the push drives.
+fn target_of(store: &StoreEntry, push: &PushState) -> StoreEntry {
+    let mut target = store.clone();
+    if let Some(r) = &push.rebalance {
+        target.layout = r.layout.clone();
+        target.nodes = r.nodes.clone();
+    }
+    target
 }
 
 /// Starts driving store `id`'s recorded push, unless this master already does.
@@ -165,10 +252,11 @@ async fn drive(st: &Arc<MasterState>, id: &str) -> Result<()> {
     let Some(mut push) = store.push.clone() else {
         return Ok(());
     };
+    let target = target_of(&store, &push);
     let mut report = PushReport {
         version: push.version,
         state: "fetching".into(),
-        nodes: store
+        nodes: target
             .nodes
             .iter()
             .map(|n| NodeProgress {
@@ -181,13 +269,13 @@ async fn drive(st: &Arc<MasterState>, id: &str) -> Result<()> {
     tracing::info!(store = %store.name, version = push.version, phase = ?push.phase,
         "driving read-only store push");
     if push.phase == PushPhase::Fetching {
-        if let Err(e) = fetch_all(st, &store, &push, &mut report).await {
+        if let Err(e) = fetch_all(st, &store, &target, &push, &mut report).await {
             if st.check_leader().is_err() {
                 // The next leader resumes the push; the fetched files stay for it.
                 return Err(e);
             }
-            for n in 0..store.nodes.len() {
-                let _ = abort_fetch(st, &store, n, push.version).await;
+            for n in 0..target.nodes.len() {
+                let _ = abort_fetch(st, &target, n, push.version).await;
             }
             report.state = "failed".into();
             report.error = Some(e.to_string());
@@ -200,11 +288,11 @@ async fn drive(st: &Arc<MasterState>, id: &str) -> Result<()> {
     }
     report.state = "swapping".into();
     publish(st, id, &report);
-    match swap_all(st, &store, push.version, &mut report).await {
+    match swap_all(st, &target, push.version, &mut report).await {
         Ok(()) => {
             report.state = "done".into();
             publish(st, id, &report);
-            set_state(st, id, Some(push.version), None).await?;
+            set_state_and_ring(st, id, Some(push.version), None, push.rebalance.clone()).await?;
             tracing::info!(store = %store.name, version = push.version, "pushed read-only store");
             Ok(())
         }
@@ -212,11 +300,13 @@ async fn drive(st: &Arc<MasterState>, id: &str) -> Result<()> {
             report.error = Some(e.to_string());
             report.state = "rolled back".into();
             if let Some(prev) = store.current_version {
+                // Servers joining in a failed rebalance have no earlier version; the
+                // old ring never sends them lookups, so they are left as they are.
                 let swapped: Vec<usize> = (0..store.nodes.len())
                     .filter(|&n| report.nodes[n].swapped)
                     .collect();
                 for n in swapped {
-                    match swap_node(st, &store, n, prev).await {
+                    match swap_node(st, &target, n, prev).await {
                         Ok(_) => report.nodes[n].swapped = false,
                         Err(e2) => {
                             // The server will be swapped back by `reconcile` once it
@@ -233,23 +323,61 @@ async fn drive(st: &Arc<MasterState>, id: &str) -> Result<()> {
     }
 }
 
+/// What node `n` of `target` must assemble in a rebalance of `store` (the ring
+/// before): for every partition it gains, the servers of the old ring holding it.
+fn rebalance_plan(st: &MasterState, store: &StoreEntry, target: &StoreEntry, n: usize) -> String {
+    let from_version = store.current_version.unwrap_or(0);
+    let donors = RebalancePlan::partitions_to_copy(&store.layout, &target.layout, n as u32)
+        .into_iter()
+        .map(|p| {
+            let list = store
+                .layout
+                .preference_list(p)
+                .iter()
+                .enumerate()
+                .map(|(replica, &(_, m))| Donor {
+                    addr: node_addr(st, store, m as usize),
+                    replica: replica as u32,
+                })
+                .collect();
+            (p, list)
+        })
+        .collect();
+    let plan = RebalancePlan {
+        store: store.name.clone(),
+        schema: store.schema.clone(),
+        layout: target.layout.clone(),
+        from_version,
+        donors,
+    };
+    serde_json::to_string(&plan).unwrap_or_default()
+}
+
+/// Node `n` of `target` starts, resumes or reports its part of `push` (`store` is
+/// the store before the push).
 async fn fetch_node(
     st: &MasterState,
     store: &StoreEntry,
+    target: &StoreEntry,
     n: usize,
     push: &PushState,
 ) -> Result<pb::StoreStatusResponse> {
-    let addr = node_addr(st, store, n);
+    let addr = node_addr(st, target, n);
     let mut c = client(st, &addr)?;
+    let (source, rebalance_json) = match push.rebalance {
+        Some(_) => (String::new(), rebalance_plan(st, store, target, n)),
+        None => (format!("{}/node-{n}", push.source), String::new()),
+    };
     let req = pb::StoreFetchRequest {
         store_id: store.id.clone(),
         store_name: store.name.clone(),
         version: push.version,
-        source: format!("{}/node-{n}", push.source),
+        source,
         node: n as u32,
         retained: store.retained,
         throttle_bytes_per_sec: push.throttle_bytes_per_sec,
         abort: false,
+        rebalance_json,
     };
     let r = tokio::time::timeout(RPC_TIMEOUT, c.store_fetch(req))
         .await
@@ -278,11 +406,12 @@ async fn abort_fetch(st: &MasterState, store: &StoreEntry, n: usize, version: u6
 async fn fetch_all(
     st: &MasterState,
     store: &StoreEntry,
+    target: &StoreEntry,
     push: &PushState,
     report: &mut PushReport,
 ) -> Result<()> {
     let grace = st.opts.store_push_grace;
-    let mut last_seen = vec![Instant::now(); store.nodes.len()];
+    let mut last_seen = vec![Instant::now(); target.nodes.len()];
     loop {
         st.check_leader()?;
         if st.catalog.read(|c| !c.stores.contains_key(&store.id)) {
@@ -293,7 +422,7 @@ async fn fetch_all(
             if report.nodes[n].fetched {
                 continue;
             }
-            match fetch_node(st, store, n, push).await {
+            match fetch_node(st, store, target, n, push).await {
                 Ok(s) => {
                     *seen = Instant::now();
                     let p = &mut report.nodes[n];
@@ -304,7 +433,7 @@ async fn fetch_all(
                     if !s.fetch_error.is_empty() {
                         return Err(MasterError::FailedPrecondition(format!(
                             "tablet server {} (node {n}) could not fetch version {}: {}",
-                            store.nodes[n].node_id, push.version, s.fetch_error
+                            target.nodes[n].node_id, push.version, s.fetch_error
                         )));
                     }
                     all &= s.fetched;
@@ -316,7 +445,7 @@ async fn fetch_all(
                         return Err(MasterError::Unavailable(format!(
                             "tablet server {} (node {n}) was unreachable for more than {} s \
                              while fetching version {}: {e}",
-                            store.nodes[n].node_id,
+                            target.nodes[n].node_id,
                             grace.as_secs(),
                             push.version
                         )));

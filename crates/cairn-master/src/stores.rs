@@ -113,6 +113,7 @@ pub fn plan_store(
         current_version: None,
         owner,
         push: None,
+        newest_version: 0,
     })
 }
 

@@ -38,6 +38,11 @@ pub struct StoreEntry {
     /// A push under way, recorded so that a new leader master finishes or undoes it.
     #[serde(default)]
     pub push: Option<PushState>,
+    /// The highest version any server may have installed (every push that reached
+    /// its swap): a new push must be numbered above it, since a server that still
+    /// holds an old version of that number would serve it instead.
+    #[serde(default)]
+    pub newest_version: u64,
 }
 
 /// Where a push is: every server fetches, then every server swaps.
@@ -60,6 +65,21 @@ pub struct PushState {
     pub throttle_bytes_per_sec: u64,
     /// Where it is.
     pub phase: PushPhase,
+    /// Set when this push is a rebalance: the servers assemble the version from
+    /// each other's files ([`crate::rebalance`]) instead of fetching `source`, and
+    /// once they have swapped the store takes this ring.
+    #[serde(default)]
+    pub rebalance: Option<RingChange>,
+}
+
+/// The ring a store moves to in a rebalance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RingChange {
+    /// The new ring.
+    pub layout: StoreLayout,
+    /// The tablet server of every node of the new ring (the old ones first, in
+    /// their order, then the new ones).
+    pub nodes: Vec<StoreNode>,
 }
 
 /// One server's part in a push, as the master last saw it (`cairn store describe`

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use md5::{Digest, Md5};
 
 use crate::error::{ReadOnlyError, Result};
-use crate::format::{METADATA_FILE, NodeMetadata, to_hex};
+use crate::format::{FileEntry, METADATA_FILE, NodeMetadata, to_hex};
 use crate::layout::NodeId;
 
 /// Suffix of a file being fetched.
@@ -159,30 +159,75 @@ fn file_md5(path: &Path) -> Result<String> {
     Ok(to_hex(&h.finalize()))
 }
 
-/// Reads and checks a node folder's `.metadata` from `source`.
+/// Where a fetch reads a node folder's files from: a folder every server can read
+/// ([`DirSource`]), or another tablet server (a rebalance moves chunk files between
+/// servers).
+pub trait FetchSource {
+    /// Reads file `name` of the folder from byte `offset` on.
+    fn open(&self, name: &str, offset: u64) -> Result<Box<dyn Read + '_>>;
+    /// Names file `name` of the folder in messages.
+    fn describe(&self, name: &str) -> String;
+}
+
+/// A node folder on a file system this server can read.
+pub struct DirSource(pub PathBuf);
+
+impl FetchSource for DirSource {
+    fn open(&self, name: &str, offset: u64) -> Result<Box<dyn Read + '_>> {
+        let path = self.0.join(name);
+        let mut f = fs::File::open(&path).map_err(io(format!("cannot open {path:?}")))?;
+        f.seek(SeekFrom::Start(offset))
+            .map_err(io(format!("cannot seek in {path:?}")))?;
+        Ok(Box::new(f))
+    }
+
+    fn describe(&self, name: &str) -> String {
+        format!("{:?}", self.0.join(name))
+    }
+}
+
+/// Reads a node folder's `.metadata` from `source` and checks its node checksum.
+pub fn read_metadata(source: &dyn FetchSource) -> Result<(NodeMetadata, Vec<u8>)> {
+    let mut bytes = Vec::new();
+    source
+        .open(METADATA_FILE, 0)?
+        .read_to_end(&mut bytes)
+        .map_err(io(format!(
+            "cannot read {}",
+            source.describe(METADATA_FILE)
+        )))?;
+    let what = std::path::PathBuf::from(source.describe(METADATA_FILE));
+    let meta: NodeMetadata = serde_json::from_slice(&bytes)
+        .map_err(|e| ReadOnlyError::corrupt(&what, format!("not valid metadata: {e}")))?;
+    if NodeMetadata::checksum_of(&meta.files)? != meta.checksum {
+        return Err(ReadOnlyError::corrupt(
+            &what,
+            "the node checksum does not match the files' checksums",
+        ));
+    }
+    Ok((meta, bytes))
+}
+
+/// Reads and checks a node folder's `.metadata` from `source`: it must be node
+/// `target.node` of store `target.store`.
 pub fn read_source_metadata(
     source: &Path,
     target: &FetchTarget<'_>,
 ) -> Result<(NodeMetadata, Vec<u8>)> {
     let path = source.join(METADATA_FILE);
-    let bytes = fs::read(&path).map_err(io(format!(
-        "cannot read {path:?} (is this the build's node-{} folder?)",
-        target.node
-    )))?;
-    let meta: NodeMetadata = serde_json::from_slice(&bytes)
-        .map_err(|e| ReadOnlyError::corrupt(&path, format!("not valid metadata: {e}")))?;
+    if !path.exists() {
+        return Err(ReadOnlyError::InvalidInput(format!(
+            "{path:?} does not exist (is this the build's node-{} folder?)",
+            target.node
+        )));
+    }
+    let (meta, bytes) = read_metadata(&DirSource(source.to_path_buf()))?;
     if meta.store != target.store || meta.node != target.node {
         return Err(ReadOnlyError::InvalidInput(format!(
             "{path:?} is node {} of store '{}', but this server is node {} of store '{}': \
              push the build made for this store",
             meta.node, meta.store, target.node, target.store
         )));
-    }
-    if NodeMetadata::checksum_of(&meta.files)? != meta.checksum {
-        return Err(ReadOnlyError::corrupt(
-            &path,
-            "the node checksum does not match the files' checksums",
-        ));
     }
     Ok((meta, bytes))
 }
@@ -204,16 +249,54 @@ pub fn fetch_node(
     progress
         .files_total
         .store(meta.files.len() as u64, Ordering::Relaxed);
-    let mut throttle = Throttle::new(throttle_bytes_per_sec);
-    let mut buf = vec![0u8; COPY_BLOCK];
+    let mut copier = Copier::new(throttle_bytes_per_sec, progress);
+    let from = DirSource(source.to_path_buf());
     for f in &meta.files {
+        copier.copy(&from, &f.name, f, dest)?;
+    }
+    finish_folder(dest, &meta_bytes)?;
+    Ok(meta)
+}
+
+/// Copies files into a folder being fetched: resumable, throttled, each verified.
+pub(crate) struct Copier<'a> {
+    throttle: Throttle,
+    buf: Vec<u8>,
+    progress: &'a FetchProgress,
+}
+
+impl<'a> Copier<'a> {
+    /// A copier at `throttle_bytes_per_sec` (0: unlimited) reporting to `progress`.
+    pub(crate) fn new(throttle_bytes_per_sec: u64, progress: &'a FetchProgress) -> Self {
+        Copier {
+            throttle: Throttle::new(throttle_bytes_per_sec),
+            buf: vec![0u8; COPY_BLOCK],
+            progress,
+        }
+    }
+
+    /// The progress this copier reports to.
+    pub(crate) fn progress(&self) -> &'a FetchProgress {
+        self.progress
+    }
+
+    /// Copies `source`'s file `name` to `dest/<f.name>` unless it is already there:
+    /// through `<f.name>.part`, continued from its length, checked against `f`'s
+    /// size and MD5, then renamed.
+    pub(crate) fn copy(
+        &mut self,
+        source: &dyn FetchSource,
+        name: &str,
+        f: &FileEntry,
+        dest: &Path,
+    ) -> Result<()> {
+        let progress = self.progress;
         let done = dest.join(&f.name);
         if done.exists() {
             progress.bytes_done.fetch_add(f.bytes, Ordering::Relaxed);
             progress.files_done.fetch_add(1, Ordering::Relaxed);
-            continue;
+            return Ok(());
         }
-        let from = source.join(&f.name);
         let part = dest.join(format!("{}{PART_SUFFIX}", f.name));
         let mut out = fs::OpenOptions::new()
             .create(true)
@@ -231,31 +314,29 @@ pub fn fetch_node(
             have = 0;
         }
         progress.bytes_done.fetch_add(have, Ordering::Relaxed);
-        let mut input = fs::File::open(&from).map_err(io(format!("cannot open {from:?}")))?;
-        input
-            .seek(SeekFrom::Start(have))
-            .map_err(io(format!("cannot seek in {from:?}")))?;
+        let what = source.describe(name);
+        let mut input = source.open(name, have)?;
         while have < f.bytes {
             if progress.cancel.load(Ordering::Relaxed) {
                 return Err(ReadOnlyError::InvalidInput(
                     "the fetch was cancelled".into(),
                 ));
             }
-            let want = (f.bytes - have).min(buf.len() as u64) as usize;
+            let want = (f.bytes - have).min(self.buf.len() as u64) as usize;
             let n = input
-                .read(&mut buf[..want])
-                .map_err(io(format!("cannot read {from:?}")))?;
+                .read(&mut self.buf[..want])
+                .map_err(io(format!("cannot read {what}")))?;
             if n == 0 {
                 return Err(ReadOnlyError::corrupt(
-                    &from,
+                    Path::new(&what),
                     format!("ends at {have} bytes, .metadata says {}", f.bytes),
                 ));
             }
-            out.write_all(&buf[..n])
+            out.write_all(&self.buf[..n])
                 .map_err(io(format!("cannot write {part:?}")))?;
             have += n as u64;
             progress.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
-            throttle.account(n as u64);
+            self.throttle.account(n as u64);
         }
         out.sync_all()
             .map_err(io(format!("cannot sync {part:?}")))?;
@@ -265,21 +346,25 @@ pub fn fetch_node(
             let _ = fs::remove_file(&part);
             progress.bytes_done.fetch_sub(f.bytes, Ordering::Relaxed);
             return Err(ReadOnlyError::corrupt(
-                &from,
+                Path::new(&what),
                 "the copy's MD5 does not match .metadata",
             ));
         }
         fs::rename(&part, &done).map_err(io(format!("cannot rename {part:?}")))?;
         progress.files_done.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
-    // `.metadata` last and by rename: a folder that has one is complete.
+}
+
+/// Writes `.metadata` into a fetched folder last, by rename, and syncs the folder:
+/// a folder that has one is complete.
+pub(crate) fn finish_folder(dest: &Path, meta_bytes: &[u8]) -> Result<()> {
     let tmp = dest.join(format!("{METADATA_FILE}{PART_SUFFIX}"));
-    crate::build::write_durably(&tmp, &meta_bytes)?;
+    crate::build::write_durably(&tmp, meta_bytes)?;
     fs::rename(&tmp, dest.join(METADATA_FILE)).map_err(io(format!("cannot rename {tmp:?}")))?;
     fs::File::open(dest)
         .and_then(|d| d.sync_all())
-        .map_err(io(format!("cannot sync folder {dest:?}")))?;
-    Ok(meta)
+        .map_err(io(format!("cannot sync folder {dest:?}")))
 }
 
 /// Whether `dest` holds a finished fetch (every file and `.metadata`).

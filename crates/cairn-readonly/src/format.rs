@@ -74,6 +74,13 @@ pub struct NodeMetadata {
     pub files: Vec<FileEntry>,
     /// MD5 over the files' MD5s in order, lower-case hex.
     pub checksum: String,
+    /// The chunks in this folder, in file order, when they are not
+    /// [`StoreLayout::chunks_of_node`] of `node`: a folder assembled by a rebalance
+    /// holds the partitions the node had on the previous ring as well as the ones the
+    /// new ring gives it, so that clients on either ring are answered (see
+    /// [`crate::rebalance`]). Absent in built folders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Vec<ChunkId>>,
 }
 
 impl NodeMetadata {
@@ -87,6 +94,14 @@ impl NodeMetadata {
             })?);
         }
         Ok(to_hex(&h.finalize()))
+    }
+
+    /// The chunks in this folder, in file order: [`NodeMetadata::held`] when set,
+    /// else the layout's chunks of this node.
+    pub fn chunk_ids(&self) -> Vec<ChunkId> {
+        self.held
+            .clone()
+            .unwrap_or_else(|| self.layout.chunks_of_node(self.node))
     }
 
     /// Serializes to the bytes written to `.metadata` (pretty JSON, one trailing

@@ -205,6 +205,61 @@ impl StoreLayout {
         list
     }
 
+    /// The primary partitions node `node` holds a replica of.
+    pub fn partitions_of_node(&self, node: NodeId) -> BTreeSet<u32> {
+        self.chunks_of_node(node)
+            .iter()
+            .map(|id| id.partition)
+            .collect()
+    }
+
+    /// The ring after adding nodes until there are `nodes` (the new ones numbered
+    /// after the existing ones): each new node takes partitions, one at a time, from
+    /// the node holding the most (the highest-numbered such partition), until it
+    /// holds its fair share `partitions / nodes`. Partitions only ever move to new
+    /// nodes, so existing nodes keep all they still hold (Voldemort's rebalancing,
+    /// the Voldemort read-only paper §3.1.2: partitions, not keys, move).
+    pub fn rebalanced(&self, nodes: u32) -> Result<StoreLayout> {
+        let old = self.nodes();
+        let first_new = old.iter().next_back().map_or(0, |n| n + 1);
+        if nodes < first_new {
+            return Err(ReadOnlyError::InvalidLayout(format!(
+                "the ring has {first_new} nodes; a rebalance can only add nodes"
+            )));
+        }
+        if !self.zones.is_empty() {
+            return Err(ReadOnlyError::InvalidLayout(
+                "rebalancing a ring with zones needs the new nodes' zones; this ring has \
+                 zones, so rebuild and push the store for the new servers instead"
+                    .into(),
+            ));
+        }
+        let mut ring = self.clone();
+        let share = self.partitions() / nodes;
+        for new in first_new..nodes {
+            for _ in 0..share {
+                let mut counts: BTreeMap<NodeId, u32> = BTreeMap::new();
+                for &n in &ring.partition_nodes {
+                    *counts.entry(n).or_default() += 1;
+                }
+                // The fullest node, the lowest-numbered among equals.
+                let Some((&donor, _)) = counts
+                    .iter()
+                    .filter(|&(&n, _)| n != new)
+                    .max_by_key(|&(&n, &c)| (c, std::cmp::Reverse(n)))
+                else {
+                    break;
+                };
+                let Some(p) = ring.partition_nodes.iter().rposition(|&n| n == donor) else {
+                    break;
+                };
+                ring.partition_nodes[p] = new;
+            }
+        }
+        ring.validate()?;
+        Ok(ring)
+    }
+
     /// Every chunk node `node` stores, in file order.
     pub fn chunks_of_node(&self, node: NodeId) -> Vec<ChunkId> {
         let mut out = Vec::new();
@@ -227,6 +282,24 @@ impl StoreLayout {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn rebalance_moves_partitions_only_to_new_nodes() {
+        let l = StoreLayout::round_robin(3, 12, 2, 2).unwrap();
+        let r = l.rebalanced(4).unwrap();
+        let count = |n| r.partition_nodes.iter().filter(|&&x| x == n).count();
+        assert_eq!([count(0), count(1), count(2), count(3)], [3, 3, 3, 3]);
+        for (p, (&a, &b)) in l.partition_nodes.iter().zip(&r.partition_nodes).enumerate() {
+            assert!(a == b || b == 3, "partition {p} moved from {a} to {b}");
+        }
+        assert_eq!(r, l.rebalanced(4).unwrap(), "deterministic");
+        assert_eq!(l.rebalanced(3).unwrap(), l, "no new node, no move");
+        let two = l.rebalanced(6).unwrap();
+        assert_eq!(two.nodes().len(), 6);
+        assert!(l.rebalanced(2).is_err());
+        let zoned = l.with_zones(&["a".into(), "b".into(), "c".into()]).unwrap();
+        assert!(zoned.rebalanced(4).is_err());
+    }
 
     #[test]
     fn paper_example_without_zones() {

@@ -25,6 +25,8 @@
 //! - [`versions`]: a store's versions on one server — install a fetched folder after
 //!   checking its checksums, swap the `latest` link atomically, roll back, delete
 //!   versions beyond retention (paper §4.2, §4.3).
+//! - [`rebalance`]: a node's folder for a ring with more nodes, assembled from
+//!   the chunk files it has and ones copied from other servers (paper §3.1.2).
 //! - [`catalog`]: a store's entry in the cluster's catalog (its ring and the tablet
 //!   server of each node), the type the master keeps and clients read.
 //!
@@ -39,6 +41,7 @@ pub mod fetch;
 pub mod format;
 pub mod layout;
 pub mod reader;
+pub mod rebalance;
 pub mod schema;
 pub mod versions;
 
@@ -46,11 +49,14 @@ pub mod versions;
 mod tests;
 
 pub use build::{BuildOptions, BuildProgress, BuildSummary, StoreBuilder, node_dir};
-pub use catalog::{NodeProgress, PushPhase, PushReport, PushState, StoreEntry, StoreNode};
+pub use catalog::{
+    NodeProgress, PushPhase, PushReport, PushState, RingChange, StoreEntry, StoreNode,
+};
 pub use error::{ReadOnlyError, Result};
-pub use fetch::{FetchProgress, FetchTarget, fetch_node, source_path};
+pub use fetch::{DirSource, FetchProgress, FetchSource, FetchTarget, fetch_node, source_path};
 pub use format::NodeMetadata;
 pub use layout::{ChunkId, KeyHash, NodeId, PreferenceList, StoreLayout};
 pub use reader::{ScanCursor, StoreVersion, Verify};
+pub use rebalance::{Donor, RebalancePlan};
 pub use schema::{StoreColumn, StoreSchema};
 pub use versions::{SwapReport, VersionedStore};

@@ -110,6 +110,58 @@ impl Chunk {
     }
 }
 
+/// Counts the tuples of one chunk (its index and data files) by reading its groups.
+pub fn count_tuples(index_path: &Path, data_path: &Path) -> Result<u64> {
+    let index = map(index_path)?;
+    let data = map(data_path)?;
+    let mut n = 0u64;
+    for entry in index.chunks_exact(INDEX_ENTRY_BYTES) {
+        let offset = u32::from_be_bytes([entry[8], entry[9], entry[10], entry[11]]);
+        n += format::read_group(&data, offset)
+            .map_err(|d| ReadOnlyError::corrupt(data_path, d))?
+            .len() as u64;
+    }
+    Ok(n)
+}
+
+/// Checks the chunk list of a folder assembled by a rebalance: every partition it
+/// holds comes whole (chunks `0..chunks` of one replica, in order), once, and it
+/// holds every partition the layout gives its node.
+fn check_held(meta: &NodeMetadata, ids: &[ChunkId]) -> std::result::Result<(), String> {
+    let chunks = meta.layout.chunks as usize;
+    let mut held = std::collections::BTreeSet::new();
+    for group in ids.chunks(chunks) {
+        let first = group[0];
+        let whole = group.len() == chunks
+            && group.iter().enumerate().all(|(c, id)| {
+                id.partition == first.partition
+                    && id.replica == first.replica
+                    && id.chunk == c as u32
+            });
+        if !whole || first.partition >= meta.layout.partitions() {
+            return Err(format!(
+                "partition {} is not held whole (chunks 0..{chunks} of one replica)",
+                first.partition
+            ));
+        }
+        if !held.insert(first.partition) {
+            return Err(format!("partition {} is held twice", first.partition));
+        }
+    }
+    if let Some(p) = meta
+        .layout
+        .chunks_of_node(meta.node)
+        .iter()
+        .find(|id| !held.contains(&id.partition))
+    {
+        return Err(format!(
+            "node {} must hold partition {} on its ring, and does not",
+            meta.node, p.partition
+        ));
+    }
+    Ok(())
+}
+
 /// One node's folder of a store version, open for lookups.
 #[derive(Debug)]
 pub struct StoreVersion {
@@ -140,7 +192,10 @@ impl StoreVersion {
         meta.layout
             .validate()
             .map_err(|e| ReadOnlyError::corrupt(&meta_path, e.to_string()))?;
-        let ids = meta.layout.chunks_of_node(meta.node);
+        let ids = meta.chunk_ids();
+        if meta.held.is_some() {
+            check_held(&meta, &ids).map_err(|d| ReadOnlyError::corrupt(&meta_path, d))?;
+        }
         let expected: Vec<String> = ids
             .iter()
             .flat_map(|id| {

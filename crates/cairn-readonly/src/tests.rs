@@ -658,3 +658,130 @@ fn partition_scans_page_through_every_tuple_once() {
         assert_eq!(seen, expect, "node {n}");
     }
 }
+
+#[test]
+fn replicas_of_a_bucket_are_the_same_bytes() {
+    // A rebalance copies a partition from whichever replica holds it and stores it
+    // under its own replica number; that is only sound if the bytes are the same.
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = StoreLayout::round_robin(3, 6, 3, 2).unwrap();
+    build(&sample_rows(2_000), &layout, 300, 1 << 20, tmp.path()).unwrap();
+    let files = files_of(&tmp.path().join("out"));
+    for p in 0..6 {
+        for c in 0..2 {
+            for ext in ["index", "data"] {
+                let copies: Vec<&Vec<u8>> = files
+                    .iter()
+                    .filter(|(name, _)| {
+                        let file = name.split('/').nth(1).unwrap();
+                        file.starts_with(&format!("{p}_")) && file.ends_with(&format!("_{c}.{ext}"))
+                    })
+                    .map(|(_, b)| b)
+                    .collect();
+                assert_eq!(copies.len(), 3, "partition {p} chunk {c} .{ext}");
+                assert!(copies.windows(2).all(|w| w[0] == w[1]));
+            }
+        }
+    }
+}
+
+#[test]
+fn rebalance_assembles_folders_that_answer_on_both_rings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = StoreLayout::round_robin(3, 12, 2, 2).unwrap();
+    let rows = sample_rows(3_000);
+    build(&rows, &old, 400, 1 << 20, tmp.path()).unwrap();
+    let out = tmp.path().join("out");
+    let new = old.rebalanced(4).unwrap();
+    // Donors are addressed by their node folder's path here.
+    let connect = |addr: &str, _v: u64| -> Result<Box<dyn FetchSource>> {
+        Ok(Box::new(DirSource(std::path::PathBuf::from(addr))))
+    };
+    let mut assembled = BTreeMap::new();
+    for node in 0..4u32 {
+        let donors = RebalancePlan::partitions_to_copy(&old, &new, node)
+            .into_iter()
+            .map(|p| {
+                let mut list = vec![Donor {
+                    addr: "/nonexistent/first-donor-is-down".into(),
+                    replica: 0,
+                }];
+                list.extend(
+                    old.preference_list(p)
+                        .iter()
+                        .enumerate()
+                        .map(|(r, &(_, n))| Donor {
+                            addr: node_dir(&out, n).to_string_lossy().to_string(),
+                            replica: r as u32,
+                        }),
+                );
+                (p, list)
+            })
+            .collect();
+        let plan = RebalancePlan {
+            store: "recs".into(),
+            schema: schema(),
+            layout: new.clone(),
+            from_version: 1,
+            donors,
+        };
+        let live = (node < 3)
+            .then(|| StoreVersion::open(&node_dir(&out, node), Verify::Checksums).unwrap());
+        let dest = tmp.path().join(format!("assembled-{node}"));
+        let progress = FetchProgress::default();
+        let meta =
+            rebalance::assemble(&plan, node, live.as_ref(), &dest, &connect, 0, &progress).unwrap();
+        assert_eq!(
+            progress
+                .bytes_done
+                .load(std::sync::atomic::Ordering::Relaxed),
+            progress
+                .bytes_total
+                .load(std::sync::atomic::Ordering::Relaxed)
+        );
+        // Assembling again finds everything in place.
+        let again = rebalance::assemble(
+            &plan,
+            node,
+            live.as_ref(),
+            &dest,
+            &connect,
+            0,
+            &FetchProgress::default(),
+        )
+        .unwrap();
+        assert_eq!(meta, again);
+        let v = StoreVersion::open(&dest, Verify::Checksums).unwrap();
+        assert_eq!(v.metadata().rows, meta.rows);
+        assembled.insert(node, v);
+    }
+    // The new node holds its fair share; every key answers on every node of its
+    // preference list on the new ring and, for the old nodes, on the old ring too.
+    assert_eq!(new.partition_nodes.iter().filter(|&&n| n == 3).count(), 3);
+    let s = schema();
+    for r in &rows {
+        let k = s.encode_key(&key(r)).unwrap();
+        for layout in [&old, &new] {
+            let p = layout.partition_of(&KeyHash::of(&k));
+            for &(_, n) in &layout.preference_list(p) {
+                assert_eq!(
+                    assembled[&n].get_row(&key(r)).unwrap(),
+                    Some(expected(r)),
+                    "node {n}"
+                );
+            }
+        }
+    }
+    // A folder whose held list misses a partition of its ring is refused at open.
+    let dest = tmp.path().join("assembled-3");
+    let meta_path = dest.join(METADATA_FILE);
+    let mut meta: NodeMetadata =
+        serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    let chunks = meta.layout.chunks as usize;
+    meta.held.as_mut().unwrap().drain(..chunks);
+    meta.files.drain(..2 * chunks);
+    meta.checksum = NodeMetadata::checksum_of(&meta.files).unwrap();
+    std::fs::write(&meta_path, meta.to_bytes()).unwrap();
+    let e = StoreVersion::open(&dest, Verify::Sizes).unwrap_err();
+    assert!(e.to_string().contains("must hold partition"), "{e}");
+}

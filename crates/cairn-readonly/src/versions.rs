@@ -125,6 +125,11 @@ impl VersionedStore {
         Ok(out)
     }
 
+    /// The folder of installed version `v`.
+    pub fn version_path(&self, v: u64) -> PathBuf {
+        self.dir.join(version_dir_name(v))
+    }
+
     /// Where version `v` is fetched to before [`install`](Self::install).
     pub fn fetch_dir(&self, v: u64) -> PathBuf {
         self.dir

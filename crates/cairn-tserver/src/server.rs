@@ -133,6 +133,7 @@ impl TabletServer {
         )?;
         let n = manager.open_all().await?;
         let stores = Arc::new(StoreHost::open(&opts.data_dir)?);
+        stores.set_peers(crate::store_service::peer_connect(pool.clone()));
         let (stop, stop_rx) = watch::channel(false);
         let gate = cairn_proto::auth::AuthGate::new(opts.tls.is_some());
         let service = TabletService::new(manager.clone(), opts.limits.clone(), gate.clone());

@@ -13,7 +13,118 @@ use cairn_proto::auth::{Action, AuthGate};
 use tonic::{Request, Response, Status};
 
 use crate::error::TserverError;
-use crate::stores::{FetchRequest, StoreHost, StoreStatus};
+use cairn_consensus::network::{ChannelPool, MAX_MESSAGE_BYTES};
+
+use crate::stores::{FetchRequest, PeerConnect, StoreHost, StoreStatus};
+
+/// How long one `StoreReadFile` call to another server may take.
+const PEER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Bytes asked for per `StoreReadFile` call.
+const PEER_READ_BYTES: u64 = 1 << 20;
+
+/// Another server's installed store version, read through `StoreReadFile`: the
+/// source a rebalance copies chunk files from. Used from the fetch thread, so every
+/// call blocks on the runtime `handle`.
+struct PeerSource {
+    handle: tokio::runtime::Handle,
+    pool: ChannelPool,
+    addr: String,
+    store_id: String,
+    version: u64,
+}
+
+/// A file of a [`PeerSource`], read a page at a time.
+struct PeerFile<'a> {
+    source: &'a PeerSource,
+    name: String,
+    offset: u64,
+    page: Vec<u8>,
+    at: usize,
+    eof: bool,
+}
+
+impl PeerSource {
+    fn read_page(&self, name: &str, offset: u64) -> std::io::Result<Vec<u8>> {
+        let channel = self
+            .pool
+            .get(&self.addr)
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", self.addr)))?;
+        let mut client = pb::read_only_store_client::ReadOnlyStoreClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let req = pb::StoreReadFileRequest {
+            store_id: self.store_id.clone(),
+            version: self.version,
+            name: name.to_string(),
+            offset,
+            max_bytes: PEER_READ_BYTES,
+        };
+        let r = self.handle.block_on(async {
+            tokio::time::timeout(PEER_READ_TIMEOUT, client.store_read_file(req)).await
+        });
+        match r {
+            Err(_) => Err(std::io::Error::other(format!(
+                "{} did not answer within {PEER_READ_TIMEOUT:?}",
+                self.addr
+            ))),
+            Ok(Err(s)) => Err(std::io::Error::other(format!(
+                "{}: {}",
+                self.addr,
+                s.message()
+            ))),
+            Ok(Ok(r)) => Ok(r.into_inner().data.to_vec()),
+        }
+    }
+}
+
+impl std::io::Read for PeerFile<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.page.len() {
+            if self.eof {
+                return Ok(0);
+            }
+            self.page = self.source.read_page(&self.name, self.offset)?;
+            self.at = 0;
+            self.offset += self.page.len() as u64;
+            self.eof = (self.page.len() as u64) < PEER_READ_BYTES;
+        }
+        let n = buf.len().min(self.page.len() - self.at);
+        buf[..n].copy_from_slice(&self.page[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+impl cairn_readonly::FetchSource for PeerSource {
+    fn open(&self, name: &str, offset: u64) -> cairn_readonly::Result<Box<dyn std::io::Read + '_>> {
+        Ok(Box::new(PeerFile {
+            source: self,
+            name: name.to_string(),
+            offset,
+            page: Vec::new(),
+            at: 0,
+            eof: false,
+        }))
+    }
+
+    fn describe(&self, name: &str) -> String {
+        format!("{name} of version {} on {}", self.version, self.addr)
+    }
+}
+
+/// How a server reaches its peers' store files: through `pool`, blocking on the
+/// current runtime. REQUIRES: called inside the tokio runtime.
+pub fn peer_connect(pool: ChannelPool) -> PeerConnect {
+    let handle = tokio::runtime::Handle::current();
+    Arc::new(move |store_id: &str, addr: &str, version: u64| {
+        Ok(Box::new(PeerSource {
+            handle: handle.clone(),
+            pool: pool.clone(),
+            addr: addr.to_string(),
+            store_id: store_id.to_string(),
+            version,
+        }) as Box<dyn cairn_readonly::FetchSource>)
+    })
+}
 
 /// The `ReadOnlyStore` service over a server's [`StoreHost`].
 #[derive(Clone)]
@@ -93,6 +204,13 @@ impl pb::read_only_store_server::ReadOnlyStore for StoreService {
             node: r.node,
             retained: r.retained,
             throttle_bytes_per_sec: r.throttle_bytes_per_sec,
+            rebalance: if r.rebalance_json.is_empty() {
+                None
+            } else {
+                Some(serde_json::from_str(&r.rebalance_json).map_err(|e| {
+                    Status::invalid_argument(format!("the rebalance plan is not valid: {e}"))
+                })?)
+            },
         };
         let status = self.blocking(move |h| h.fetch(req)).await?;
         Ok(Response::new(status_response(status)))
@@ -114,11 +232,15 @@ impl pb::read_only_store_server::ReadOnlyStore for StoreService {
     ) -> Result<Response<pb::StoreSwapResponse>, Status> {
         self.admin(&request, "StoreSwap")?;
         let r = request.into_inner();
-        fail::fail_point!("store::swap", |_| Err(Status::unavailable(
-            "failpoint store::swap"
-        )));
         let report = self
-            .blocking(move |h| h.swap(&r.store_id, r.version))
+            .blocking(move |h| {
+                // On the blocking pool, so that a `sleep` action holds this swap
+                // without stalling the runtime (tests kill the server meanwhile).
+                fail::fail_point!("store::swap", |_| Err(TserverError::Unavailable(
+                    "failpoint store::swap".into()
+                )));
+                h.swap(&r.store_id, r.version)
+            })
             .await?;
         Ok(Response::new(swap_response(report)))
     }
@@ -173,6 +295,21 @@ impl pb::read_only_store_server::ReadOnlyStore for StoreService {
             more: next.is_some(),
             next_chunk: next.map_or(0, |n| n.chunk),
             next_entry: next.map_or(0, |n| n.entry),
+        }))
+    }
+
+    async fn store_read_file(
+        &self,
+        request: Request<pb::StoreReadFileRequest>,
+    ) -> Result<Response<pb::StoreReadFileResponse>, Status> {
+        self.admin(&request, "StoreReadFile")?;
+        let r = request.into_inner();
+        let (data, file_bytes) = self
+            .blocking(move |h| h.read_file(&r.store_id, r.version, &r.name, r.offset, r.max_bytes))
+            .await?;
+        Ok(Response::new(pb::StoreReadFileResponse {
+            data: data.into(),
+            file_bytes,
         }))
     }
 

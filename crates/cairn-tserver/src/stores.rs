@@ -24,7 +24,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use cairn_readonly::fetch::{fetch_node, is_fetched, source_path};
-use cairn_readonly::{FetchProgress, FetchTarget, ReadOnlyError, SwapReport, VersionedStore};
+use cairn_readonly::{
+    FetchProgress, FetchSource, FetchTarget, ReadOnlyError, RebalancePlan, SwapReport,
+    VersionedStore,
+};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -107,12 +110,20 @@ pub struct FetchRequest {
     pub retained: u32,
     /// Bytes per second (0: unlimited).
     pub throttle_bytes_per_sec: u64,
+    /// For a rebalance: what to assemble (and `source` is empty).
+    pub rebalance: Option<RebalancePlan>,
 }
+
+/// Opens another server's installed version of a store as a fetch source:
+/// `(store id, address, version)`. A rebalance copies chunk files through it.
+pub type PeerConnect =
+    Arc<dyn Fn(&str, &str, u64) -> cairn_readonly::Result<Box<dyn FetchSource>> + Send + Sync>;
 
 /// The read-only stores of this server. See the module docs.
 pub struct StoreHost {
     root: PathBuf,
     stores: Mutex<HashMap<String, Arc<HostedStore>>>,
+    peers: Mutex<Option<PeerConnect>>,
 }
 
 impl StoreHost {
@@ -148,7 +159,13 @@ impl StoreHost {
         Ok(StoreHost {
             root,
             stores: Mutex::new(stores),
+            peers: Mutex::new(None),
         })
+    }
+
+    /// Sets how this server reaches other servers' files for a rebalance.
+    pub fn set_peers(&self, connect: PeerConnect) {
+        *self.peers.lock() = Some(connect);
     }
 
     /// The store `id`, if this server hosts it.
@@ -203,7 +220,16 @@ impl StoreHost {
                 "versions are numbered from 1".into(),
             ));
         }
-        let source = source_path(&req.source)?;
+        let source = match &req.rebalance {
+            Some(_) => PathBuf::new(),
+            None => source_path(&req.source)?,
+        };
+        let peers = match &req.rebalance {
+            Some(_) => Some(self.peers.lock().clone().ok_or_else(|| {
+                TserverError::Internal("this server cannot reach its peers' files".into())
+            })?),
+            None => None,
+        };
         {
             let mut job = store.fetch.lock();
             let installed = store.versions.versions()?.contains(&req.version);
@@ -238,11 +264,30 @@ impl StoreHost {
                     req.throttle_bytes_per_sec,
                 );
                 let version = req.version;
+                let plan = req.rebalance.clone();
+                let id = req.store_id.clone();
+                let live = store.versions.live().map(|(_, v)| v);
                 let thread = std::thread::Builder::new()
                     .name(format!("fetch-{}", req.store_name))
                     .spawn(move || {
-                        let target = FetchTarget { store: &name, node };
-                        let out = fetch_node(&source, &dest, &target, rate, &p);
+                        let out = match (plan, peers) {
+                            (Some(plan), Some(peers)) => {
+                                let connect = |addr: &str, v: u64| peers(&id, addr, v);
+                                cairn_readonly::rebalance::assemble(
+                                    &plan,
+                                    node,
+                                    live.as_deref(),
+                                    &dest,
+                                    &connect,
+                                    rate,
+                                    &p,
+                                )
+                            }
+                            _ => {
+                                let target = FetchTarget { store: &name, node };
+                                fetch_node(&source, &dest, &target, rate, &p)
+                            }
+                        };
                         match &out {
                             Ok(m) => tracing::info!(store = %name, version, rows = m.rows,
                                 "fetched read-only store version"),
@@ -397,6 +442,50 @@ impl StoreHost {
             out.push(files.get(k)?.map(<[u8]>::to_vec));
         }
         Ok((version, out))
+    }
+}
+
+/// Bytes a `read_file` call returns at most.
+const MAX_READ_BYTES: u64 = 8 << 20;
+
+impl StoreHost {
+    /// Up to `max_bytes` of file `name` of installed version `version` of store `id`,
+    /// from `offset`: `(bytes, the file's size)`. Blocking.
+    pub fn read_file(
+        &self,
+        id: &str,
+        version: u64,
+        name: &str,
+        offset: u64,
+        max_bytes: u64,
+    ) -> Result<(Vec<u8>, u64)> {
+        use std::io::{Read, Seek, SeekFrom};
+        let store = self.store(id)?;
+        if name.is_empty() || name.contains(['/', '\\']) || name == ".." || name == "." {
+            return Err(TserverError::InvalidArgument(format!(
+                "'{name}' is not a file of a store version"
+            )));
+        }
+        if !store.versions.versions()?.contains(&version) {
+            return Err(TserverError::InvalidArgument(format!(
+                "store '{}' has no version {version} on this server",
+                store.info.name
+            )));
+        }
+        let path = store.versions.version_path(version).join(name);
+        let mut f = std::fs::File::open(&path).map_err(|e| TserverError::io(&path, e))?;
+        let len = f.metadata().map_err(|e| TserverError::io(&path, e))?.len();
+        let want = match max_bytes {
+            0 => 1 << 20,
+            n => n.min(MAX_READ_BYTES),
+        }
+        .min(len.saturating_sub(offset));
+        f.seek(SeekFrom::Start(offset))
+            .map_err(|e| TserverError::io(&path, e))?;
+        let mut buf = vec![0u8; want as usize];
+        f.read_exact(&mut buf)
+            .map_err(|e| TserverError::io(&path, e))?;
+        Ok((buf, len))
     }
 }
 

@@ -157,6 +157,10 @@ pub enum StoreCommand {
     /// Return a store to an earlier retained version on every server, in
     /// milliseconds.
     Rollback(store_serve::RollbackArgs),
+    /// Spread a store over tablet servers added since it was created: they take
+    /// their share of partitions, copied from the servers holding them, while every
+    /// lookup keeps being answered. Makes a new version.
+    Rebalance(store_serve::RebalanceArgs),
     /// Add a store to the cluster's catalog: its key and value columns and a ring of
     /// partitions laid out over the live tablet servers.
     Create(store_catalog::CreateArgs),
@@ -219,6 +223,7 @@ pub async fn run(tool: Tool) -> ToolResult<()> {
             StoreCommand::Get(a) => store::get(a).await,
             StoreCommand::Push(a) => store_serve::push(a).await,
             StoreCommand::Rollback(a) => store_serve::rollback(a).await,
+            StoreCommand::Rebalance(a) => store_serve::rebalance(a).await,
             StoreCommand::Create(a) => store_catalog::create(a).await,
             StoreCommand::List(a) => store_catalog::list(a).await,
             StoreCommand::Describe(a) => store_catalog::describe(a).await,

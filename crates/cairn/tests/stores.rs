@@ -1,7 +1,8 @@
 //! Read-only stores on a real multi-process cluster: build from the catalog's ring,
 //! push (with a tablet server killed mid-fetch and the leader master killed
-//! mid-push), roll back, fail over lookups, and a push that fails leaving the
-//! previous version live. Readers run throughout and check that every answer is one
+//! mid-push), roll back, fail over lookups, a push that fails leaving the previous
+//! version live, a tablet server and the leader master each killed mid-swap, and a
+//! rebalance onto a tablet server added to the cluster. Readers run throughout and check that every answer is one
 //! whole version's value and that no lookup fails while a replica is up.
 
 mod common;
@@ -25,6 +26,10 @@ fn tag(v: u64) -> &'static str {
         1 => "one",
         2 => "two",
         3 => "three",
+        4 => "four",
+        // Version 6 is the rebalance of version 5: the same data on a new ring.
+        5 | 6 => "five",
+        7 => "seven",
         _ => "unknown",
     }
 }
@@ -147,6 +152,53 @@ async fn wait_version(c: &Client, version: u64, within: Duration) {
     }
 }
 
+/// Whether the server at `addr` alone answers every key it holds a replica of with
+/// `version` (the other servers are left out of a copy of the ring).
+async fn node_answers(reader: &StoreReader, addr: &str, version: u64) -> bool {
+    let mut entry = (*reader.entry()).clone();
+    let only: Vec<usize> = (0..entry.nodes.len())
+        .filter(|&n| entry.nodes[n].addr == addr)
+        .collect();
+    assert_eq!(only.len(), 1, "{addr} in {entry:?}");
+    for (n, node) in entry.nodes.iter_mut().enumerate() {
+        if n != only[0] {
+            node.addr = "127.0.0.1:1".into();
+        }
+    }
+    let encoded: Vec<Vec<u8>> = (0..ROWS)
+        .map(|i| entry.schema.encode_key(&[Value::Int64(i)]).unwrap())
+        .filter(|k| {
+            let p = entry.layout.partition_of(&cairn_readonly::KeyHash::of(k));
+            entry
+                .layout
+                .preference_list(p)
+                .iter()
+                .any(|&(_, n)| n as usize == only[0])
+        })
+        .collect();
+    assert!(!encoded.is_empty());
+    matches!(reader.get_encoded(&entry, &encoded).await,
+        Ok(rows) if rows.iter().all(|(v, _)| *v == version))
+}
+
+/// Waits until the master reports push `version` in `state`.
+async fn wait_push_state(c: &Client, version: u64, state: &str) {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok((_, Some(r))) = c.get_store_and_push("recs").await
+            && r.version == version
+            && r.state == state
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "push {version} never reached {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn push_swap_rollback_and_failover_on_real_processes() {
     let dir = tempfile::tempdir().unwrap();
@@ -165,16 +217,17 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
             )
         })
         .collect();
-    let mut tservers: Vec<Proc> = (0..3)
-        .map(|i| {
-            tserver_proc(
-                &d.join(format!("t{i}")),
-                &reserve_addr(),
-                &master_addrs,
-                d.join(format!("t{i}.log")),
-            )
-        })
-        .collect();
+    let webs: Vec<String> = (0..4).map(|_| reserve_addr()).collect();
+    let start_tserver = |i: usize| {
+        tserver_proc_with(
+            &d.join(format!("t{i}")),
+            &reserve_addr(),
+            &master_addrs,
+            d.join(format!("t{i}.log")),
+            &["--web-addr", &webs[i]],
+        )
+    };
+    let mut tservers: Vec<Proc> = (0..3).map(start_tserver).collect();
     let c = Client::connect(&master_addrs).await.unwrap();
     wait_live_servers(&c, 3, Duration::from_secs(60)).await;
     let m = master_addrs.join(",");
@@ -282,45 +335,103 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     assert_eq!(check_all(&reader, Some(2)).await, 2);
     tservers[0].start();
     let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let keys: Vec<Vec<Value>> = (0..ROWS).map(|i| vec![Value::Int64(i)]).collect();
-        // Ask the restarted server itself: drop the others from a copy of the ring.
-        let mut entry = (*reader.entry()).clone();
-        let t0 = tservers[0].addr.clone();
-        let only_t0: Vec<usize> = (0..entry.nodes.len())
-            .filter(|&n| entry.nodes[n].addr == t0)
-            .collect();
-        assert_eq!(only_t0.len(), 1, "{entry:?}");
-        for (n, node) in entry.nodes.iter_mut().enumerate() {
-            if n != only_t0[0] {
-                node.addr = "127.0.0.1:1".into();
-            }
-        }
-        // Only the keys the restarted server holds a replica of.
-        let encoded: Vec<Vec<u8>> = keys
-            .iter()
-            .map(|k| entry.schema.encode_key(k).unwrap())
-            .filter(|k| {
-                let p = entry.layout.partition_of(&cairn_readonly::KeyHash::of(k));
-                entry
-                    .layout
-                    .preference_list(p)
-                    .iter()
-                    .any(|&(_, n)| n as usize == only_t0[0])
-            })
-            .collect();
-        assert!(!encoded.is_empty());
-        if let Ok(rows) = reader.get_encoded(&entry, &encoded).await
-            && rows.iter().all(|(v, _)| *v == 2)
-        {
-            break;
-        }
+    while !node_answers(&reader, &tservers[0].addr, 2).await {
         assert!(
             Instant::now() < until,
             "the restarted server was not swapped back"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    wait_live_servers(&c, 3, Duration::from_secs(60)).await;
+
+    // A server killed mid-swap: it holds its swap (a failpoint) while the others
+    // swap to version 4, and dies. The master waits for it through the grace, then
+    // swaps the others back: version 2 stays the store's, and lookups (failing over
+    // past the dead server) never fail and never mix versions within a batch.
+    let v4 = build_version(d, &m, 4);
+    put_failpoint(&webs[1], "store::swap", "1*sleep(20000)");
+    assert_eq!(c.push_store("recs", &v4, 4, 0).await.unwrap(), 4);
+    wait_push_state(&c, 4, "swapping").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tservers[1].kill9();
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (e, r) = c.get_store_and_push("recs").await.unwrap();
+        let r = r.unwrap();
+        if e.push.is_none() {
+            assert_eq!(
+                (r.state.as_str(), e.current_version),
+                ("rolled back", Some(2))
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the push with a dead server never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(check_all(&reader, Some(2)).await, 2);
+    tservers[1].start();
+    wait_live_servers(&c, 3, Duration::from_secs(60)).await;
+    assert_eq!(check_all(&reader, Some(2)).await, 2);
+    // Version 4 was installed on some servers: its number cannot be pushed again.
+    let (ok, out) = cairn(&[
+        "store",
+        "push",
+        "recs",
+        "--from",
+        &v4,
+        "--version",
+        "4",
+        "--masters",
+        &m,
+    ]);
+    assert!(!ok && out.contains("was pushed before"), "{out}");
+
+    // The leader master killed mid-swap: a server holds its swap while the leader
+    // dies; the next leader finds the push recorded as swapping and completes it.
+    let v5 = build_version(d, &m, 5);
+    put_failpoint(&webs[2], "store::swap", "1*sleep(3000)");
+    assert_eq!(c.push_store("recs", &v5, 5, 0).await.unwrap(), 5);
+    wait_push_state(&c, 5, "swapping").await;
+    let leader = c
+        .list_masters()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|x| x.role.eq_ignore_ascii_case("leader"))
+        .expect("a leader master");
+    let li = master_addrs.iter().position(|a| *a == leader.addr).unwrap();
+    masters[li].kill9();
+    wait_version(&c, 5, Duration::from_secs(90)).await;
+    masters[li].start();
+    assert_eq!(check_all(&reader, Some(5)).await, 5);
+
+    // A fourth server joins; a rebalance gives it its share of the partitions,
+    // copied from the others, while lookups keep being answered (by either ring).
+    tservers.push(start_tserver(3));
+    wait_live_servers(&c, 4, Duration::from_secs(60)).await;
+    let (ok, out) = cairn(&["store", "rebalance", "recs", "--masters", &m]);
+    assert!(
+        ok && out.contains("rebalanced over 4 server(s) and serves version 6"),
+        "{out}"
+    );
+    let (e, _) = c.get_store_and_push("recs").await.unwrap();
+    assert_eq!((e.nodes.len(), e.current_version), (4, Some(6)));
+    assert_eq!(check_all(&reader, Some(6)).await, 6);
+    reader.refresh().await.unwrap();
+    assert_eq!(reader.entry().nodes.len(), 4);
+    assert_eq!(check_all(&reader, Some(6)).await, 6);
+    assert!(node_answers(&reader, &tservers[3].addr, 6).await);
+    let (ok, out) = cairn(&["store", "rebalance", "recs", "--masters", &m]);
+    assert!(!ok && out.contains("already on store"), "{out}");
+    // The next build is made for the new ring and pushed to all four.
+    let v7 = build_version(d, &m, 7);
+    let (ok, out) = cairn(&["store", "push", "recs", "--from", &v7, "--masters", &m]);
+    assert!(ok && out.contains("now serves version 7"), "{out}");
+    assert_eq!(check_all(&reader, Some(7)).await, 7);
+    assert!(node_answers(&reader, &tservers[3].addr, 7).await);
 
     stop.store(true, Ordering::Relaxed);
     for r in readers {
@@ -331,7 +442,7 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     // Dropping the store deletes its files on every server.
     let (ok, out) = cairn(&["store", "drop", "recs", "--masters", &m]);
     assert!(ok, "{out}");
-    for i in 0..3 {
+    for i in 0..4 {
         let stores = d.join(format!("t{i}/stores"));
         let left: Vec<_> = std::fs::read_dir(&stores).unwrap().collect();
         assert!(left.is_empty(), "t{i} still has {left:?}");

@@ -387,6 +387,7 @@ impl StoreBuilder {
                 rows,
                 checksum: NodeMetadata::checksum_of(&entries)?,
                 files: entries,
+                held: None,
             };
             write_durably(&dir.join(METADATA_FILE), &meta.to_bytes())?;
         }

@@ -47,6 +47,7 @@ fn build(out: &Path, n: i64, tag: &str) {
 
 fn request(dir: &Path, version: u64) -> FetchRequest {
     FetchRequest {
+        rebalance: None,
         store_id: "s1".into(),
         store_name: "recs".into(),
         version,

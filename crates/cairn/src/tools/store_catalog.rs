@@ -291,6 +291,7 @@ mod tests {
             current_version: None,
             owner: "cairn".into(),
             push: None,
+            newest_version: 0,
         };
         let text = describe_lines(&s).join("\n");
         assert!(text.contains("key:   user_id:int64"), "{text}");

@@ -5,6 +5,8 @@
 //!   fetched by all servers, until the new version is live or the push failed and the
 //!   previous version stayed live.
 //! - `rollback` makes an earlier retained version live on every server.
+//! - `rebalance` moves partitions to tablet servers that joined since the store
+//!   was created, followed like a push.
 //! - `get` looks a key up through the store's ring, with failover.
 
 use std::time::{Duration, Instant};
@@ -57,6 +59,37 @@ pub struct RollbackArgs {
     pub to: Option<u64>,
 }
 
+/// `cairn store rebalance`
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Start the new tablet servers first; every live server that \
+    is not on the store's ring joins it.\nExample:\n  cairn store rebalance recs \
+    --throttle-mbps 100"
+)]
+pub struct RebalanceArgs {
+    #[command(flatten)]
+    pub conn: MasterArgs,
+    /// The store.
+    pub name: String,
+    /// Limit each server's copying to this many MB/s (default: unlimited).
+    #[arg(long, value_name = "MB/S")]
+    pub throttle_mbps: Option<f64>,
+    /// Start the rebalance and return at once (follow it with `cairn store describe`).
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+/// `--throttle-mbps` in bytes per second (0: unlimited).
+fn throttle(mbps: Option<f64>) -> ToolResult<u64> {
+    match mbps {
+        Some(m) if !(m > 0.0 && m.is_finite()) => {
+            Err("--throttle-mbps must be a positive number of MB/s".into())
+        }
+        Some(m) => Ok((m * 1_000_000.0) as u64),
+        None => Ok(0),
+    }
+}
+
 /// The absolute form of a local `--from` (the servers resolve it, not this shell).
 fn absolute_source(from: &str) -> ToolResult<String> {
     if from.contains("://") {
@@ -80,13 +113,7 @@ fn bytes(r: &PushReport) -> (u64, u64) {
 
 /// Runs `cairn store push`.
 pub async fn push(a: PushArgs) -> ToolResult<()> {
-    let throttle = match a.throttle_mbps {
-        Some(m) if !(m > 0.0 && m.is_finite()) => {
-            return Err("--throttle-mbps must be a positive number of MB/s".into());
-        }
-        Some(m) => (m * 1_000_000.0) as u64,
-        None => 0,
-    };
+    let throttle = throttle(a.throttle_mbps)?;
     let source = absolute_source(&a.from)?;
     let client = a.conn.connect().await?;
     let started = Instant::now();
@@ -100,6 +127,50 @@ pub async fn push(a: PushArgs) -> ToolResult<()> {
         );
         return Ok(());
     }
+    let (total, servers) = follow(&client, &a.name, version, "push").await?;
+    println!(
+        "store '{}' now serves version {version}: {} bytes fetched by {servers} \
+         server(s), pushed in {:.1} s",
+        a.name,
+        group_thousands(total),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Runs `cairn store rebalance`.
+pub async fn rebalance(a: RebalanceArgs) -> ToolResult<()> {
+    let throttle = throttle(a.throttle_mbps)?;
+    let client = a.conn.connect().await?;
+    let started = Instant::now();
+    let version = client.rebalance_store(&a.name, throttle).await?;
+    if a.no_wait {
+        println!(
+            "rebalancing store '{}' as version {version}; follow it with `cairn store \
+             describe {}`",
+            a.name, a.name
+        );
+        return Ok(());
+    }
+    let (total, servers) = follow(&client, &a.name, version, "rebalance").await?;
+    println!(
+        "store '{}' is rebalanced over {servers} server(s) and serves version {version}: \
+         {} bytes assembled in {:.1} s",
+        a.name,
+        group_thousands(total),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Follows push `version` of store `name` with a progress bar until it is done
+/// (`(bytes in all, servers)`) or failed (an error that says why, per server).
+async fn follow(
+    client: &cairn_client::Client,
+    name: &str,
+    version: u64,
+    what: &str,
+) -> ToolResult<(u64, usize)> {
     let bar = ProgressBar::new(0);
     bar.set_style(ProgressStyle::with_template(
         "[{elapsed_precise}] {bar:40} {msg}: {binary_bytes}/{binary_total_bytes} \
@@ -108,7 +179,7 @@ pub async fn push(a: PushArgs) -> ToolResult<()> {
     bar.set_message("fetching");
     let report = loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let (entry, report) = client.get_store_and_push(&a.name).await?;
+        let (entry, report) = client.get_store_and_push(name).await?;
         let Some(r) = report.filter(|r| r.version == version) else {
             if entry.push.is_none() && entry.current_version == Some(version) {
                 break None; // a new leader master finished it
@@ -127,9 +198,8 @@ pub async fn push(a: PushArgs) -> ToolResult<()> {
     match report {
         Some(r) if r.state != "done" => {
             let mut msg = format!(
-                "push of version {version} of store '{}' failed ({}); the previous version \
-                 stays live: {}",
-                a.name,
+                "{what} of version {version} of store '{name}' failed ({}); the previous \
+                 version stays live: {}",
                 r.state,
                 r.error.unwrap_or_default()
             );
@@ -140,18 +210,10 @@ pub async fn push(a: PushArgs) -> ToolResult<()> {
             }
             Err(msg.into())
         }
-        r => {
-            let total = r.as_ref().map_or(0, |r| bytes(r).1);
-            let servers = r.as_ref().map_or(0, |r| r.nodes.len());
-            println!(
-                "store '{}' now serves version {version}: {} bytes fetched by {servers} \
-                 server(s), pushed in {:.1} s",
-                a.name,
-                group_thousands(total),
-                started.elapsed().as_secs_f64()
-            );
-            Ok(())
-        }
+        r => Ok((
+            r.as_ref().map_or(0, |r| bytes(r).1),
+            r.as_ref().map_or(0, |r| r.nodes.len()),
+        )),
     }
 }
 

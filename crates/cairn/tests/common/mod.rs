@@ -520,6 +520,17 @@ pub fn master_proc_with(
 }
 
 pub fn tserver_proc(dir: &std::path::Path, addr: &str, masters: &[String], log: PathBuf) -> Proc {
+    tserver_proc_with(dir, addr, masters, log, &[])
+}
+
+/// [`tserver_proc`] with `extra` flags.
+pub fn tserver_proc_with(
+    dir: &std::path::Path,
+    addr: &str,
+    masters: &[String],
+    log: PathBuf,
+    extra: &[&str],
+) -> Proc {
     let mut args = vec![
         "tserver".to_string(),
         "--data-dir".into(),
@@ -532,7 +543,25 @@ pub fn tserver_proc(dir: &std::path::Path, addr: &str, masters: &[String], log: 
         "200".into(),
     ];
     args.extend(FAST_RAFT.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(|s| s.to_string()));
     Proc::spawn(args, addr.to_string(), log)
+}
+
+/// Sets failpoint `name` to `action` (the `fail` crate's syntax, e.g.
+/// `1*sleep(3000)`) on the server whose web page is at `web_addr`.
+pub fn put_failpoint(web_addr: &str, name: &str, action: &str) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(web_addr).unwrap();
+    write!(
+        s,
+        "PUT /failpoints/{name} HTTP/1.1\r\nHost: {web_addr}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{action}",
+        action.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
 /// Makes a cluster CA in `dir` and a certificate for each of `names` (valid for
