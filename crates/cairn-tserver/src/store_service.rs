@@ -45,6 +45,8 @@ struct PeerFile<'a> {
 
 impl PeerSource {
     fn read_page(&self, name: &str, offset: u64) -> std::io::Result<Vec<u8>> {
+        // Channels are made (lazily connected) inside the runtime's context.
+        let _runtime = self.handle.enter();
         let channel = self
             .pool
             .get(&self.addr)
