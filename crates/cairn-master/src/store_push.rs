@@ -471,26 +471,7 @@ async fn swap_node(
 ) -> Result<pb::StoreSwapResponse> {
     let deadline = Instant::now() + st.opts.store_push_grace;
     loop {
-        let addr = node_addr(st, store, n);
-        let attempt = async {
-            let mut c = client(st, &addr)?;
-            let req = pb::StoreSwapRequest {
-                store_id: store.id.clone(),
-                version,
-            };
-            match tokio::time::timeout(RPC_TIMEOUT, c.store_swap(req)).await {
-                Err(_) => Err(MasterError::Unavailable(format!("{addr} did not answer"))),
-                Ok(Err(s)) if s.code() == tonic::Code::Unavailable => {
-                    Err(MasterError::Unavailable(format!("{addr}: {}", s.message())))
-                }
-                Ok(Err(s)) => Err(MasterError::FailedPrecondition(format!(
-                    "tablet server {addr} cannot swap store '{}' to version {version}: {}",
-                    store.name,
-                    s.message()
-                ))),
-                Ok(Ok(r)) => Ok(r.into_inner()),
-            }
-        };
+        let attempt = swap_once(st, store, n, version);
         match attempt.await {
             Err(MasterError::Unavailable(e)) if Instant::now() < deadline => {
                 tracing::debug!(error = %e, "swap: tablet server unreachable, retrying");
@@ -634,7 +615,8 @@ pub(crate) async fn rollback(
     })
 }
 
-/// One `StoreSwap` of node `n` to `version`, without retries.
+/// One `StoreSwap` of node `n` to `version`, without retries; a server that is
+/// down or did not answer is `Unavailable`.
 async fn swap_once(
     st: &MasterState,
     store: &StoreEntry,
@@ -649,6 +631,9 @@ async fn swap_once(
     };
     match tokio::time::timeout(RPC_TIMEOUT, c.store_swap(req)).await {
         Err(_) => Err(MasterError::Unavailable(format!("{addr} did not answer"))),
+        Ok(Err(s)) if s.code() == tonic::Code::Unavailable => {
+            Err(MasterError::Unavailable(format!("{addr}: {}", s.message())))
+        }
         Ok(Err(s)) => Err(MasterError::FailedPrecondition(format!(
             "tablet server {addr} cannot swap store '{}' to version {version}: {}",
             store.name,
