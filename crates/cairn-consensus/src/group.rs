@@ -222,6 +222,20 @@ impl RaftGroup {
         }
     }
 
+    /// The term this member leads in, if it leads. A leader tags orders it sends
+    /// outside the group with it, so that their receivers can refuse those of a
+    /// deposed leader. (A candidate's term is not returned: its orders would make
+    /// receivers refuse those of the real leader of a lower term.)
+    pub fn leader_term(&self) -> Result<u64> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        if m.state != ServerState::Leader {
+            drop(m);
+            return Err(self.not_leader());
+        }
+        Ok(m.current_term)
+    }
+
     /// Ok when this member is the leader *and* has applied every entry that was in its
     /// log when its leadership began, so its state (and its clock) covers everything
     /// committed before. The watermark is taken the first time this process sees

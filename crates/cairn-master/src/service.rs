@@ -74,6 +74,13 @@ impl MasterState {
         }
     }
 
+    /// The Raft term this master leads in (see `RaftGroup::leader_term`), to tag
+    /// orders to tablet servers with.
+    pub fn leader_term(&self) -> Result<u64> {
+        self.check_leader()?;
+        Ok(self.group.leader_term()?)
+    }
+
     /// Replicates a catalog op; the inner result is the op's own outcome. Gives up
     /// (Unavailable) if it is not applied within the DDL wait (a leader cut off from
     /// the other masters).

@@ -628,6 +628,8 @@ async fn swap_once(
     let req = pb::StoreSwapRequest {
         store_id: store.id.clone(),
         version,
+        term: st.leader_term()?,
+        if_live: None,
     };
     match tokio::time::timeout(RPC_TIMEOUT, c.store_swap(req)).await {
         Err(_) => Err(MasterError::Unavailable(format!("{addr} did not answer"))),
@@ -690,14 +692,34 @@ pub(crate) async fn reconcile(st: &Arc<MasterState>) {
             };
             let s = s.into_inner();
             if s.live_version != current && s.versions.contains(&current) {
+                // The catalog read above may be old by now: a push that started since
+                // swaps servers only after recording itself, so read it again, and
+                // swap only from the version the server was seen serving.
+                let unchanged = st.catalog.read(|c| {
+                    c.stores
+                        .get(&store.id)
+                        .is_some_and(|e| e.push.is_none() && e.current_version == Some(current))
+                });
+                if !unchanged || st.store_drivers.lock().contains(&store.id) {
+                    break;
+                }
                 tracing::info!(store = %store.name, %addr, serves = s.live_version, current,
                     "swapping a tablet server back to the store's current version");
+                let Ok(term) = st.leader_term() else {
+                    return;
+                };
                 let req = pb::StoreSwapRequest {
                     store_id: store.id.clone(),
                     version: current,
+                    term,
+                    if_live: Some(s.live_version),
                 };
-                if let Err(e) = tokio::time::timeout(RPC_TIMEOUT, c.store_swap(req)).await {
-                    tracing::warn!(store = %store.name, %addr, error = %e, "swap back failed");
+                match tokio::time::timeout(RPC_TIMEOUT, c.store_swap(req)).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!(store = %store.name, %addr,
+                        error = %e.message(), "swap back refused"),
+                    Err(_) => tracing::warn!(store = %store.name, %addr,
+                        "swap back: the server did not answer"),
                 }
             }
         }

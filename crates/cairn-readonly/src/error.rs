@@ -43,6 +43,10 @@ pub enum ReadOnlyError {
         /// What is wrong with it.
         detail: String,
     },
+    /// A swap order was refused because a newer one was obeyed since, or the version
+    /// it expected live is not (see `SwapOrder`).
+    #[error("stale swap refused: {0}")]
+    StaleSwap(String),
     /// An I/O error on a store, spill or input file.
     #[error("{context}: {source}")]
     Io {

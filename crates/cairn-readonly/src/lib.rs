@@ -59,4 +59,4 @@ pub use layout::{ChunkId, KeyHash, NodeId, PreferenceList, StoreLayout};
 pub use reader::{ScanCursor, StoreVersion, Verify};
 pub use rebalance::{Donor, RebalancePlan};
 pub use schema::{StoreColumn, StoreSchema};
-pub use versions::{SwapReport, VersionedStore};
+pub use versions::{SwapOrder, SwapReport, VersionedStore};

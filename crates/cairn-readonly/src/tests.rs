@@ -389,6 +389,40 @@ fn install_swap_rollback_retain_and_reopen() {
 }
 
 #[test]
+fn late_swap_orders_are_refused_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = sample_rows(100);
+    let store = VersionedStore::open(dir.path(), 5).unwrap();
+    for v in 1..=3u64 {
+        stage_version(&store, v, &rows, &format!("v{v}"));
+        store.install(v).unwrap();
+    }
+    let order = |epoch, if_live| SwapOrder { epoch, if_live };
+    store.swap_ordered(1, order(2, None)).unwrap();
+    // The next leader (epoch 3) swaps to 2; its predecessor's order to swap to 1,
+    // arriving late, must not undo it.
+    store.swap_ordered(2, order(3, Some(1))).unwrap();
+    let err = store.swap_ordered(1, order(2, None)).unwrap_err();
+    assert!(matches!(err, ReadOnlyError::StaleSwap(_)), "{err}");
+    assert_eq!(store.live().unwrap().0, 2);
+    // An order that expects another live version is refused, whatever its epoch.
+    let err = store.swap_ordered(3, order(4, Some(1))).unwrap_err();
+    assert!(err.to_string().contains("expected version 1 live"), "{err}");
+    assert_eq!(store.live().unwrap().0, 2);
+    // The refused order did not raise the epoch: epoch 3 still orders.
+    store.swap_ordered(3, order(3, Some(2))).unwrap();
+    // The epoch survives a restart.
+    drop(store);
+    let store = VersionedStore::open(dir.path(), 5).unwrap();
+    assert_eq!(store.live().unwrap().0, 3);
+    assert!(store.swap_ordered(1, order(2, None)).is_err());
+    // Orders without an epoch (local tools) are not fenced.
+    store.swap(1).unwrap();
+    assert_eq!(store.live().unwrap().0, 1);
+    assert_eq!(store.versions().unwrap(), vec![1, 2, 3]);
+}
+
+#[test]
 fn a_corrupt_fetch_is_refused_and_nothing_changes() {
     let dir = tempfile::tempdir().unwrap();
     let rows = sample_rows(200);

@@ -8,6 +8,7 @@
 //!   version-8/
 //!   version-9.fetch/    a version being fetched (not servable)
 //!   latest -> version-8 the live version
+//!   epoch               the highest epoch that ordered a swap (see below)
 //! ```
 //!
 //! - [`VersionedStore::install`] turns a fetched folder into `version-N` after checking
@@ -19,6 +20,13 @@
 //!   Lookups in flight keep the version they started with; the old files are unmapped
 //!   when the last of them finishes.
 //! - [`VersionedStore::rollback`] is a swap to an earlier version still on disk.
+//! - [`VersionedStore::swap_ordered`] is a swap that can be refused: a [`SwapOrder`]
+//!   names the epoch of whoever ordered it (the leader master's Raft term) and,
+//!   optionally, the version it expects to be live. An order from an epoch older than
+//!   one already obeyed is refused, so a swap that a deposed leader sent, held up in
+//!   the network or in this server, cannot undo what its successor did after it. The
+//!   highest epoch obeyed is kept in the `epoch` file, so a restart does not forget
+//!   it.
 //! - After a swap, versions beyond the `retained` newest are deleted (never the live
 //!   one), on a background thread so the swap does not wait for the file system.
 //!
@@ -38,6 +46,10 @@ use crate::reader::{StoreVersion, Verify};
 const LATEST: &str = "latest";
 /// A link being made, renamed over `latest` to swap.
 const LATEST_NEW: &str = "latest.new";
+/// The highest epoch that ordered a swap.
+const EPOCH: &str = "epoch";
+/// The epoch file being written, renamed over `epoch`.
+const EPOCH_NEW: &str = "epoch.new";
 /// Suffix of a folder whose fetch has not completed.
 const FETCH_SUFFIX: &str = ".fetch";
 
@@ -61,14 +73,28 @@ pub struct SwapReport {
     pub elapsed: Duration,
 }
 
+/// Who orders a swap and on what condition (module docs): lets a server refuse an
+/// order that arrives after a newer one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SwapOrder {
+    /// The orderer's epoch: the leader master's Raft term. An order from an epoch
+    /// below the highest one obeyed is refused; 0 orders without an epoch (local
+    /// tools) and is never refused for it.
+    pub epoch: u64,
+    /// Swap only if this version is live now (0: none is); `None` swaps whatever is
+    /// live.
+    pub if_live: Option<u64>,
+}
+
 /// One store's folder on a server. See the module docs.
 #[derive(Debug)]
 pub struct VersionedStore {
     dir: PathBuf,
     retained: usize,
     live: RwLock<Option<(u64, Arc<StoreVersion>)>>,
-    /// Serializes install / swap / rollback / prune.
-    admin: Mutex<()>,
+    /// Serializes install / swap / rollback / prune, and holds the highest epoch that
+    /// ordered a swap (the `epoch` file's content).
+    admin: Mutex<u64>,
 }
 
 fn io(context: String) -> impl FnOnce(std::io::Error) -> ReadOnlyError {
@@ -100,11 +126,19 @@ impl VersionedStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(ReadOnlyError::io(format!("cannot read {dir:?}/latest"), e)),
         };
+        let _ = fs::remove_file(dir.join(EPOCH_NEW));
+        let epoch = match fs::read_to_string(dir.join(EPOCH)) {
+            Ok(text) => text.trim().parse::<u64>().map_err(|_| {
+                ReadOnlyError::corrupt(dir.join(EPOCH), format!("holds {text:?}, not a number"))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(ReadOnlyError::io(format!("cannot read {dir:?}/epoch"), e)),
+        };
         Ok(VersionedStore {
             dir: dir.to_path_buf(),
             retained: retained.max(1),
             live: RwLock::new(live),
-            admin: Mutex::new(()),
+            admin: Mutex::new(epoch),
         })
     }
 
@@ -141,7 +175,7 @@ impl VersionedStore {
         Ok(self.versions()?.last().map_or(1, |v| v + 1))
     }
 
-    fn admin(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+    fn admin(&self) -> Result<std::sync::MutexGuard<'_, u64>> {
         self.admin
             .lock()
             .map_err(|_| ReadOnlyError::InvalidInput("an earlier store operation panicked".into()))
@@ -169,10 +203,52 @@ impl VersionedStore {
 
     /// Makes version `v` live. See the module docs.
     pub fn swap(&self, v: u64) -> Result<SwapReport> {
-        let _g = self.admin()?;
+        self.swap_ordered(v, SwapOrder::default())
+    }
+
+    /// Makes version `v` live if `order` may still be obeyed (module docs): its epoch
+    /// is not below the highest one obeyed, and `if_live`, if given, is live. A
+    /// refused order is [`ReadOnlyError::StaleSwap`] and changes nothing.
+    pub fn swap_ordered(&self, v: u64, order: SwapOrder) -> Result<SwapReport> {
+        let mut epoch = self.admin()?;
+        if order.epoch > 0 && order.epoch < *epoch {
+            return Err(ReadOnlyError::StaleSwap(format!(
+                "the order to swap to version {v} comes from epoch {}, but epoch {} has \
+                 ordered swaps since",
+                order.epoch, *epoch
+            )));
+        }
+        let live = self.live().map_or(0, |(l, _)| l);
+        if let Some(expected) = order.if_live
+            && expected != live
+        {
+            return Err(ReadOnlyError::StaleSwap(format!(
+                "the order to swap to version {v} expected version {expected} live, but \
+                 version {live} is"
+            )));
+        }
+        if order.epoch > *epoch {
+            self.write_epoch(order.epoch)?;
+            *epoch = order.epoch;
+        }
         let report = self.swap_locked(v)?;
         self.prune_in_background(v);
         Ok(report)
+    }
+
+    /// Records `epoch` durably (a new file renamed over `epoch`).
+    /// REQUIRES: the admin lock.
+    fn write_epoch(&self, epoch: u64) -> Result<()> {
+        let new = self.dir.join(EPOCH_NEW);
+        let write = || -> std::io::Result<()> {
+            let mut f = fs::File::create(&new)?;
+            std::io::Write::write_all(&mut f, epoch.to_string().as_bytes())?;
+            f.sync_all()
+        };
+        write().map_err(io(format!("cannot write {new:?}")))?;
+        fs::rename(&new, self.dir.join(EPOCH))
+            .map_err(io(format!("cannot replace {:?}/epoch", self.dir)))?;
+        sync_dir(&self.dir)
     }
 
     /// REQUIRES: the admin lock.

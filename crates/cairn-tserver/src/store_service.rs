@@ -241,7 +241,11 @@ impl pb::read_only_store_server::ReadOnlyStore for StoreService {
                 fail::fail_point!("store::swap", |_| Err(TserverError::Unavailable(
                     "failpoint store::swap".into()
                 )));
-                h.swap(&r.store_id, r.version)
+                let order = cairn_readonly::SwapOrder {
+                    epoch: r.term,
+                    if_live: r.if_live,
+                };
+                h.swap(&r.store_id, r.version, order)
             })
             .await?;
         Ok(Response::new(swap_response(report)))

@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 
 use cairn_readonly::fetch::{fetch_node, is_fetched, source_path};
 use cairn_readonly::{
-    FetchProgress, FetchSource, FetchTarget, ReadOnlyError, RebalancePlan, SwapReport,
+    FetchProgress, FetchSource, FetchTarget, ReadOnlyError, RebalancePlan, SwapOrder, SwapReport,
     VersionedStore,
 };
 use parking_lot::Mutex;
@@ -350,9 +350,10 @@ impl StoreHost {
         Ok(status)
     }
 
-    /// Makes `version` live, installing its finished fetch first if needed.
-    /// Blocking (checksums every file of a new version): call off the async runtime.
-    pub fn swap(&self, id: &str, version: u64) -> Result<SwapReport> {
+    /// Makes `version` live, installing its finished fetch first if needed, unless
+    /// `order` is stale (`VersionedStore::swap_ordered`). Blocking (checksums every
+    /// file of a new version): call off the async runtime.
+    pub fn swap(&self, id: &str, version: u64, order: SwapOrder) -> Result<SwapReport> {
         let store = self.store(id)?;
         if let Some((live, _)) = store.versions.live()
             && live == version
@@ -387,7 +388,15 @@ impl StoreHost {
                 )));
             }
         }
-        let report = store.versions.swap(version)?;
+        let report = store
+            .versions
+            .swap_ordered(version, order)
+            .inspect_err(|e| {
+                if matches!(e, ReadOnlyError::StaleSwap(_)) {
+                    tracing::warn!(store = %store.info.name, error = %e,
+                        "refused a stale swap order");
+                }
+            })?;
         tracing::info!(store = %store.info.name, version, previous = ?report.previous,
             micros = report.elapsed.as_micros() as u64, "swapped read-only store version");
         Ok(report)

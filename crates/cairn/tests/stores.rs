@@ -392,7 +392,8 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     // The leader master killed mid-swap: a server holds its swap while the leader
     // dies; the next leader finds the push recorded as swapping and completes it.
     let v5 = build_version(d, &m, 5);
-    put_failpoint(&webs[2], "store::swap", "1*sleep(3000)");
+    put_failpoint(&webs[2], "store::swap", "1*sleep(6000)");
+    let held_until = Instant::now() + Duration::from_secs(6);
     assert_eq!(c.push_store("recs", &v5, 5, 0).await.unwrap(), 5);
     wait_push_state(&c, 5, "swapping").await;
     let leader = c
@@ -424,6 +425,15 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     assert_eq!(reader.entry().nodes.len(), 4);
     assert_eq!(check_all(&reader, Some(6)).await, 6);
     assert!(node_answers(&reader, &tservers[3].addr, 6).await);
+    // The dead leader's order to swap to version 5, held in server 2 all this time,
+    // ends now: the server refuses it (a newer term has ordered swaps since) and
+    // keeps serving version 6.
+    tokio::time::sleep_until(held_until.into()).await;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert_eq!(check_all(&reader, Some(6)).await, 6);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (ok, out) = cairn(&["store", "rebalance", "recs", "--masters", &m]);
     assert!(!ok && out.contains("already on store"), "{out}");
     // The next build is made for the new ring and pushed to all four.

@@ -105,13 +105,16 @@ fn fetch_swap_get_rollback_restart_and_drop() {
     host.fetch(request(&b1, 1)).unwrap();
     wait_fetched(&host, 1);
     assert!(host.get("s1", &[]).is_err(), "no live version yet");
-    assert!(host.swap("s1", 2).is_err(), "version 2 was never fetched");
-    let r = host.swap("s1", 1).unwrap();
+    assert!(
+        host.swap("s1", 2, SwapOrder::default()).is_err(),
+        "version 2 was never fetched"
+    );
+    let r = host.swap("s1", 1, SwapOrder::default()).unwrap();
     assert_eq!((r.previous, r.current), (None, 1));
     assert_eq!(value_of(&host, 7), (1, Some("one-7".into())));
     assert_eq!(value_of(&host, 1_000), (1, None));
     // Swapping to the live version again is a no-op (a retried or resumed push).
-    assert_eq!(host.swap("s1", 1).unwrap().current, 1);
+    assert_eq!(host.swap("s1", 1, SwapOrder::default()).unwrap().current, 1);
 
     // A second version: fetching it again while it is done changes nothing.
     host.fetch(request(&b2, 2)).unwrap();
@@ -123,7 +126,7 @@ fn fetch_swap_get_rollback_restart_and_drop() {
         Some("one-7"),
         "not live before the swap"
     );
-    host.swap("s1", 2).unwrap();
+    host.swap("s1", 2, SwapOrder::default()).unwrap();
     assert_eq!(value_of(&host, 7), (2, Some("two-7".into())));
     let r = host.rollback("s1", None).unwrap();
     assert_eq!((r.previous, r.current), (Some(2), 1));
@@ -134,7 +137,7 @@ fn fetch_swap_get_rollback_restart_and_drop() {
     let host = StoreHost::open(&data).unwrap();
     assert_eq!(value_of(&host, 7), (1, Some("one-7".into())));
     assert_eq!(host.status("s1").unwrap().versions, vec![1, 2]);
-    host.swap("s1", 2).unwrap();
+    host.swap("s1", 2, SwapOrder::default()).unwrap();
     assert_eq!(value_of(&host, 99), (2, Some("two-99".into())));
 
     // An aborted fetch leaves nothing behind; a dropped store is gone from disk.
@@ -167,7 +170,7 @@ fn a_foreign_build_fails_the_fetch_and_bad_requests_are_refused() {
         std::thread::sleep(Duration::from_millis(10));
     };
     assert!(err.contains("push the build made for this store"), "{err}");
-    assert!(host.swap("s1", 1).is_err());
+    assert!(host.swap("s1", 1, SwapOrder::default()).is_err());
 
     let mut req = request(&b1, 1);
     req.source = "relative/path".into();
