@@ -11,7 +11,10 @@
 //!   and 16 concurrent ones (throughput and latency), against `Client::get` point
 //!   lookups on a Cairn table with the same keys and values (bulk-loaded and flushed);
 //! - a second push and a `RollbackStore` through the master (the server's swap time
-//!   and the whole call).
+//!   and the whole call);
+//! - with `--pg-url`, PostgreSQL primary-key lookups on the same rows (`COPY`-loaded,
+//!   `VACUUM ANALYZE`d, read once to warm), one connection per client and a
+//!   prepared `SELECT v FROM recs_pg WHERE id = $1`.
 //!
 //! Results are appended to `bench/results/readonly-serve.jsonl`.
 
@@ -56,6 +59,10 @@ pub struct ReadonlyServeArgs {
     /// Append the results here.
     #[arg(long, default_value = "bench/results/readonly-serve.jsonl")]
     jsonl: PathBuf,
+    /// A PostgreSQL server to compare with (`host=… port=… user=… dbname=…`); its
+    /// table `recs_pg` is replaced. Without it PostgreSQL is not measured.
+    #[arg(long)]
+    pg_url: Option<String>,
 }
 
 struct Proc(Child);
@@ -81,10 +88,10 @@ struct Stats {
 }
 
 /// Runs `total` lookups of random ids in `0..rows` from `clients` concurrent tasks;
-/// `get` returns whether the key was found (a miss fails the run).
+/// `get(client, id)` returns whether the key was found (a miss fails the run).
 async fn measure<F, Fut>(rows: usize, total: usize, clients: usize, get: F) -> BoxResult<Stats>
 where
-    F: Fn(i64) -> Fut + Clone + Send + 'static,
+    F: Fn(usize, i64) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = BoxResult<bool>> + Send,
 {
     let per = total / clients;
@@ -98,7 +105,7 @@ where
                 for _ in 0..per {
                     let id = rng.random_range(0..rows as i64);
                     let t0 = Instant::now();
-                    let found = get(id).await?;
+                    let found = get(c, id).await?;
                     out.push(t0.elapsed());
                     if !found {
                         return Err::<_, Box<dyn std::error::Error + Send + Sync>>(
@@ -193,6 +200,80 @@ async fn table_get(c: Client, t: Arc<Table>, id: i64) -> BoxResult<bool> {
         .is_some())
 }
 
+/// PostgreSQL holding the same rows: one connection and prepared lookup per client.
+struct Postgres {
+    conns: Vec<(tokio_postgres::Client, tokio_postgres::Statement)>,
+    load_s: f64,
+}
+
+async fn pg_connect(url: &str) -> BoxResult<tokio_postgres::Client> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            eprintln!("readonly-serve: PostgreSQL connection: {e}");
+        }
+    });
+    Ok(client)
+}
+
+/// Loads `batches` (columns `id` INT64, `v` UTF-8) into `recs_pg` with `COPY`,
+/// analyzes and warms it, and opens `clients` connections.
+async fn pg_load(
+    url: &str,
+    batches: &[arrow::array::RecordBatch],
+    clients: usize,
+) -> BoxResult<Postgres> {
+    use arrow::array::{Int64Array, StringArray};
+    use futures::SinkExt;
+    let c = pg_connect(url).await?;
+    c.batch_execute(
+        "DROP TABLE IF EXISTS recs_pg; CREATE TABLE recs_pg (id BIGINT PRIMARY KEY, v TEXT NOT NULL)",
+    )
+    .await?;
+    let t0 = Instant::now();
+    let sink = c.copy_in("COPY recs_pg (id, v) FROM STDIN").await?;
+    futures::pin_mut!(sink);
+    for b in batches {
+        let ids = b
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or("column id is not INT64")?;
+        let vs = b
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or("column v is not UTF-8")?;
+        let mut text = String::with_capacity(b.num_rows() * 128);
+        for i in 0..b.num_rows() {
+            // The generated values are alphanumeric: nothing to escape for COPY.
+            text.push_str(&format!("{}\t{}\n", ids.value(i), vs.value(i)));
+        }
+        sink.send(bytes::Bytes::from(text)).await?;
+    }
+    sink.finish().await?;
+    c.batch_execute("VACUUM ANALYZE recs_pg").await?;
+    let load_s = t0.elapsed().as_secs_f64();
+    // Warm the heap and the index into the caches.
+    c.batch_execute(
+        "SELECT sum(length(v)) FROM recs_pg; SET enable_seqscan = off; \
+         SELECT count(*) FROM recs_pg WHERE id >= 0; RESET enable_seqscan",
+    )
+    .await?;
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let c = pg_connect(url).await?;
+        let st = c.prepare("SELECT v FROM recs_pg WHERE id = $1").await?;
+        conns.push((c, st));
+    }
+    Ok(Postgres { conns, load_s })
+}
+
+async fn pg_get(pg: Arc<Postgres>, client: usize, id: i64) -> BoxResult<bool> {
+    let (c, st) = &pg.conns[client % pg.conns.len()];
+    Ok(c.query_opt(st, &[&id]).await?.is_some())
+}
+
 /// Runs `cairn-bench readonly-serve`.
 pub fn readonly_serve(a: ReadonlyServeArgs) -> BoxResult<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -283,6 +364,14 @@ async fn run(a: ReadonlyServeArgs) -> BoxResult<()> {
     c.flush_table(&table).await?;
     let load_s = t0.elapsed().as_secs_f64();
     println!("  table bulk load {load_s:.2} s");
+    let pg = match &a.pg_url {
+        Some(url) => {
+            let pg = pg_load(url, &batches, 16).await?;
+            println!("  PostgreSQL COPY + VACUUM ANALYZE {:.2} s", pg.load_s);
+            Some(Arc::new(pg))
+        }
+        None => None,
+    };
     drop(batches);
 
     let reader = c.open_store("recs").await?;
@@ -296,38 +385,57 @@ async fn run(a: ReadonlyServeArgs) -> BoxResult<()> {
     }
     drop(keys);
     let (cc, t) = (c.clone(), table.clone());
-    measure(a.rows, a.gets, 4, move |id| {
+    measure(a.rows, a.gets, 4, move |_, id| {
         table_get(cc.clone(), t.clone(), id)
     })
     .await?;
 
     let r = reader.clone();
-    let s1 = measure(a.rows, a.gets, 1, move |id| store_get(r.clone(), id)).await?;
+    let s1 = measure(a.rows, a.gets, 1, move |_, id| store_get(r.clone(), id)).await?;
     let r = reader.clone();
-    let s16 = measure(a.rows, a.concurrent_gets, 16, move |id| {
+    let s16 = measure(a.rows, a.concurrent_gets, 16, move |_, id| {
         store_get(r.clone(), id)
     })
     .await?;
     let (cc, t) = (c.clone(), table.clone());
-    let t1 = measure(a.rows, a.gets, 1, move |id| {
+    let t1 = measure(a.rows, a.gets, 1, move |_, id| {
         table_get(cc.clone(), t.clone(), id)
     })
     .await?;
     let (cc, t) = (c.clone(), table.clone());
-    let t16 = measure(a.rows, a.concurrent_gets, 16, move |id| {
+    let t16 = measure(a.rows, a.concurrent_gets, 16, move |_, id| {
         table_get(cc.clone(), t.clone(), id)
     })
     .await?;
+    let (p1, p16) = match &pg {
+        Some(pg) => {
+            let p = pg.clone();
+            measure(a.rows, a.gets, 4, move |c, id| pg_get(p.clone(), c, id)).await?;
+            let p = pg.clone();
+            let p1 = measure(a.rows, a.gets, 1, move |c, id| pg_get(p.clone(), c, id)).await?;
+            let p = pg.clone();
+            let p16 = measure(a.rows, a.concurrent_gets, 16, move |c, id| {
+                pg_get(p.clone(), c, id)
+            })
+            .await?;
+            (Some(p1), Some(p16))
+        }
+        None => (None, None),
+    };
     for (what, s) in [
-        ("store, 1 client ", &s1),
-        ("table, 1 client ", &t1),
-        ("store, 16 clients", &s16),
-        ("table, 16 clients", &t16),
+        ("store, 1 client ", Some(&s1)),
+        ("table, 1 client ", Some(&t1)),
+        ("PostgreSQL, 1 client ", p1.as_ref()),
+        ("store, 16 clients", Some(&s16)),
+        ("table, 16 clients", Some(&t16)),
+        ("PostgreSQL, 16 clients", p16.as_ref()),
     ] {
-        println!(
-            "  get {what}: p50 {:.0} µs, p99 {:.0} µs, {:.0} gets/s",
-            s.p50, s.p99, s.ops
-        );
+        if let Some(s) = s {
+            println!(
+                "  get {what}: p50 {:.0} µs, p99 {:.0} µs, {:.0} gets/s",
+                s.p50, s.p99, s.ops
+            );
+        }
     }
 
     // A second version, then a rollback through the master.
@@ -352,7 +460,7 @@ async fn run(a: ReadonlyServeArgs) -> BoxResult<()> {
          \"table_p50_us\":{},\"table_p99_us\":{},\"table_ops\":{},\
          \"store16_p50_us\":{},\"store16_p99_us\":{},\"store16_ops\":{},\
          \"table16_p50_us\":{},\"table16_p99_us\":{},\"table16_ops\":{},\
-         \"rollback_swap_ms\":{},\"rollback_call_ms\":{}}}",
+         \"rollback_swap_ms\":{},\"rollback_call_ms\":{}{}}}",
         json_str(&utc_now()),
         json_str(&git_revision()),
         json_str(&proc_field("/proc/cpuinfo", "model name").unwrap_or_default()),
@@ -377,6 +485,7 @@ async fn run(a: ReadonlyServeArgs) -> BoxResult<()> {
         json_num(t16.ops),
         json_num(rollback_swap_ms),
         json_num(rollback_call_ms),
+        pg_fields(pg.as_deref(), p1.as_ref(), p16.as_ref()),
     );
     if let Some(p) = a.jsonl.parent() {
         std::fs::create_dir_all(p)?;
@@ -388,4 +497,22 @@ async fn run(a: ReadonlyServeArgs) -> BoxResult<()> {
     writeln!(f, "{line}")?;
     println!("  appended to {}", a.jsonl.display());
     Ok(())
+}
+
+/// The PostgreSQL figures as extra JSON fields (`,"pg_…":…`), empty without them.
+fn pg_fields(pg: Option<&Postgres>, p1: Option<&Stats>, p16: Option<&Stats>) -> String {
+    let (Some(pg), Some(p1), Some(p16)) = (pg, p1, p16) else {
+        return String::new();
+    };
+    format!(
+        ",\"pg_load_s\":{},\"pg_p50_us\":{},\"pg_p99_us\":{},\"pg_ops\":{},\
+         \"pg16_p50_us\":{},\"pg16_p99_us\":{},\"pg16_ops\":{}",
+        json_num(pg.load_s),
+        json_num(p1.p50),
+        json_num(p1.p99),
+        json_num(p1.ops),
+        json_num(p16.p50),
+        json_num(p16.p99),
+        json_num(p16.ops),
+    )
 }

@@ -466,42 +466,58 @@ def readonly_section(rows, lines):
             "(heed) holding the same key and value bytes. Lookups are in process "
             "(server-side, no network), uniformly random present keys, both stores warm "
             "in the page cache. Ratio = Cairn / LMDB (for µs above 1 means Cairn is "
-            "slower; for rates below 1). Not measured yet: push, end-to-end gets through "
-            "the network, PostgreSQL and Cairn tables on the same keys, 100 M rows.\n\n"
+            "slower; for rates below 1). Push, gets through the network and the comparison "
+            "with Cairn tables and PostgreSQL are in the next section. Not measured yet: "
+            "100 M rows.\n\n"
             + table(["measurement", "Cairn", "LMDB", "ratio", "target", "met"], body))
 
 
 def readonly_serve_section(rows, lines):
     """The served read-only store section for one size (the newest run)."""
     x = lines[-1]
+    has_pg = "pg_p50_us" in x
     body = []
-    for label, s, t in (("1 client", "store", "table"), ("16 clients", "store16", "table16")):
-        body.append([f"get p50, {label} (µs)", f"{x[s + '_p50_us']:.0f}",
-                     f"{x[t + '_p50_us']:.0f}",
-                     f"{x[s + '_p50_us'] / x[t + '_p50_us']:.2f}"])
-        body.append([f"get p99, {label} (µs)", f"{x[s + '_p99_us']:.0f}",
-                     f"{x[t + '_p99_us']:.0f}",
-                     f"{x[s + '_p99_us'] / x[t + '_p99_us']:.2f}"])
-        body.append([f"gets/s, {label}", fmt(x[s + "_ops"]), fmt(x[t + "_ops"]),
-                     f"{x[s + '_ops'] / x[t + '_ops']:.2f}"])
+    for label, s, t, p in (("1 client", "store", "table", "pg"),
+                           ("16 clients", "store16", "table16", "pg16")):
+        for what, key, digits in ((f"get p50, {label} (µs)", "_p50_us", 0),
+                                  (f"get p99, {label} (µs)", "_p99_us", 0),
+                                  (f"gets/s, {label}", "_ops", None)):
+            show = (lambda v: fmt(v)) if digits is None else (lambda v: f"{v:.0f}")
+            row = [what, show(x[s + key]), show(x[t + key]),
+                   f"{x[s + key] / x[t + key]:.2f}"]
+            if has_pg:
+                row += [show(x[p + key]), f"{x[s + key] / x[p + key]:.2f}"]
+            body.append(row)
+    dash = ["—", "—"] if has_pg else []
+    load = ["load: build / bulk load / COPY (s)" if has_pg else "load: build / bulk load (s)",
+            f"{x['build_s']:.2f}", f"{x['table_load_s']:.2f}",
+            f"{x['build_s'] / x['table_load_s']:.2f}"]
+    if has_pg:
+        load += [f"{x['pg_load_s']:.2f}", f"{x['build_s'] / x['pg_load_s']:.2f}"]
     body += [
-        ["load: build / bulk load (s)", f"{x['build_s']:.2f}", f"{x['table_load_s']:.2f}",
-         f"{x['build_s'] / x['table_load_s']:.2f}"],
+        load,
         ["push: fetch, verify, swap (s)", f"{x['push_s']:.2f} (second: {x['push2_s']:.2f})",
-         "—", "—"],
+         "—", "—"] + dash,
         ["rollback: server swap / whole call (ms)",
-         f"{x['rollback_swap_ms']:.2f} / {x['rollback_call_ms']:.1f}", "—", "—"],
+         f"{x['rollback_swap_ms']:.2f} / {x['rollback_call_ms']:.1f}", "—", "—"] + dash,
     ]
+    header = ["measurement", "store", "Cairn table", "store / table"]
+    if has_pg:
+        header += ["PostgreSQL", "store / PostgreSQL"]
+    peers = ("`Client::get` on a Cairn table with the same rows (bulk-loaded, flushed)"
+             + (" and PostgreSQL primary-key lookups on the same rows (a private server with "
+                "default settings, `COPY`-loaded and `VACUUM ANALYZE`d; one connection per "
+                "client, a prepared `SELECT v FROM recs_pg WHERE id = $1`)" if has_pg else ""))
     return (f"## Read-only store served by a cluster, {rows:,} rows\n\n"
             f"Run {x['at']}, git `{x['rev']}`, {x['cpu']}. `cairn-bench readonly-serve`: "
             f"`cairn local` with one tablet server; a store of {rows:,} rows (INT64 key, "
             f"{x['value_bytes']}-byte value, {x['bytes']:,} bytes of chunk files) built with "
             "the catalog's ring and pushed, looked up through the native client "
-            "(`StoreReader`: ring routing, `StoreGet` over loopback gRPC), against "
-            "`Client::get` on a Cairn table with the same rows (bulk-loaded, flushed). "
-            "Uniformly random present keys, both warm. Ratio = store / table. Not measured "
-            "yet: PostgreSQL on the same keys, several servers, 100 M rows.\n\n"
-            + table(["measurement", "store", "Cairn table", "ratio"], body))
+            f"(`StoreReader`: ring routing, `StoreGet` over loopback gRPC), against {peers}. "
+            "Uniformly random present keys, all warm. Ratios are store / peer (for µs above "
+            "1 means the store is slower; for rates below 1). Not measured yet: several "
+            "servers, 100 M rows.\n\n"
+            + table(header, body))
 
 
 # ---- cost of TLS and authentication -------------------------------------------------
