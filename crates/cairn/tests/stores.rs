@@ -199,6 +199,21 @@ async fn wait_push_state(c: &Client, version: u64, state: &str) {
     }
 }
 
+/// The index in `master_addrs` of the leader master.
+async fn leader_index(c: &Client, master_addrs: &[String]) -> usize {
+    let leader = c
+        .list_masters()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|x| x.role.eq_ignore_ascii_case("leader"))
+        .expect("a leader master");
+    master_addrs
+        .iter()
+        .position(|a| *a == leader.addr)
+        .expect("the leader is one of the masters")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn push_swap_rollback_and_failover_on_real_processes() {
     let dir = tempfile::tempdir().unwrap();
@@ -274,14 +289,7 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     tservers[1].start();
     tokio::time::sleep(Duration::from_millis(1_000)).await;
-    let leader = c
-        .list_masters()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|x| x.role.eq_ignore_ascii_case("leader"))
-        .expect("a leader master");
-    let li = master_addrs.iter().position(|a| *a == leader.addr).unwrap();
+    let li = leader_index(&c, &master_addrs).await;
     let (e, _) = c.get_store_and_push("recs").await.unwrap();
     assert_eq!(
         (e.current_version, e.push.is_some()),
@@ -396,14 +404,7 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     let held_until = Instant::now() + Duration::from_secs(6);
     assert_eq!(c.push_store("recs", &v5, 5, 0).await.unwrap(), 5);
     wait_push_state(&c, 5, "swapping").await;
-    let leader = c
-        .list_masters()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|x| x.role.eq_ignore_ascii_case("leader"))
-        .expect("a leader master");
-    let li = master_addrs.iter().position(|a| *a == leader.addr).unwrap();
+    let li = leader_index(&c, &master_addrs).await;
     masters[li].kill9();
     wait_version(&c, 5, Duration::from_secs(90)).await;
     masters[li].start();
