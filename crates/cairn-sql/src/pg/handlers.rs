@@ -64,6 +64,10 @@ use crate::options::CairnOptions;
 use crate::session::{Prepared, QueryResult, SqlEngine, SqlSession};
 use crate::txn::{Isolation, TxnModes};
 
+/// The largest row limit an `Execute` is served with; above it, the whole result
+/// (see `on_execute`).
+const MAX_ROWS_LIMIT: i32 = 1 << 16;
+
 /// A connection's process id and secret key, as sent in a cancel request.
 pub(crate) type CancelKey = (i32, Bytes);
 
@@ -806,13 +810,21 @@ impl ExtendedQueryHandler for ConnHandler {
     /// pgwire's `Execute`, with its response left in the connection's buffer for the
     /// client's Sync or Flush to write (see [`Coalesce`]), except the start of a COPY
     /// FROM STDIN, which the client waits for.
-    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    ///
+    /// pgwire reserves room for the client's row limit before fetching, so a limit
+    /// from the network would size an allocation (a limit of 2,113,929,216 rows aborted the
+    /// server): a limit above [`MAX_ROWS_LIMIT`] is served as no limit, as PostgreSQL
+    /// serves a negative one.
+    async fn on_execute<C>(&self, client: &mut C, mut message: Execute) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = PgStatement>,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        if !(0..=MAX_ROWS_LIMIT).contains(&message.max_rows) {
+            message.max_rows = 0;
+        }
         self._on_execute(&mut Coalesce(client), message).await?;
         if matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
             // A COPY FROM STDIN client sends its data only once it has read the
