@@ -25,6 +25,11 @@ fn msg(kind: u8, body: &[u8]) -> Vec<u8> {
 /// A well-formed session: startup, a simple query, an extended-protocol round, and
 /// Terminate.
 fn transcript() -> Vec<u8> {
+    transcript_with_limit(0)
+}
+
+/// [`transcript`] whose Execute asks for at most `max_rows` rows (0: all).
+fn transcript_with_limit(max_rows: i32) -> Vec<u8> {
     let mut startup = vec![];
     startup.extend_from_slice(&196608u32.to_be_bytes());
     for s in ["user", "cairn", "database", "cairn", ""] {
@@ -43,7 +48,9 @@ fn transcript() -> Vec<u8> {
         b"p1\0s1\0\x00\x01\x00\x01\x00\x01\x00\x00\x00\x08\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00",
     ));
     v.extend(msg(b'D', b"Pp1\0"));
-    v.extend(msg(b'E', b"p1\0\x00\x00\x00\x00"));
+    let mut execute = b"p1\0".to_vec();
+    execute.extend_from_slice(&max_rows.to_be_bytes());
+    v.extend(msg(b'E', &execute));
     v.extend(msg(b'S', b""));
     v.extend(msg(b'X', b""));
     v
@@ -223,6 +230,65 @@ impl SqlGen<'_> {
                 self.expr()
             ),
         }
+    }
+}
+
+/// The backend messages in `bytes` after the startup: (type byte, body) pairs.
+fn backend_messages(bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = vec![];
+    let mut rest = bytes;
+    while rest.len() >= 5 {
+        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        if len < 4 || rest.len() < 1 + len {
+            break;
+        }
+        out.push((rest[0], rest[5..1 + len].to_vec()));
+        rest = &rest[1 + len..];
+    }
+    out
+}
+
+/// An Execute row limit is the client's to choose: a huge or negative one must be
+/// served like "no limit" (PostgreSQL treats both so), not size an allocation. The
+/// protocol fuzzer below once sent 0x7E000000 and the server aborted on an 84 GB
+/// allocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_or_negative_execute_row_limits_are_no_limit() {
+    let (_cl, engine) = sql_cluster(1).await;
+    let admin = engine.session();
+    q(&admin, "CREATE TABLE h (id BIGINT PRIMARY KEY, v TEXT)").await;
+    q(&admin, "INSERT INTO h VALUES (1, 'one')").await;
+    let listener = cairn_sql::pg::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(cairn_sql::pg::serve(
+        engine,
+        listener,
+        cairn_sql::pg::PgOptions::default(),
+        std::future::pending(),
+    ));
+    for limit in [i32::MAX, 0x7E00_0000, 1 << 20, -1, i32::MIN] {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        s.write_all(&transcript_with_limit(limit)).await.unwrap();
+        let mut got = vec![];
+        tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut got))
+            .await
+            .unwrap_or_else(|_| panic!("limit {limit}: no end of session within 20 s"))
+            .unwrap();
+        let kinds: Vec<u8> = backend_messages(&got).iter().map(|m| m.0).collect();
+        // After the extended round's Describe (T): one DataRow, then CommandComplete,
+        // not PortalSuspended ('s') and not an error.
+        let t = kinds
+            .iter()
+            .rposition(|&k| k == b'T')
+            .expect("a RowDescription");
+        assert_eq!(
+            &kinds[t + 1..],
+            b"DCZ",
+            "limit {limit}: {:?}",
+            String::from_utf8_lossy(&kinds)
+        );
     }
 }
 
