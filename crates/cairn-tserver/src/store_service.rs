@@ -251,17 +251,6 @@ impl pb::read_only_store_server::ReadOnlyStore for StoreService {
         Ok(Response::new(swap_response(report)))
     }
 
-    async fn store_rollback(
-        &self,
-        request: Request<pb::StoreRollbackRequest>,
-    ) -> Result<Response<pb::StoreSwapResponse>, Status> {
-        self.admin(&request, "StoreRollback")?;
-        let r = request.into_inner();
-        let to = (r.to > 0).then_some(r.to);
-        let report = self.blocking(move |h| h.rollback(&r.store_id, to)).await?;
-        Ok(Response::new(swap_response(report)))
-    }
-
     async fn store_drop(
         &self,
         request: Request<pb::StoreDropRequest>,

@@ -7,11 +7,13 @@
 //!
 //! - [`StoreHost::fetch`] starts (or resumes, or just reports) pulling a version's
 //!   node folder on a background thread — throttled, every file verified — into
-//!   `version-N.fetch/`. Calling it again for the same version is harmless, which is
+//!   `version-N.fetch/`. Calling it again for the same version is harmless (a failed
+//!   fetch is reported, not restarted, until it is aborted), which is
 //!   what makes a push survive a restarted server or a new leader master.
 //! - [`StoreHost::swap`] installs a finished fetch (checking every checksum once more)
-//!   and makes it live; swapping to the live version does nothing.
-//! - [`StoreHost::rollback`] makes an earlier retained version live.
+//!   and makes it live; swapping to the live version does nothing. A rollback is a
+//!   swap to an older retained version, so every change of the live version carries
+//!   the master's term and a stale one is refused.
 //! - [`StoreHost::get`] answers lookups from the live version; one call is answered
 //!   entirely by one version.
 //!
@@ -23,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use cairn_readonly::fetch::{fetch_node, is_fetched, source_path};
+use cairn_readonly::fetch::{fetch_node, is_fetched, source_location};
 use cairn_readonly::{
     FetchProgress, FetchSource, FetchTarget, ReadOnlyError, RebalancePlan, SwapOrder, SwapReport,
     VersionedStore,
@@ -221,8 +223,8 @@ impl StoreHost {
             ));
         }
         let source = match &req.rebalance {
-            Some(_) => PathBuf::new(),
-            None => source_path(&req.source)?,
+            Some(_) => None,
+            None => Some(source_location(&req.source)?),
         };
         let peers = match &req.rebalance {
             Some(_) => Some(self.peers.lock().clone().ok_or_else(|| {
@@ -234,11 +236,10 @@ impl StoreHost {
             let mut job = store.fetch.lock();
             let installed = store.versions.versions()?.contains(&req.version);
             let done = installed || is_fetched(&store.versions.fetch_dir(req.version));
+            // A job for this version is kept whether it runs, finished or failed: a
+            // failure is reported to the master's polls until the master aborts the
+            // fetch (which fails the push), instead of being retried behind its back.
             let same = job.as_ref().is_some_and(|j| j.version == req.version);
-            let keep = same
-                && job
-                    .as_ref()
-                    .is_some_and(|j| j.running() || j.progress.finished.load(Ordering::Acquire));
             if done && !same {
                 // Finished before (this server restarted since): report it as such.
                 if let Some(mut old) = job.take() {
@@ -251,7 +252,7 @@ impl StoreHost {
                     progress,
                     thread: None,
                 });
-            } else if !done && !keep {
+            } else if !done && !same {
                 if let Some(mut old) = job.take() {
                     old.stop();
                 }
@@ -270,8 +271,8 @@ impl StoreHost {
                 let thread = std::thread::Builder::new()
                     .name(format!("fetch-{}", req.store_name))
                     .spawn(move || {
-                        let out = match (plan, peers) {
-                            (Some(plan), Some(peers)) => {
+                        let out = match (plan, peers, source) {
+                            (Some(plan), Some(peers), _) => {
                                 let connect = |addr: &str, v: u64| peers(&id, addr, v);
                                 cairn_readonly::rebalance::assemble(
                                     &plan,
@@ -283,10 +284,13 @@ impl StoreHost {
                                     &p,
                                 )
                             }
-                            _ => {
+                            (_, _, Some(source)) => source.source().and_then(|s| {
                                 let target = FetchTarget { store: &name, node };
-                                fetch_node(&source, &dest, &target, rate, &p)
-                            }
+                                fetch_node(&*s, &dest, &target, rate, &p)
+                            }),
+                            _ => Err(cairn_readonly::ReadOnlyError::InvalidInput(
+                                "a fetch needs a source or a rebalance plan".into(),
+                            )),
                         };
                         match &out {
                             Ok(m) => tracing::info!(store = %name, version, rows = m.rows,
@@ -399,15 +403,6 @@ impl StoreHost {
             })?;
         tracing::info!(store = %store.info.name, version, previous = ?report.previous,
             micros = report.elapsed.as_micros() as u64, "swapped read-only store version");
-        Ok(report)
-    }
-
-    /// Makes `to` (or the newest version older than the live one) live.
-    pub fn rollback(&self, id: &str, to: Option<u64>) -> Result<SwapReport> {
-        let store = self.store(id)?;
-        let report = store.versions.rollback(to)?;
-        tracing::info!(store = %store.info.name, version = report.current,
-            previous = ?report.previous, "rolled read-only store back");
         Ok(report)
     }
 

@@ -128,7 +128,8 @@ fn fetch_swap_get_rollback_restart_and_drop() {
     );
     host.swap("s1", 2, SwapOrder::default()).unwrap();
     assert_eq!(value_of(&host, 7), (2, Some("two-7".into())));
-    let r = host.rollback("s1", None).unwrap();
+    // A rollback is a swap to an older retained version.
+    let r = host.swap("s1", 1, SwapOrder::default()).unwrap();
     assert_eq!((r.previous, r.current), (Some(2), 1));
     assert_eq!(value_of(&host, 7), (1, Some("one-7".into())));
 
@@ -171,6 +172,16 @@ fn a_foreign_build_fails_the_fetch_and_bad_requests_are_refused() {
     };
     assert!(err.contains("push the build made for this store"), "{err}");
     assert!(host.swap("s1", 1, SwapOrder::default()).is_err());
+    // The master's next poll is answered with the failure, not with a fresh attempt
+    // (which would hide the error from the master and retry forever).
+    let mut again = request(&b1, 1);
+    again.node = 3;
+    let s = host.fetch(again).unwrap();
+    assert_eq!(s.fetch_error.as_deref(), Some(err.as_str()));
+    // Once the master has aborted the failed fetch, the version can be fetched anew.
+    host.abort_fetch("s1", 1).unwrap();
+    host.fetch(request(&b1, 1)).unwrap();
+    wait_fetched(&host, 1);
 
     let mut req = request(&b1, 1);
     req.source = "relative/path".into();
