@@ -130,7 +130,7 @@ pub(crate) async fn start(st: &Arc<MasterState>, req: pb::PushStoreRequest) -> R
     let rebalance = if req.rebalance {
         Some(plan_ring_change(st, &store)?)
     } else {
-        cairn_readonly::source_path(&req.source)
+        cairn_readonly::source_location(&req.source)
             .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
         None
     };

@@ -56,6 +56,15 @@ pub enum ReadOnlyError {
         #[source]
         source: std::io::Error,
     },
+    /// A request to an object store (S3, a web server) failed.
+    #[error("{url}: {source}")]
+    Remote {
+        /// The object's URL.
+        url: String,
+        /// The object store's error.
+        #[source]
+        source: Box<object_store::Error>,
+    },
     /// A value or key could not be encoded or decoded.
     #[error(transparent)]
     Common(#[from] cairn_common::CommonError),

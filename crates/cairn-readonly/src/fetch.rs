@@ -15,8 +15,9 @@
 //! - `.metadata` is written last, so a folder with one is a finished fetch (which
 //!   [`crate::VersionedStore::install`] verifies once more before it can be served).
 //!
-//! Sources are folders on a file system every server can read (`file://` URLs or plain
-//! paths: an NFS mount, a shared disk, a local build in tests).
+//! Sources are [`FetchSource`]s: a folder on a file system every server can read
+//! ([`DirSource`]), an object store (S3 or a web server, [`crate::remote`]), or
+//! another tablet server (a rebalance).
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -30,35 +31,26 @@ use md5::{Digest, Md5};
 use crate::error::{ReadOnlyError, Result};
 use crate::format::{FileEntry, METADATA_FILE, NodeMetadata, to_hex};
 use crate::layout::NodeId;
+use crate::remote::Location;
 
 /// Suffix of a file being fetched.
 const PART_SUFFIX: &str = ".part";
 /// Bytes copied between throttle checks and progress updates.
 const COPY_BLOCK: usize = 1 << 20;
 
-/// The local folder a fetch source names: `file:///x/y` or a plain path. Other URL
-/// schemes are refused with a message that says what is supported.
-pub fn source_path(url: &str) -> Result<PathBuf> {
-    if let Some(rest) = url.strip_prefix("file://") {
-        if !rest.starts_with('/') {
-            return Err(ReadOnlyError::InvalidInput(format!(
-                "{url}: a file URL needs an absolute path (file:///data/build)"
-            )));
-        }
-        return Ok(PathBuf::from(rest));
-    }
-    if let Some((scheme, _)) = url.split_once("://") {
-        return Err(ReadOnlyError::InvalidInput(format!(
-            "{url}: '{scheme}://' sources are not supported; give a folder every tablet \
-             server can read (a plain path or file:///…, e.g. on a shared mount)"
-        )));
-    }
-    if !Path::new(url).is_absolute() {
+/// Where a push fetches from: a [`Location`] whose plain paths are absolute (the
+/// tablet servers resolve them, not the shell that started the push). Makes no
+/// request.
+pub fn source_location(url: &str) -> Result<Location> {
+    let location = Location::parse(url)?;
+    if let Location::Local(p) = &location
+        && !p.is_absolute()
+    {
         return Err(ReadOnlyError::InvalidInput(format!(
             "{url}: give an absolute path, since the tablet servers resolve it, not this shell"
         )));
     }
-    Ok(PathBuf::from(url))
+    Ok(location)
 }
 
 /// How far a fetch has got; shared with whoever reports it.
@@ -211,20 +203,22 @@ pub fn read_metadata(source: &dyn FetchSource) -> Result<(NodeMetadata, Vec<u8>)
 /// Reads and checks a node folder's `.metadata` from `source`: it must be node
 /// `target.node` of store `target.store`.
 pub fn read_source_metadata(
-    source: &Path,
+    source: &dyn FetchSource,
     target: &FetchTarget<'_>,
 ) -> Result<(NodeMetadata, Vec<u8>)> {
-    let path = source.join(METADATA_FILE);
-    if !path.exists() {
-        return Err(ReadOnlyError::InvalidInput(format!(
-            "{path:?} does not exist (is this the build's node-{} folder?)",
-            target.node
-        )));
-    }
-    let (meta, bytes) = read_metadata(&DirSource(source.to_path_buf()))?;
+    let what = source.describe(METADATA_FILE);
+    let (meta, bytes) = read_metadata(source).map_err(|e| match e {
+        ReadOnlyError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            ReadOnlyError::InvalidInput(format!(
+                "{what} does not exist (is this the build's node-{} folder?)",
+                target.node
+            ))
+        }
+        e => e,
+    })?;
     if meta.store != target.store || meta.node != target.node {
         return Err(ReadOnlyError::InvalidInput(format!(
-            "{path:?} is node {} of store '{}', but this server is node {} of store '{}': \
+            "{what} is node {} of store '{}', but this server is node {} of store '{}': \
              push the build made for this store",
             meta.node, meta.store, target.node, target.store
         )));
@@ -235,7 +229,7 @@ pub fn read_source_metadata(
 /// Copies node folder `source` into `dest` (see the module docs). Returns its metadata
 /// once every file is in place and verified.
 pub fn fetch_node(
-    source: &Path,
+    source: &dyn FetchSource,
     dest: &Path,
     target: &FetchTarget<'_>,
     throttle_bytes_per_sec: u64,
@@ -250,9 +244,8 @@ pub fn fetch_node(
         .files_total
         .store(meta.files.len() as u64, Ordering::Relaxed);
     let mut copier = Copier::new(throttle_bytes_per_sec, progress);
-    let from = DirSource(source.to_path_buf());
     for f in &meta.files {
-        copier.copy(&from, &f.name, f, dest)?;
+        copier.copy(source, &f.name, f, dest)?;
     }
     finish_folder(dest, &meta_bytes)?;
     Ok(meta)
@@ -315,7 +308,9 @@ impl<'a> Copier<'a> {
         }
         progress.bytes_done.fetch_add(have, Ordering::Relaxed);
         let what = source.describe(name);
-        let mut input = source.open(name, have)?;
+        // Opened only if bytes are missing: a range from the end is an error to some
+        // object stores.
+        let mut input = None;
         while have < f.bytes {
             if progress.cancel.load(Ordering::Relaxed) {
                 return Err(ReadOnlyError::InvalidInput(
@@ -323,7 +318,11 @@ impl<'a> Copier<'a> {
                 ));
             }
             let want = (f.bytes - have).min(self.buf.len() as u64) as usize;
-            let n = input
+            let reader = match &mut input {
+                Some(r) => r,
+                None => input.insert(source.open(name, have)?),
+            };
+            let n = reader
                 .read(&mut self.buf[..want])
                 .map_err(io(format!("cannot read {what}")))?;
             if n == 0 {
@@ -338,6 +337,7 @@ impl<'a> Copier<'a> {
             progress.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
             self.throttle.account(n as u64);
         }
+        drop(input);
         out.sync_all()
             .map_err(io(format!("cannot sync {part:?}")))?;
         drop(out);

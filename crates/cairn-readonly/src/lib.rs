@@ -27,10 +27,12 @@
 //!   versions beyond retention (paper §4.2, §4.3).
 //! - [`rebalance`]: a node's folder for a ring with more nodes, assembled from
 //!   the chunk files it has and ones copied from other servers (paper §3.1.2).
+//! - [`remote`]: build inputs and outputs and fetch sources named by URL — a path,
+//!   `s3://` or `http(s)://` — through the `object_store` crate.
 //! - [`catalog`]: a store's entry in the cluster's catalog (its ring and the tablet
 //!   server of each node), the type the master keeps and clients read.
 //!
-//! Everything here is local and synchronous. Deciding when servers fetch and swap,
+//! Everything here is synchronous (object-store requests run on a private runtime). Deciding when servers fetch and swap,
 //! routing requests and SQL access live in the layers above (the master drives a
 //! push, the tablet server hosts versions, the client routes by the ring).
 
@@ -42,6 +44,7 @@ pub mod format;
 pub mod layout;
 pub mod reader;
 pub mod rebalance;
+pub mod remote;
 pub mod schema;
 pub mod versions;
 
@@ -53,10 +56,11 @@ pub use catalog::{
     NodeProgress, PushPhase, PushReport, PushState, RingChange, StoreEntry, StoreNode,
 };
 pub use error::{ReadOnlyError, Result};
-pub use fetch::{DirSource, FetchProgress, FetchSource, FetchTarget, fetch_node, source_path};
+pub use fetch::{DirSource, FetchProgress, FetchSource, FetchTarget, fetch_node, source_location};
 pub use format::NodeMetadata;
 pub use layout::{ChunkId, KeyHash, NodeId, PreferenceList, StoreLayout};
 pub use reader::{ScanCursor, StoreVersion, Verify};
 pub use rebalance::{Donor, RebalancePlan};
+pub use remote::{Location, RemoteDir, RemoteSource};
 pub use schema::{StoreColumn, StoreSchema};
 pub use versions::{SwapOrder, SwapReport, VersionedStore};

@@ -9,6 +9,7 @@ use arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema};
 use cairn_common::Value;
 use proptest::prelude::*;
 
+use crate::fetch::source_location;
 use crate::format::METADATA_FILE;
 use crate::*;
 
@@ -483,72 +484,145 @@ fn lookups_during_swaps_see_one_whole_version() {
     });
 }
 
+/// An in-memory object store holding a copy of local folder `from` under `prefix`,
+/// uploaded with [`remote::upload_dir`].
+fn in_memory_copy(from: &Path, prefix: &str) -> RemoteDir {
+    let dir = RemoteDir {
+        store: Arc::new(object_store::memory::InMemory::new()),
+        base: url::Url::parse("memory:///").unwrap(),
+        prefix: object_store::path::Path::from(prefix),
+        url: format!("memory:///{prefix}"),
+    };
+    remote::upload_dir(from, &dir, &|_| {}).unwrap();
+    dir
+}
+
 #[test]
 fn fetch_copies_verifies_and_resumes_a_node_folder() {
     let tmp = tempfile::tempdir().unwrap();
     let layout = StoreLayout::round_robin(2, 8, 2, 2).unwrap();
     let rows = sample_rows(3_000);
     build(&rows, &layout, 500, 1 << 20, tmp.path()).unwrap();
-    let src = node_dir(&tmp.path().join("out"), 1);
+    let out = tmp.path().join("out");
+    let src = node_dir(&out, 1);
     let target = FetchTarget {
         store: "recs",
         node: 1,
     };
+    // The same folder on a file system and in an object store.
+    let remote = in_memory_copy(&out, "builds/v1");
+    let sources: Vec<(&str, Box<dyn FetchSource>)> = vec![
+        ("dir", Box::new(DirSource(src.clone()))),
+        (
+            "object store",
+            Box::new(RemoteSource::new(remote.child("node-1")).unwrap()),
+        ),
+    ];
+    for (kind, source) in sources {
+        let source = &*source;
+        // A first fetch stopped half-way through one file leaves a `.part` behind.
+        let dest = tmp.path().join(format!("dest-{kind}"));
+        let meta = crate::fetch::read_source_metadata(source, &target)
+            .unwrap()
+            .0;
+        let big = meta.files.iter().max_by_key(|f| f.bytes).unwrap();
+        std::fs::create_dir_all(&dest).unwrap();
+        let bytes = std::fs::read(src.join(&big.name)).unwrap();
+        std::fs::write(
+            dest.join(format!("{}.part", big.name)),
+            &bytes[..bytes.len() / 2],
+        )
+        .unwrap();
+        // Another file was copied in full before the stop but not yet renamed.
+        let whole = meta
+            .files
+            .iter()
+            .find(|f| f.name != big.name && f.bytes > 0)
+            .unwrap();
+        std::fs::copy(
+            src.join(&whole.name),
+            dest.join(format!("{}.part", whole.name)),
+        )
+        .unwrap();
+        assert!(!crate::fetch::is_fetched(&dest));
 
-    // A first fetch stopped half-way through one file leaves a `.part` behind.
-    let dest = tmp.path().join("dest");
-    let meta = crate::fetch::read_source_metadata(&src, &target).unwrap().0;
-    let big = meta.files.iter().max_by_key(|f| f.bytes).unwrap();
-    std::fs::create_dir_all(&dest).unwrap();
-    let bytes = std::fs::read(src.join(&big.name)).unwrap();
-    std::fs::write(
-        dest.join(format!("{}.part", big.name)),
-        &bytes[..bytes.len() / 2],
-    )
-    .unwrap();
-    assert!(!crate::fetch::is_fetched(&dest));
-
-    // The next one continues it and finishes with every file verified.
-    let progress = FetchProgress::default();
-    let got = fetch_node(&src, &dest, &target, 0, &progress).unwrap();
-    assert_eq!(got, meta);
-    assert!(crate::fetch::is_fetched(&dest));
-    let total: u64 = meta.files.iter().map(|f| f.bytes).sum();
-    assert_eq!(
-        progress
-            .bytes_done
-            .load(std::sync::atomic::Ordering::Relaxed),
-        total
-    );
-    let v = StoreVersion::open(&dest, Verify::Checksums).unwrap();
-    for r in &rows {
-        let k = schema().encode_key(&key(r)).unwrap();
-        if v.holds(&k) {
-            assert_eq!(v.get_row(&key(r)).unwrap(), Some(expected(r)));
+        // The next one continues it and finishes with every file verified.
+        let progress = FetchProgress::default();
+        let got = fetch_node(source, &dest, &target, 0, &progress).unwrap();
+        assert_eq!(got, meta, "{kind}");
+        assert!(crate::fetch::is_fetched(&dest));
+        let total: u64 = meta.files.iter().map(|f| f.bytes).sum();
+        assert_eq!(
+            progress
+                .bytes_done
+                .load(std::sync::atomic::Ordering::Relaxed),
+            total
+        );
+        let v = StoreVersion::open(&dest, Verify::Checksums).unwrap();
+        for r in &rows {
+            let k = schema().encode_key(&key(r)).unwrap();
+            if v.holds(&k) {
+                assert_eq!(v.get_row(&key(r)).unwrap(), Some(expected(r)));
+            }
+        }
+        // Fetching a finished folder again copies nothing and changes nothing.
+        let again = FetchProgress::default();
+        fetch_node(source, &dest, &target, 0, &again).unwrap();
+        assert_eq!(
+            again.bytes_done.load(std::sync::atomic::Ordering::Relaxed),
+            total
+        );
+        let names = |d: &Path| {
+            let mut v: Vec<String> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(&dest), names(&src), "{kind}: no .part file is left");
+        for n in names(&src) {
+            assert_eq!(
+                std::fs::read(dest.join(&n)).unwrap(),
+                std::fs::read(src.join(&n)).unwrap()
+            );
         }
     }
-    // Fetching a finished folder again copies nothing and changes nothing.
-    let again = FetchProgress::default();
-    fetch_node(&src, &dest, &target, 0, &again).unwrap();
-    assert_eq!(
-        again.bytes_done.load(std::sync::atomic::Ordering::Relaxed),
-        total
-    );
-    let names = |d: &Path| {
-        let mut v: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-            .collect();
-        v.sort();
-        v
+}
+
+#[test]
+fn uploads_of_large_files_go_in_parts_and_read_back_from_any_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("node-0");
+    std::fs::create_dir_all(&folder).unwrap();
+    // 20 MiB: above the multipart threshold, so three 8 MiB parts (the last short).
+    let big: Vec<u8> = (0..20u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(folder.join("0_0_0.data"), &big).unwrap();
+    std::fs::write(folder.join(METADATA_FILE), b"{}").unwrap();
+    let sent = std::cell::Cell::new(0u64);
+    let dir = RemoteDir {
+        store: Arc::new(object_store::memory::InMemory::new()),
+        base: url::Url::parse("memory:///").unwrap(),
+        prefix: object_store::path::Path::from("b"),
+        url: "memory:///b".into(),
     };
-    assert_eq!(names(&dest), names(&src), "no .part file is left");
-    for n in names(&src) {
-        assert_eq!(
-            std::fs::read(dest.join(&n)).unwrap(),
-            std::fs::read(src.join(&n)).unwrap()
-        );
+    let total = remote::upload_dir(tmp.path(), &dir, &|n| sent.set(n)).unwrap();
+    assert_eq!(total, big.len() as u64 + 2);
+    assert_eq!(sent.get(), total);
+    let source = RemoteSource::new(dir.child("node-0")).unwrap();
+    for offset in [0u64, 1, 8 << 20, (20 << 20) - 1] {
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut source.open("0_0_0.data", offset).unwrap(), &mut got)
+            .unwrap();
+        assert!(got == big[offset as usize..], "offset {offset}");
     }
+    let e = source.open("missing", 0).err().unwrap();
+    assert!(
+        matches!(&e, ReadOnlyError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        "{e}"
+    );
 }
 
 #[test]
@@ -557,12 +631,13 @@ fn fetch_refuses_damaged_or_foreign_sources() {
     let layout = StoreLayout::round_robin(2, 4, 1, 1).unwrap();
     build(&sample_rows(500), &layout, 100, 1 << 20, tmp.path()).unwrap();
     let src = node_dir(&tmp.path().join("out"), 0);
+    let dir_source = DirSource(src.clone());
 
     // Another node's folder, or another store's, is refused before anything is copied.
     for (store, node) in [("recs", 1), ("other", 0)] {
         let dest = tmp.path().join(format!("d-{store}-{node}"));
         let e = fetch_node(
-            &src,
+            &dir_source,
             &dest,
             &FetchTarget { store, node },
             0,
@@ -578,7 +653,7 @@ fn fetch_refuses_damaged_or_foreign_sources() {
 
     // A flipped byte in a data file fails that file's MD5; the bad copy is not kept.
     let meta = crate::fetch::read_source_metadata(
-        &src,
+        &dir_source,
         &FetchTarget {
             store: "recs",
             node: 0,
@@ -600,25 +675,58 @@ fn fetch_refuses_damaged_or_foreign_sources() {
         store: "recs",
         node: 0,
     };
-    let e = fetch_node(&src, &dest, &target, 0, &FetchProgress::default()).unwrap_err();
+    let e = fetch_node(&dir_source, &dest, &target, 0, &FetchProgress::default()).unwrap_err();
     assert!(matches!(e, ReadOnlyError::Corrupt { .. }), "{e}");
     assert!(!dest.join(&data.name).exists());
     assert!(!crate::fetch::is_fetched(&dest));
 
+    // A folder without .metadata is named, with a hint.
+    let e = fetch_node(
+        &DirSource(tmp.path().join("out")),
+        &tmp.path().join("d-none"),
+        &target,
+        0,
+        &FetchProgress::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("node-0 folder"), "{e}");
+
     // Unsupported and relative sources say what to give instead.
+    let err = |url: &str| source_location(url).unwrap_err().to_string();
     assert!(
-        source_path("s3://bucket/x")
-            .unwrap_err()
-            .to_string()
-            .contains("not supported")
+        err("ftp://host/x").contains("not supported"),
+        "{}",
+        err("ftp://host/x")
     );
-    assert!(
-        source_path("build/out")
-            .unwrap_err()
-            .to_string()
-            .contains("absolute")
-    );
-    assert_eq!(source_path("file:///a/b").unwrap(), Path::new("/a/b"));
+    assert!(err("build/out").contains("absolute"));
+    assert!(err("file://relative/x").contains("absolute"));
+    let local = |url: &str| match source_location(url).unwrap() {
+        Location::Local(p) => p,
+        Location::Remote(r) => panic!("{url} parsed as remote {}", r.url),
+    };
+    assert_eq!(local("file:///a/b"), Path::new("/a/b"));
+    assert_eq!(local("/a/b/"), Path::new("/a/b"));
+    // Object stores parse without a request; the prefix is the URL's path.
+    for (url, base, prefix) in [
+        ("s3://bucket/builds/v1/", "s3://bucket/", "builds/v1"),
+        ("http://127.0.0.1:8080/x/y", "http://127.0.0.1:8080/", "x/y"),
+        ("https://files.example/b", "https://files.example/", "b"),
+    ] {
+        match source_location(url).unwrap() {
+            Location::Remote(r) => {
+                assert_eq!(
+                    (r.base.as_str(), r.prefix.as_ref()),
+                    (base, prefix),
+                    "{url}"
+                );
+                assert_eq!(
+                    r.child("node-2").describe(".metadata"),
+                    format!("{}/node-2/.metadata", url.trim_end_matches('/'))
+                );
+            }
+            Location::Local(p) => panic!("{url} parsed as {p:?}"),
+        }
+    }
 }
 
 #[test]
@@ -631,6 +739,7 @@ fn fetch_honours_its_throttle() {
         store: "recs",
         node: 0,
     };
+    let src = DirSource(src);
     let meta = crate::fetch::read_source_metadata(&src, &target).unwrap().0;
     let total: u64 = meta.files.iter().map(|f| f.bytes).sum();
     // At twice the folder's size per second the copy takes at least half a second: the

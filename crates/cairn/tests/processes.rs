@@ -691,19 +691,9 @@ fn sorted_names(dir: &std::path::Path) -> Vec<std::ffi::OsString> {
     names
 }
 
-/// The Python with PySpark: $CAIRN_PYTHON or the CI venv (.ci/run installs it).
+/// The Python with PySpark (see [`python_with`]).
 fn spark_python() -> Option<std::path::PathBuf> {
-    let p = match std::env::var_os("CAIRN_PYTHON") {
-        Some(p) => std::path::PathBuf::from(p),
-        None => {
-            std::path::PathBuf::from(std::env::var_os("HOME")?).join(".cache/cairn-venv/bin/python")
-        }
-    };
-    let ok = std::process::Command::new(&p)
-        .args(["-c", "import pyspark, pyarrow"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    ok.then_some(p)
+    python_with("pyspark, pyarrow")
 }
 
 /// The documented Spark job (crates/cairn-readonly/spark) writes exactly the bytes

@@ -3,7 +3,8 @@
 //! mid-push), roll back, fail over lookups, a push that fails leaving the previous
 //! version live, a tablet server and the leader master each killed mid-swap, and a
 //! rebalance onto a tablet server added to the cluster. Readers run throughout and check that every answer is one
-//! whole version's value and that no lookup fails while a replica is up.
+//! whole version's value and that no lookup fails while a replica is up. A second
+//! test builds from and pushes through S3 (a moto server) and a web server.
 
 mod common;
 
@@ -34,15 +35,19 @@ fn tag(v: u64) -> &'static str {
     }
 }
 
-/// Writes version `v`'s input (`{"id": i, "v": "<tag>-<i>"}` per line) and builds it
-/// with the ring from the catalog into `out`.
-fn build_version(dir: &std::path::Path, masters: &str, v: u64) -> String {
-    let input = dir.join(format!("v{v}.jsonl"));
+/// Version `v`'s input: `{"id": i, "v": "<tag>-<i>"}` per line.
+fn input_text(v: u64) -> String {
     let mut text = String::new();
     for i in 0..ROWS {
         text.push_str(&format!("{{\"id\": {i}, \"v\": \"{}-{i}\"}}\n", tag(v)));
     }
-    std::fs::write(&input, text).unwrap();
+    text
+}
+
+/// Writes version `v`'s input and builds it with the ring from the catalog into `out`.
+fn build_version(dir: &std::path::Path, masters: &str, v: u64) -> String {
+    let input = dir.join(format!("v{v}.jsonl"));
+    std::fs::write(&input, input_text(v)).unwrap();
     let out = dir.join(format!("build-v{v}"));
     let (ok, text) = cairn(&[
         "store",
@@ -461,4 +466,271 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     for p in tservers.iter_mut().chain(masters.iter_mut()) {
         p.kill9();
     }
+}
+
+/// An S3-compatible server (moto) on a loopback port, killed on drop.
+struct S3Server {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+impl S3Server {
+    /// Starts moto with `python` and creates `bucket`.
+    async fn start(python: &std::path::Path, bucket: &str) -> S3Server {
+        let port = reserve_port();
+        let child = std::process::Command::new(python)
+            .args([
+                "-m",
+                "moto.server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = S3Server {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "moto did not listen"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Create the bucket with a plain PUT (moto does not check signatures).
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(
+            s,
+            "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        server
+    }
+
+    /// The `AWS_*` variables that point a process at this server.
+    fn env(&self) -> Vec<(String, String)> {
+        [
+            ("AWS_ENDPOINT", self.endpoint.as_str()),
+            ("AWS_ACCESS_KEY_ID", "cairn"),
+            ("AWS_SECRET_ACCESS_KEY", "cairn-secret"),
+            ("AWS_REGION", "us-east-1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A static file server for the files under `root` on a loopback port, answering
+/// HEAD, GET and single-range `Range: bytes=A-[B]` requests as web servers do. Returns
+/// its `http://host:port`.
+async fn serve_files(root: std::path::PathBuf) -> String {
+    use axum::http::{HeaderMap, StatusCode, Uri, header};
+    use axum::response::IntoResponse;
+    let handler = move |uri: Uri, headers: HeaderMap| {
+        let root = root.clone();
+        async move {
+            let path = root.join(uri.path().trim_start_matches('/'));
+            let Ok(bytes) = std::fs::read(&path) else {
+                return StatusCode::NOT_FOUND.into_response();
+            };
+            let range = headers
+                .get(header::RANGE)
+                .and_then(|r| r.to_str().ok())
+                .and_then(|r| r.strip_prefix("bytes="))
+                .and_then(|r| r.split_once('-'));
+            let Some((from, to)) = range else {
+                return bytes.into_response();
+            };
+            let len = bytes.len() as u64;
+            let from: u64 = from.parse().unwrap_or(0);
+            let to: u64 = to
+                .parse()
+                .map_or(len.saturating_sub(1), |t: u64| t.min(len - 1));
+            if from >= len || from > to {
+                return StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+            }
+            (
+                StatusCode::PARTIAL_CONTENT,
+                [(header::CONTENT_RANGE, format!("bytes {from}-{to}/{len}"))],
+                bytes[from as usize..=to as usize].to_vec(),
+            )
+                .into_response()
+        }
+    };
+    let app = axum::Router::new().fallback(handler);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+/// `cairn store build` and `cairn store push` with object stores: the input read from
+/// S3 and the build written there, tablet servers fetching from S3; then an input and a
+/// build on a web server. Wrong outputs and missing sources are refused with messages
+/// that say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_and_push_through_s3_and_a_web_server() {
+    let Some(python) = python_with("moto.server, flask") else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "moto is not installed in the CI venv (see .ci/run)"
+        );
+        eprintln!("skipping: no Python with moto[server] (set CAIRN_PYTHON)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s3 = S3Server::start(&python, "builds").await;
+    let env = s3.env();
+
+    // The input goes into S3 the way a batch job would leave it.
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(&s3.endpoint)
+        .with_allow_http(true)
+        .with_bucket_name("builds")
+        .with_region("us-east-1")
+        .with_access_key_id("cairn")
+        .with_secret_access_key("cairn-secret")
+        .build()
+        .unwrap();
+    use object_store::ObjectStoreExt;
+    store
+        .put(
+            &object_store::path::Path::from("in/v1/part-0.jsonl"),
+            input_text(1).into_bytes().into(),
+        )
+        .await
+        .unwrap();
+
+    let master_addr = reserve_addr();
+    let mut master = master_proc(&d.join("m"), &master_addr, &[], d.join("m.log"));
+    let mut tservers: Vec<Proc> = (0..2)
+        .map(|i| {
+            tserver_proc_env(
+                &d.join(format!("t{i}")),
+                &reserve_addr(),
+                std::slice::from_ref(&master_addr),
+                d.join(format!("t{i}.log")),
+                &[],
+                env.clone(),
+            )
+        })
+        .collect();
+    let c = Client::connect(std::slice::from_ref(&master_addr))
+        .await
+        .unwrap();
+    wait_live_servers(&c, 2, Duration::from_secs(60)).await;
+    let m = master_addr.as_str();
+    let (ok, out) = cairn(&[
+        "store",
+        "create",
+        "recs",
+        "--masters",
+        m,
+        "--key",
+        "id:int64",
+        "--value",
+        "v:string",
+        "--replication",
+        "2",
+    ]);
+    assert!(ok, "{out}");
+
+    // Version 1: a folder of input in S3, built into S3, fetched from S3.
+    let build = |input: &str, output: &str| {
+        cairn_with_env(
+            &[
+                "store",
+                "build",
+                "recs",
+                "--cluster",
+                "--masters",
+                m,
+                "--format",
+                "jsonl",
+                "-i",
+                input,
+                "-o",
+                output,
+            ],
+            &env,
+        )
+    };
+    let (ok, out) = build("s3://builds/in/v1/", "s3://builds/out/v1");
+    assert!(ok && out.contains("s3://builds/out/v1/node-0"), "{out}");
+    let (ok, out) = build("s3://builds/in/v1/", "s3://builds/out/v1");
+    assert!(!ok && out.contains("already holds files"), "{out}");
+    let (ok, out) = cairn(&[
+        "store",
+        "push",
+        "recs",
+        "--from",
+        "s3://builds/out/v1",
+        "--masters",
+        m,
+    ]);
+    assert!(ok && out.contains("now serves version 1"), "{out}");
+    let reader = c.open_store("recs").await.unwrap();
+    assert_eq!(check_all(&reader, Some(1)).await, 1);
+
+    // Version 2: the input on a web server, the build served by it, fetched over HTTP
+    // (with Range requests when a fetch resumes).
+    let web_root = d.join("web");
+    std::fs::create_dir_all(web_root.join("in")).unwrap();
+    std::fs::write(web_root.join("in/v2.jsonl"), input_text(2)).unwrap();
+    let web = serve_files(web_root.clone()).await;
+    let out_dir = web_root.join("build-v2");
+    let (ok, out) = build(&format!("{web}/in/v2.jsonl"), &out_dir.to_string_lossy());
+    assert!(ok, "{out}");
+    let (ok, out) = build(&format!("{web}/in/v2.jsonl"), &format!("{web}/elsewhere"));
+    assert!(!ok && out.contains("read-only"), "{out}");
+    let (ok, out) = cairn(&[
+        "store",
+        "push",
+        "recs",
+        "--from",
+        &format!("{web}/build-v2"),
+        "--masters",
+        m,
+    ]);
+    assert!(ok && out.contains("now serves version 2"), "{out}");
+    assert_eq!(check_all(&reader, Some(2)).await, 2);
+
+    // A prefix with no build fails the push with the missing file named, and version 2
+    // stays live.
+    let (ok, out) = cairn(&[
+        "store",
+        "push",
+        "recs",
+        "--from",
+        "s3://builds/out/none",
+        "--masters",
+        m,
+    ]);
+    assert!(!ok && out.contains("does not exist"), "{out}");
+    assert_eq!(check_all(&reader, Some(2)).await, 2);
+
+    for p in tservers.iter_mut() {
+        p.kill9();
+    }
+    master.kill9();
 }

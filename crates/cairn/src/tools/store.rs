@@ -1,9 +1,10 @@
 //! `cairn store …`: read-only stores (the Voldemort half of Cairn).
 //!
 //! - `store build` reads Parquet, CSV or JSON lines (a file, a folder of part files or
-//!   a glob) with DataFusion's readers, one input partition per core, and runs
-//!   [`cairn_readonly::StoreBuilder`] over them: one folder of chunk files per node,
-//!   with a progress bar and a summary.
+//!   a glob; local, `s3://` or `http(s)://`) with DataFusion's readers, one input
+//!   partition per core, and runs [`cairn_readonly::StoreBuilder`] over them: one
+//!   folder of chunk files per node, with a progress bar and a summary. An `s3://`
+//!   output is built in a local staging folder and then uploaded.
 //! - `store verify` opens a node folder the way a server does and checks every file
 //!   against its `.metadata` checksums.
 //! - `store get` looks keys up in a node folder, for checking a build by hand.
@@ -14,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use cairn_common::Value;
 use cairn_readonly::{
-    BuildOptions, StoreBuilder, StoreLayout, StoreSchema, StoreVersion, Verify, node_dir,
+    BuildOptions, Location, RemoteDir, StoreBuilder, StoreLayout, StoreSchema, StoreVersion,
+    Verify, node_dir,
 };
 use clap::{Args, ValueEnum};
 use datafusion::datasource::file_format::options::JsonReadOptions;
@@ -49,7 +51,13 @@ pub enum InputFormat {
     --output /data/recs-build --nodes 3 --replication 2\n\
     For a store created in a cluster (`cairn store create`), --cluster takes the ring and \
     the columns from its catalog entry, so the files fit the servers that will hold them:\n  \
-    cairn store build recs --cluster --input recs.parquet --output /shared/recs-v2"
+    cairn store build recs --cluster --input recs.parquet --output /shared/recs-v2\n\
+    Input and output may be in S3 (or an S3-compatible store) and the input on a web \
+    server; a folder URL ends with '/':\n  \
+    cairn store build recs --cluster --input s3://jobs/recs/2026-11-27/ --format parquet \
+    --output s3://builds/recs/v2\n\
+    S3 access is configured by the usual environment variables: AWS_ACCESS_KEY_ID, \
+    AWS_SECRET_ACCESS_KEY, AWS_REGION, and AWS_ENDPOINT for a store other than AWS."
 )]
 pub struct BuildArgs {
     /// Take the ring (nodes, partitions, replication, chunks) and the key and value
@@ -61,8 +69,9 @@ pub struct BuildArgs {
     pub conn: super::MasterArgs,
     /// The store's name (recorded in every node's .metadata).
     pub name: String,
-    /// The input: a file, a folder of files of one format, or a glob.
-    #[arg(long, short = 'i', value_name = "PATH")]
+    /// The input: a file, a folder of files of one format, or a glob. A path, or an
+    /// s3:// or http(s):// URL (a folder URL ends with '/').
+    #[arg(long, short = 'i', value_name = "PATH|URL")]
     pub input: String,
     /// The input's format (default: from the file extension).
     #[arg(long, value_enum)]
@@ -73,9 +82,10 @@ pub struct BuildArgs {
     /// The value columns, comma-separated (default: every non-key column).
     #[arg(long, value_name = "COL[,COL...]")]
     pub value: Option<String>,
-    /// Where to write the node folders. Must not hold an earlier build.
-    #[arg(long, short = 'o', value_name = "DIR")]
-    pub output: PathBuf,
+    /// Where to write the node folders: a folder, or s3://bucket/prefix (built in
+    /// --tmp-dir, then uploaded). Must not hold an earlier build.
+    #[arg(long, short = 'o', value_name = "DIR|URL")]
+    pub output: String,
     /// Nodes on the ring (partition p goes to node p mod N).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub nodes: u32,
@@ -95,7 +105,8 @@ pub struct BuildArgs {
     /// Memory for buffering rows before sorted runs spill to disk.
     #[arg(long, default_value_t = 1024, value_name = "MIB")]
     pub memory_mb: usize,
-    /// Where spilled runs go (default: the system's temporary folder).
+    /// Where spilled runs, and an S3 output before its upload, go (default: the
+    /// system's temporary folder).
     #[arg(long, value_name = "DIR")]
     pub tmp_dir: Option<PathBuf>,
     /// Threads (default: one per core).
@@ -148,33 +159,61 @@ fn input_format(args: &BuildArgs) -> ToolResult<InputFormat> {
     }
 }
 
-/// The extension DataFusion should list in a folder: the input's own for a file,
-/// else the format's usual one.
-fn extension(input: &str, default: &str) -> String {
-    let p = Path::new(input);
-    if p.is_file()
-        && let Some(e) = p.extension()
-    {
-        return format!(".{}", e.to_string_lossy());
+/// The file extension DataFusion should read: a file's (or a glob's) own, or none; for a folder,
+/// the first of the format's usual `extensions` that a file in it has (so a folder of
+/// `.jsonl` files reads as JSON lines), else the first of them.
+async fn extension(input: &str, location: &Location, extensions: &[&str]) -> ToolResult<String> {
+    let folder = match location {
+        Location::Local(p) => p.is_dir(),
+        Location::Remote(_) => input.ends_with('/'),
+    };
+    if !folder {
+        return Ok(Path::new(input)
+            .extension()
+            .map_or(String::new(), |e| format!(".{}", e.to_string_lossy())));
     }
-    default.to_string()
+    let names: Vec<String> = match location {
+        Location::Local(p) => std::fs::read_dir(p)
+            .map_err(|e| format!("cannot list {input}: {e}"))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect(),
+        Location::Remote(r) => r
+            .store
+            .list(Some(&r.prefix))
+            .take(10_000)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .map(|m| m.map(|m| m.location.filename().unwrap_or_default().to_string()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("cannot list {input}: {e}"))?,
+    };
+    let found = extensions
+        .iter()
+        .find(|ext| names.iter().any(|n| n.ends_with(*ext)));
+    Ok(found.unwrap_or(&extensions[0]).to_string())
 }
 
 async fn read_input(ctx: &SessionContext, args: &BuildArgs) -> ToolResult<DataFrame> {
     let input = args.input.as_str();
+    let location = Location::parse(input)?;
+    if let Location::Remote(r) = &location {
+        ctx.register_object_store(&r.base, r.store.clone());
+    }
     let df = match input_format(args)? {
         InputFormat::Parquet => {
-            let ext = extension(input, ".parquet");
+            let ext = extension(input, &location, &[".parquet", ".pq"]).await?;
             ctx.read_parquet(input, ParquetReadOptions::default().file_extension(&ext))
                 .await
         }
         InputFormat::Csv => {
-            let ext = extension(input, ".csv");
+            let ext = extension(input, &location, &[".csv"]).await?;
             ctx.read_csv(input, CsvReadOptions::new().file_extension(&ext))
                 .await
         }
         InputFormat::Jsonl => {
-            let ext = extension(input, ".json");
+            let ext = extension(input, &location, &[".jsonl", ".ndjson", ".json"]).await?;
             ctx.read_json(input, JsonReadOptions::default().file_extension(&ext))
                 .await
         }
@@ -245,9 +284,114 @@ async fn cluster_plan(
     Ok((entry.layout, entry.schema))
 }
 
+/// Where a build writes: straight into a local folder, or into a staging folder that
+/// is uploaded to an object store afterwards.
+enum Output {
+    Local(PathBuf),
+    Upload {
+        remote: RemoteDir,
+        staging: tempfile::TempDir,
+    },
+}
+
+impl Output {
+    /// The output `args` asks for, checked before any work: an object-store prefix
+    /// must be writable (not a web server) and empty.
+    async fn plan(args: &BuildArgs) -> ToolResult<Output> {
+        let remote = match Location::parse(&args.output)? {
+            Location::Local(p) => return Ok(Output::Local(p)),
+            Location::Remote(r) => r,
+        };
+        if matches!(remote.base.scheme(), "http" | "https") {
+            return Err(format!(
+                "--output {}: a web server is read-only here; write the build to a folder or \
+                 s3:// and serve it from there",
+                args.output
+            )
+            .into());
+        }
+        let mut listing = remote.store.list(Some(&remote.prefix));
+        if let Some(first) = listing.next().await {
+            let first = first.map_err(|e| format!("cannot list {}: {e}", remote.url))?;
+            return Err(format!(
+                "--output {} already holds files ({} among them), from an earlier build? Give \
+                 a new prefix, e.g. one per version",
+                remote.url, first.location
+            )
+            .into());
+        }
+        let parent = args.tmp_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let staging = tempfile::Builder::new()
+            .prefix("cairn-store-build-")
+            .tempdir_in(&parent)
+            .map_err(|e| {
+                format!(
+                    "cannot create a staging folder in {}: {e}",
+                    parent.display()
+                )
+            })?;
+        Ok(Output::Upload { remote, staging })
+    }
+
+    /// The local folder the builder writes.
+    fn dir(&self) -> PathBuf {
+        match self {
+            Output::Local(p) => p.clone(),
+            Output::Upload { staging, .. } => staging.path().join("out"),
+        }
+    }
+
+    /// Uploads a staged build, with a progress bar; returns where each node's folder
+    /// ended up.
+    async fn publish(
+        self,
+        nodes: &std::collections::BTreeMap<cairn_readonly::NodeId, PathBuf>,
+    ) -> ToolResult<Vec<(cairn_readonly::NodeId, String)>> {
+        let (remote, staging) = match self {
+            Output::Local(_) => {
+                let shown = nodes.iter().map(|(n, d)| (*n, d.display().to_string()));
+                return Ok(shown.collect());
+            }
+            Output::Upload { remote, staging } => (remote, staging),
+        };
+        let dir = staging.path().join("out");
+        let total = du(&dir);
+        let bar = ProgressBar::new(total);
+        bar.set_style(ProgressStyle::with_template(
+            "[{elapsed_precise}] {bar:40} uploading: {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})",
+        )?);
+        let (b, r) = (bar.clone(), remote.clone());
+        tokio::task::spawn_blocking(move || {
+            cairn_readonly::remote::upload_dir(&dir, &r, &|n| b.set_position(n))
+        })
+        .await?
+        .inspect_err(|_| bar.abandon())?;
+        bar.finish_and_clear();
+        drop(staging);
+        Ok(nodes
+            .keys()
+            .map(|n| (*n, remote.child(&format!("node-{n}")).url))
+            .collect())
+    }
+}
+
+/// Bytes of the files under `dir`.
+fn du(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => du(&e.path()),
+            _ => e.metadata().map_or(0, |m| m.len()),
+        })
+        .sum()
+}
+
 /// Runs `cairn store build`.
 pub async fn build(args: BuildArgs) -> ToolResult<()> {
     let started = Instant::now();
+    let output = Output::plan(&args).await?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
@@ -332,8 +476,8 @@ pub async fn build(args: BuildArgs) -> ToolResult<()> {
         "[{elapsed_precise}] {bar:40} writing: {human_pos}/{human_len} tuples ({per_sec}, eta {eta})",
     )?);
     let builder = Arc::into_inner(builder).ok_or("a reader task still holds the builder")?;
-    let output = args.output.clone();
-    let writing = tokio::task::spawn_blocking(move || builder.finish(&output));
+    let out_dir = output.dir();
+    let writing = tokio::task::spawn_blocking(move || builder.finish(&out_dir));
     tokio::pin!(writing);
     let summary = loop {
         tokio::select! {
@@ -344,6 +488,7 @@ pub async fn build(args: BuildArgs) -> ToolResult<()> {
         }
     };
     bar.finish_and_clear();
+    let node_dirs = output.publish(&summary.node_dirs).await?;
     let elapsed = started.elapsed();
     println!(
         "built store '{}': {} rows ({} tuples with replication {}) in {:.1} s ({} rows/s; \
@@ -367,8 +512,8 @@ pub async fn build(args: BuildArgs) -> ToolResult<()> {
         layout.nodes().len(),
         layout.chunks,
     );
-    for (node, dir) in &summary.node_dirs {
-        println!("  node {node}: {}", dir.display());
+    for (node, dir) in &node_dirs {
+        println!("  node {node}: {dir}");
     }
     Ok(())
 }

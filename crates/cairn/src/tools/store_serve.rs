@@ -22,17 +22,21 @@ use super::{MasterArgs, ToolResult};
 /// `cairn store push`
 #[derive(Args, Debug)]
 #[command(
-    after_help = "The build (cairn store build NAME --cluster --output DIR) must be in \
-    a folder every tablet server can read at the same path, e.g. a shared mount.\n\
-    Example:\n  cairn store push recs --from /shared/recs-2026-11-26 --throttle-mbps 200"
+    after_help = "Every tablet server fetches its own files from the build (cairn store \
+    build NAME --cluster --output DIR_OR_URL): a folder every server can read at the same \
+    path (e.g. a shared mount), an s3:// prefix, or an http(s):// URL of a web server that \
+    answers Range requests. For S3 the tablet servers take their credentials and endpoint \
+    from their own AWS_* environment variables.\n\
+    Examples:\n  cairn store push recs --from /shared/recs-2026-11-26 --throttle-mbps 200\n  \
+    cairn store push recs --from s3://builds/recs/v2"
 )]
 pub struct PushArgs {
     #[command(flatten)]
     pub conn: MasterArgs,
     /// The store.
     pub name: String,
-    /// The build's output folder (holding node-<n> folders), as an absolute path or a
-    /// file:/// URL the tablet servers can read.
+    /// The build's output (holding node-<n> folders): a path or file:/// URL the
+    /// tablet servers can read, or an s3:// or http(s):// URL.
     #[arg(long, value_name = "DIR_OR_URL")]
     pub from: String,
     /// The version number to give it (default: one more than the newest pushed).
@@ -262,5 +266,6 @@ mod tests {
         assert!(absolute_source("b/out").unwrap().starts_with('/'));
         assert_eq!(absolute_source("/x/y").unwrap(), "/x/y");
         assert_eq!(absolute_source("file:///x").unwrap(), "file:///x");
+        assert_eq!(absolute_source("s3://b/v2").unwrap(), "s3://b/v2");
     }
 }

@@ -401,8 +401,14 @@ pub fn reserve_addr() -> String {
 /// Runs the `cairn` binary with `args`: whether it succeeded, and its stdout and
 /// stderr together.
 pub fn cairn(args: &[&str]) -> (bool, String) {
+    cairn_with_env(args, &[])
+}
+
+/// [`cairn`] with extra environment variables.
+pub fn cairn_with_env(args: &[&str], env: &[(String, String)]) -> (bool, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
     let text = format!(
@@ -416,6 +422,8 @@ pub fn cairn(args: &[&str]) -> (bool, String) {
 /// A `cairn` server process.
 pub struct Proc {
     pub args: Vec<String>,
+    /// Environment variables set on top of this process's own.
+    pub env: Vec<(String, String)>,
     pub child: Option<Child>,
     pub addr: String,
     pub log: PathBuf,
@@ -423,8 +431,18 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(args: Vec<String>, addr: String, log: PathBuf) -> Proc {
+        Proc::spawn_with_env(args, addr, log, Vec::new())
+    }
+    /// [`Proc::spawn`] with extra environment variables (kept for restarts).
+    pub fn spawn_with_env(
+        args: Vec<String>,
+        addr: String,
+        log: PathBuf,
+        env: Vec<(String, String)>,
+    ) -> Proc {
         let mut p = Proc {
             args,
+            env,
             child: None,
             addr,
             log,
@@ -441,6 +459,7 @@ impl Proc {
         let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
             .args(&self.args)
             .env("RUST_LOG", "warn")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
             .spawn()
@@ -531,6 +550,18 @@ pub fn tserver_proc_with(
     log: PathBuf,
     extra: &[&str],
 ) -> Proc {
+    tserver_proc_env(dir, addr, masters, log, extra, Vec::new())
+}
+
+/// [`tserver_proc_with`] with extra environment variables.
+pub fn tserver_proc_env(
+    dir: &std::path::Path,
+    addr: &str,
+    masters: &[String],
+    log: PathBuf,
+    extra: &[&str],
+    env: Vec<(String, String)>,
+) -> Proc {
     let mut args = vec![
         "tserver".to_string(),
         "--data-dir".into(),
@@ -544,7 +575,7 @@ pub fn tserver_proc_with(
     ];
     args.extend(FAST_RAFT.iter().map(|s| s.to_string()));
     args.extend(extra.iter().map(|s| s.to_string()));
-    Proc::spawn(args, addr.to_string(), log)
+    Proc::spawn_with_env(args, addr.to_string(), log, env)
 }
 
 /// Sets failpoint `name` to `action` (the `fail` crate's syntax, e.g.
@@ -602,4 +633,21 @@ pub fn fuzz_budget() -> Duration {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
     Duration::from_secs_f64(secs)
+}
+
+/// A Python that can `import` each of `modules`: $CAIRN_PYTHON, else the CI venv
+/// (.ci/run installs it), else `python3`.
+pub fn python_with(modules: &str) -> Option<PathBuf> {
+    let venv =
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/cairn-venv/bin/python"));
+    let candidates = match std::env::var_os("CAIRN_PYTHON") {
+        Some(p) => vec![PathBuf::from(p)],
+        None => venv.into_iter().chain([PathBuf::from("python3")]).collect(),
+    };
+    candidates.into_iter().find(|p| {
+        Command::new(p)
+            .args(["-c", &format!("import {modules}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
 }

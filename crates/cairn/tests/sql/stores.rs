@@ -1,5 +1,5 @@
 //! A read-only store as a SQL table: key lookups and IN lists pushed down, full
-//! scans, writes refused with SQLSTATE 25006.
+//! scans, listed by the catalog views, writes refused with SQLSTATE 25006.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,6 +99,34 @@ async fn a_store_is_a_read_only_table() {
         )
         .await,
         vec![vec!["v-12".to_string()]]
+    );
+
+    // Catalog views list the store like a table, with its columns, so psql's \d and
+    // tools that browse a database see it.
+    assert_eq!(
+        q(
+            &s,
+            "SELECT table_name FROM information_schema.tables WHERE table_name = 'recs'"
+        )
+        .await,
+        vec![vec!["recs".to_string()]]
+    );
+    assert_eq!(
+        q(
+            &s,
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'recs' \
+             ORDER BY ordinal_position"
+        )
+        .await,
+        vec![vec!["id".to_string()], vec!["v".to_string()]]
+    );
+    assert_eq!(
+        q(
+            &s,
+            "SELECT relname FROM pg_catalog.pg_class WHERE relname = 'recs'"
+        )
+        .await,
+        vec![vec!["recs".to_string()]]
     );
 
     // Writes say how a store changes.
