@@ -1,17 +1,24 @@
 //! `cairn-bench readonly`: a read-only store's build, lookups, swap and rollback on
 //! one node, against LMDB (through the `heed` crate) on the same keys and values.
 //!
-//! The data is N rows of an INT64 key and a 100-byte string value, generated in memory
-//! before anything is timed. Both stores hold the same key bytes (Cairn's key
-//! encoding) and the same value bytes (Cairn's value codec), and a lookup returns a
-//! borrowed slice in both, so the comparison is of the storage engines alone:
+//! The data is N rows of an INT64 key and a 100-byte string value. Both stores hold the
+//! same key bytes (Cairn's key encoding) and the same value bytes (Cairn's value
+//! codec), and a lookup returns a borrowed slice in both, so the comparison is of the
+//! storage engines alone. Nothing but the two stores' own work is timed, and nothing
+//! holds a copy of every row while lookups run, so 100 M rows fit in memory:
 //!
-//! - build: [`StoreBuilder`] fed from two threads (bounded memory, spilling at the
-//!   default 1 GiB) against LMDB loading the keys in order with `MDB_APPEND`, its
-//!   fastest path (our input is not sorted; LMDB's is given sorted);
-//! - get: uniformly random keys, all present, after a warm-up that reads every key from
-//!   both stores (the "hot" case of the Voldemort paper's §5: all in the page cache), from 1
-//!   thread (latency percentiles) and 16 threads (throughput);
+//! - build: in a child process (so the input's memory is gone when it exits), the
+//!   rows, in a scrambled order, are generated as Arrow batches (about 11 GB at 100 M
+//!   rows) before the clock starts, then fed to [`StoreBuilder`] from every core
+//!   (bounded memory, spilling at the default 1 GiB). LMDB loads the same rows in key order with `MDB_APPEND`, its
+//!   fastest path (our input is not sorted; LMDB's is given sorted); its rows are made
+//!   in chunks and only the `put` calls and the final commit and sync are timed;
+//! - get: uniformly random keys, all present (the key is encoded before the clock
+//!   starts), from 1 thread (latency percentiles) and 16 threads (throughput). Each store
+//!   is warmed, by reading every key once, and measured in turn: the "hot" case of the
+//!   Voldemort paper's §5, all in the page cache. At 100 M rows the two stores (about
+//!   14 GB each) do not fit in memory together, so measuring both after one warm-up
+//!   would measure the disk;
 //! - swap and rollback: [`VersionedStore`] with two installed versions, timed over
 //!   repeated swaps (median and maximum).
 //!
@@ -45,6 +52,8 @@ type BoxResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 const BATCH_ROWS: usize = 8192;
 /// Swaps (and rollbacks) timed.
 const SWAPS: usize = 21;
+/// Lookup threads measured: latency from one, throughput from sixteen.
+const GET_THREADS: [usize; 2] = [1, 16];
 
 /// `cairn-bench readonly`
 #[derive(Args)]
@@ -64,6 +73,10 @@ pub struct ReadonlyArgs {
     /// Append the results here.
     #[arg(long, default_value = "bench/results/readonly.jsonl")]
     jsonl: PathBuf,
+    /// Internal: only generate and build into this folder, then print the build's
+    /// figures (the benchmark runs the build in a child process this way).
+    #[arg(long, hide = true)]
+    build_only: Option<PathBuf>,
 }
 
 fn value_of(i: u64, len: usize) -> String {
@@ -79,30 +92,81 @@ fn value_of(i: u64, len: usize) -> String {
         .collect()
 }
 
-pub(crate) fn generate(rows: usize, value_bytes: usize) -> BoxResult<Vec<RecordBatch>> {
-    let schema = Arc::new(ArrowSchema::new(vec![
+/// The generated rows' Arrow schema: `id INT64, v UTF8`.
+fn rows_schema() -> Arc<ArrowSchema> {
+    Arc::new(ArrowSchema::new(vec![
         Field::new("id", ArrowType::Int64, false),
         Field::new("v", ArrowType::Utf8, false),
-    ]));
-    // Keys in a scrambled order, as a batch job would emit them.
+    ]))
+}
+
+/// `rows` rows as batches of [`BATCH_ROWS`]: ids `0..rows` in a scrambled (seeded) order,
+/// as a batch job would emit them, each with the value [`value_of`] gives it. The
+/// batches are made on every core.
+pub(crate) fn generate(rows: usize, value_bytes: usize) -> BoxResult<Vec<RecordBatch>> {
+    let schema = rows_schema();
     let mut ids: Vec<i64> = (0..rows as i64).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     for i in (1..ids.len()).rev() {
         ids.swap(i, rng.random_range(0..=i));
     }
-    ids.chunks(BATCH_ROWS)
-        .map(|c| {
-            Ok(RecordBatch::try_new(
-                schema.clone(),
-                vec![
-                    Arc::new(Int64Array::from(c.to_vec())),
-                    Arc::new(StringArray::from_iter_values(
-                        c.iter().map(|&i| value_of(i as u64, value_bytes)),
-                    )),
-                ],
-            )?)
-        })
-        .collect()
+    let chunks: Vec<&[i64]> = ids.chunks(BATCH_ROWS).collect();
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let per = chunks.len().div_ceil(cpus).max(1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = chunks
+            .chunks(per)
+            .map(|part| {
+                let schema = schema.clone();
+                s.spawn(move || -> BoxResult<Vec<RecordBatch>> {
+                    part.iter()
+                        .map(|c| {
+                            Ok(RecordBatch::try_new(
+                                schema.clone(),
+                                vec![
+                                    Arc::new(Int64Array::from(c.to_vec())),
+                                    Arc::new(StringArray::from_iter_values(
+                                        c.iter().map(|&i| value_of(i as u64, value_bytes)),
+                                    )),
+                                ],
+                            )?)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        let mut all = Vec::with_capacity(chunks.len());
+        for h in handles {
+            all.extend(h.join().map_err(|_| "a generating thread panicked")??);
+        }
+        Ok(all)
+    })
+}
+
+/// Feeds `batches` to `builder` from `threads` threads (batch `i` to thread
+/// `i % threads`).
+pub(crate) fn add_batches(
+    builder: &StoreBuilder,
+    batches: &[RecordBatch],
+    threads: usize,
+) -> BoxResult<()> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    batches
+                        .iter()
+                        .skip(t)
+                        .step_by(threads)
+                        .try_for_each(|x| builder.add_batch(x))
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().map_err(|_| "a build thread panicked")??;
+        }
+        Ok(())
+    })
 }
 
 /// Latency percentiles and throughput of a lookup loop.
@@ -112,10 +176,12 @@ struct GetStats {
     ops_per_s: f64,
 }
 
-/// Runs `gets` lookups of random keys on `threads` threads; `get` returns the value
-/// length (0 when absent, which fails the run).
+/// Runs `gets` lookups of random keys (of ids `0..rows`, encoded by `key` before the
+/// clock starts) on `threads` threads; `get` returns the value length (0 when absent,
+/// which fails the run).
 fn measure(
-    keys: &[Vec<u8>],
+    rows: usize,
+    key: &(dyn Fn(i64) -> BoxResult<Vec<u8>> + Sync),
     gets: usize,
     threads: usize,
     get: &(dyn Fn(&[u8]) -> BoxResult<usize> + Sync),
@@ -129,9 +195,9 @@ fn measure(
                     let mut rng = rand::rngs::StdRng::seed_from_u64(t as u64);
                     let mut out = Vec::with_capacity(per);
                     for _ in 0..per {
-                        let k = &keys[rng.random_range(0..keys.len())];
+                        let k = key(rng.random_range(0..rows as i64))?;
                         let t0 = Instant::now();
-                        let n = get(k)?;
+                        let n = get(&k)?;
                         out.push(t0.elapsed());
                         if n == 0 {
                             return Err("a present key was not found".into());
@@ -157,6 +223,41 @@ fn measure(
     })
 }
 
+/// Reads every key `0..rows` once on `threads` threads, so every page `get` touches is
+/// in the page cache and mapped; a missing key fails the run.
+fn warm(
+    rows: usize,
+    threads: usize,
+    key: &(dyn Fn(i64) -> BoxResult<Vec<u8>> + Sync),
+    get: &(dyn Fn(&[u8]) -> BoxResult<usize> + Sync),
+) -> BoxResult<()> {
+    let t0 = Instant::now();
+    let per = rows.div_ceil(threads) as i64;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads as i64)
+            .map(|t| {
+                s.spawn(move || -> BoxResult<()> {
+                    for i in t * per..((t + 1) * per).min(rows as i64) {
+                        if get(&key(i)?)? == 0 {
+                            return Err(format!("key {i} was not found while warming up").into());
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().map_err(|_| "a warming thread panicked")??;
+        }
+        Ok::<_, Box<dyn Error + Send + Sync>>(())
+    })?;
+    eprintln!(
+        "  warmed {rows} keys in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 fn hard_link_dir(from: &Path, to: &Path) -> BoxResult<()> {
     std::fs::create_dir_all(to)?;
     for f in std::fs::read_dir(from)? {
@@ -174,10 +275,50 @@ fn median_max(mut d: Vec<Duration>) -> (f64, f64) {
     )
 }
 
+/// `--build-only OUT`: generates the rows (not timed), builds them into `OUT` on
+/// every core, spilling next to `OUT`, and prints the build's seconds, bytes and
+/// spilled bytes on one line.
+fn build_only(args: &ReadonlyArgs, out: &Path) -> BoxResult<()> {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let t0 = Instant::now();
+    let batches = generate(args.rows, args.value_bytes)?;
+    eprintln!(
+        "  generated {} batches in {:.1} s (not timed)",
+        batches.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    let schema = StoreSchema::from_arrow(&rows_schema(), &["id".to_string()], None)?;
+    let layout = StoreLayout::round_robin(1, 8, 1, 1)?;
+    let options = BuildOptions {
+        threads: cpus,
+        spill_dir: out
+            .parent()
+            .ok_or("--build-only needs a parent folder")?
+            .to_path_buf(),
+        ..BuildOptions::default()
+    };
+    let t0 = Instant::now();
+    let builder = StoreBuilder::new("bench", schema, layout, &options)?;
+    add_batches(&builder, &batches, cpus)?;
+    let summary = builder.finish(out)?;
+    let build_s = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "  build: {build_s:.2} s ({:.0} rows/s), {} bytes, {} spilled",
+        args.rows as f64 / build_s,
+        summary.bytes,
+        summary.spilled_bytes
+    );
+    println!("{build_s} {} {}", summary.bytes, summary.spilled_bytes);
+    Ok(())
+}
+
 /// Runs the benchmark (module docs).
 pub fn readonly(args: ReadonlyArgs) -> BoxResult<()> {
     if args.rows == 0 || args.gets < 16 {
         return Err("--rows must be positive and --gets at least 16".into());
+    }
+    if let Some(out) = &args.build_only {
+        return build_only(&args, out);
     }
     let work = match &args.work_dir {
         Some(d) => {
@@ -199,72 +340,60 @@ pub fn readonly(args: ReadonlyArgs) -> BoxResult<()> {
         work.path().display(),
         fs_type(work.path())
     );
-    let batches = generate(args.rows, args.value_bytes)?;
-
-    // ---- build ----
-    let arrow_schema = batches[0].schema();
-    let schema = StoreSchema::from_arrow(&arrow_schema, &["id".to_string()], None)?;
-    let layout = StoreLayout::round_robin(1, 8, 1, 1)?;
-    let options = BuildOptions {
-        threads: cpus,
-        spill_dir: work.path().to_path_buf(),
-        ..BuildOptions::default()
-    };
+    // ---- build, in a child process ----
+    // The input batches (about 11 GB at 100 M rows) are freed when the child exits;
+    // an allocator keeps freed memory for reuse, and here it would crowd the stores
+    // out of the page cache.
     let out = work.path().join("build");
-    let t0 = Instant::now();
-    let builder = StoreBuilder::new("bench", schema.clone(), layout, &options)?;
-    std::thread::scope(|s| -> BoxResult<()> {
-        let hs: Vec<_> = (0..cpus)
-            .map(|t| {
-                let (b, batches) = (&builder, &batches);
-                s.spawn(move || {
-                    batches
-                        .iter()
-                        .skip(t)
-                        .step_by(cpus)
-                        .try_for_each(|x| b.add_batch(x))
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().map_err(|_| "a build thread panicked")??;
-        }
-        Ok(())
-    })?;
-    let summary = builder.finish(&out)?;
-    let build_s = t0.elapsed().as_secs_f64();
-    eprintln!(
-        "  build: {build_s:.2} s ({:.0} rows/s), {} bytes, {} spilled",
-        args.rows as f64 / build_s,
-        summary.bytes,
-        summary.spilled_bytes
-    );
-
-    // The encoded keys and values, for LMDB and for lookups.
-    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(args.rows);
-    for b in &batches {
-        let ids = b
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .ok_or("ids")?;
-        let vs = b
-            .column(1)
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .ok_or("values")?;
-        for i in 0..b.num_rows() {
-            let key = schema.encode_key(&[cairn_common::Value::Int64(ids.value(i))])?;
-            let mut v = Vec::with_capacity(args.value_bytes + 5);
-            cairn_common::codec::put_value(
-                &mut v,
-                &cairn_common::Value::String(vs.value(i).to_string()),
-            );
-            pairs.push((key, v));
-        }
+    let child = std::process::Command::new(std::env::current_exe()?)
+        .args(["readonly", "--rows", &args.rows.to_string()])
+        .args(["--value-bytes", &args.value_bytes.to_string()])
+        .arg("--build-only")
+        .arg(&out)
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !child.status.success() {
+        return Err(format!("the build process failed ({})", child.status).into());
     }
-    drop(batches);
-    pairs.sort_unstable();
+    let figures = String::from_utf8_lossy(&child.stdout);
+    let figures: Vec<f64> = figures
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("the build process printed {figures:?}: {e}"))?;
+    let [build_s, build_bytes, spilled_bytes] = figures[..] else {
+        return Err(format!("the build process printed {figures:?}").into());
+    };
+    let (build_bytes, spilled_bytes) = (build_bytes as u64, spilled_bytes as u64);
+    let schema = StoreSchema::from_arrow(&rows_schema(), &["id".to_string()], None)?;
+
+    // The key bytes and value bytes of id `i`, the same in both stores.
+    let key_of =
+        |i: i64| -> BoxResult<Vec<u8>> { Ok(schema.encode_key(&[cairn_common::Value::Int64(i)])?) };
+    let value_bytes = args.value_bytes;
+    let value_bytes_of = |i: i64| -> Vec<u8> {
+        let mut v = Vec::with_capacity(value_bytes + 5);
+        cairn_common::codec::put_value(
+            &mut v,
+            &cairn_common::Value::String(value_of(i as u64, value_bytes)),
+        );
+        v
+    };
+
+    // ---- Cairn gets ----
+    let version = StoreVersion::open(&node_dir(&out, 0), Verify::Structure)?;
+    let cairn_get = |k: &[u8]| -> BoxResult<usize> { Ok(version.get(k)?.map_or(0, |v| v.len())) };
+    warm(args.rows, cpus, &key_of, &cairn_get)?;
+    let mut cairn_gets = Vec::new();
+    for threads in GET_THREADS {
+        let c = measure(args.rows, &key_of, args.gets, threads, &cairn_get)?;
+        eprintln!(
+            "  cairn get, {threads} thread(s): p50 {:.2} µs p99 {:.2} µs {:.0}/s",
+            c.p50_us, c.p99_us, c.ops_per_s
+        );
+        cairn_gets.push(c);
+    }
+    drop(version);
 
     // ---- LMDB load ----
     let lmdb_dir = work.path().join("lmdb");
@@ -274,46 +403,54 @@ pub fn readonly(args: ReadonlyArgs) -> BoxResult<()> {
         .next_multiple_of(1 << 20);
     // SAFETY: the environment is opened once, by this process only.
     let env = unsafe { EnvOpenOptions::new().map_size(map_size).open(&lmdb_dir)? };
-    let t0 = Instant::now();
+    let mut lmdb_load = Duration::ZERO;
     let mut wtxn = env.write_txn()?;
     let db: Database<Bytes, Bytes> = env.create_database(&mut wtxn, None)?;
-    for (k, v) in &pairs {
-        db.put_with_flags(&mut wtxn, PutFlags::APPEND, k, v)?;
+    // Keys in order: Cairn's INT64 key encoding sorts like the integers, and
+    // `MDB_APPEND` refuses a key that is not greater than the last, so a wrong order
+    // fails the run rather than slowing it.
+    let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(BATCH_ROWS);
+    for start in (0..args.rows as i64).step_by(BATCH_ROWS) {
+        chunk.clear();
+        for i in start..(start + BATCH_ROWS as i64).min(args.rows as i64) {
+            chunk.push((key_of(i)?, value_bytes_of(i)));
+        }
+        let t0 = Instant::now();
+        for (k, v) in &chunk {
+            db.put_with_flags(&mut wtxn, PutFlags::APPEND, k, v)?;
+        }
+        lmdb_load += t0.elapsed();
     }
+    let t0 = Instant::now();
     wtxn.commit()?;
     env.force_sync()?;
-    let lmdb_load_s = t0.elapsed().as_secs_f64();
+    lmdb_load += t0.elapsed();
+    let lmdb_load_s = lmdb_load.as_secs_f64();
+    let lmdb_bytes = std::fs::metadata(lmdb_dir.join("data.mdb"))?.len();
     eprintln!(
-        "  LMDB load (sorted, MDB_APPEND): {lmdb_load_s:.2} s ({:.0} rows/s)",
+        "  LMDB load (sorted, MDB_APPEND): {lmdb_load_s:.2} s ({:.0} rows/s), {lmdb_bytes} bytes",
         args.rows as f64 / lmdb_load_s
     );
-    let keys: Vec<Vec<u8>> = pairs.into_iter().map(|(k, _)| k).collect();
 
-    // ---- gets ----
-    let version = StoreVersion::open(&node_dir(&out, 0), Verify::Structure)?;
-    let cairn_get = |k: &[u8]| -> BoxResult<usize> { Ok(version.get(k)?.map_or(0, |v| v.len())) };
+    // ---- LMDB gets ----
     let rtxn_env = env.clone();
     let lmdb_get = move |k: &[u8]| -> BoxResult<usize> {
         let rtxn = rtxn_env.read_txn()?;
         Ok(db.get(&rtxn, k)?.map_or(0, |v| v.len()))
     };
-    // Warm both: every key once, so every page of both is cached and mapped.
-    for k in &keys {
-        if cairn_get(k)? == 0 || lmdb_get(k)? == 0 {
-            return Err("a present key was not found while warming up".into());
-        }
-    }
+    warm(args.rows, cpus, &key_of, &lmdb_get)?;
     let mut gets = Vec::new();
-    for threads in [1usize, 16] {
-        let c = measure(&keys, args.gets, threads, &cairn_get)?;
-        let l = measure(&keys, args.gets, threads, &lmdb_get)?;
+    for (threads, c) in GET_THREADS.into_iter().zip(cairn_gets) {
+        let l = measure(args.rows, &key_of, args.gets, threads, &lmdb_get)?;
         eprintln!(
-            "  get, {threads} thread(s): cairn p50 {:.2} µs p99 {:.2} µs {:.0}/s; LMDB p50 {:.2} µs \
-             p99 {:.2} µs {:.0}/s",
-            c.p50_us, c.p99_us, c.ops_per_s, l.p50_us, l.p99_us, l.ops_per_s
+            "  LMDB get, {threads} thread(s): p50 {:.2} µs p99 {:.2} µs {:.0}/s",
+            l.p50_us, l.p99_us, l.ops_per_s
         );
         gets.push((threads, c, l));
     }
+    drop(lmdb_get);
+    drop(env);
+    std::fs::remove_dir_all(&lmdb_dir)?;
 
     // ---- install, swap, rollback ----
     let store = VersionedStore::open(&work.path().join("store"), 3)?;
@@ -340,8 +477,8 @@ pub fn readonly(args: ReadonlyArgs) -> BoxResult<()> {
     let mut line = format!(
         "{{\"date\":{},\"git\":{},\"machine\":{},\"cpus\":{cpus},\"memory\":{},\
          \"rows\":{},\"value_bytes\":{},\"build_s\":{},\"build_bytes\":{},\"spilled_bytes\":{},\
-         \"lmdb_load_s\":{},\"install_s\":{},\"swap_ms\":{},\"swap_max_ms\":{},\
-         \"rollback_ms\":{},\"rollback_max_ms\":{}",
+         \"lmdb_load_s\":{},\"lmdb_bytes\":{lmdb_bytes},\"install_s\":{},\"swap_ms\":{},\
+         \"swap_max_ms\":{},\"rollback_ms\":{},\"rollback_max_ms\":{}",
         json_str(&utc_now()),
         json_str(&git_revision()),
         json_str(&proc_field("/proc/cpuinfo", "model name").unwrap_or_default()),
@@ -349,8 +486,8 @@ pub fn readonly(args: ReadonlyArgs) -> BoxResult<()> {
         args.rows,
         args.value_bytes,
         json_num(build_s),
-        summary.bytes,
-        summary.spilled_bytes,
+        build_bytes,
+        spilled_bytes,
         json_num(lmdb_load_s),
         json_num(install_s),
         json_num(swap_ms),

@@ -30,7 +30,7 @@ use cairn_readonly::{BuildOptions, StoreBuilder, StoreSchema};
 use clap::Args;
 use rand::{Rng, SeedableRng};
 
-use crate::readonly::generate;
+use crate::readonly::{add_batches, generate};
 use crate::storage::report::{git_revision, json_num, json_str, proc_field, utc_now};
 
 type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -160,14 +160,7 @@ fn build(
     };
     let t0 = Instant::now();
     let b = StoreBuilder::new("recs", schema.clone(), layout.clone(), &opts)?;
-    let (even, odd): (Vec<_>, Vec<_>) = batches.iter().enumerate().partition(|(i, _)| i % 2 == 0);
-    std::thread::scope(|s| -> BoxResult<()> {
-        let h1 = s.spawn(|| even.iter().try_for_each(|(_, x)| b.add_batch(x)));
-        let h2 = s.spawn(|| odd.iter().try_for_each(|(_, x)| b.add_batch(x)));
-        h1.join().map_err(|_| "a build thread panicked")??;
-        h2.join().map_err(|_| "a build thread panicked")??;
-        Ok(())
-    })?;
+    add_batches(&b, batches, opts.threads)?;
     b.finish(out)?;
     Ok(t0.elapsed().as_secs_f64())
 }
