@@ -32,10 +32,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::stream::FuturesUnordered;
 use object_store::aws::AmazonS3Builder;
 use object_store::http::HttpBuilder;
 use object_store::path::Path as ObjectPath;
-use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload};
 use url::Url;
 
 use crate::error::{ReadOnlyError, Result};
@@ -45,6 +46,8 @@ use crate::fetch::FetchSource;
 const MULTIPART_FROM: u64 = 16 << 20;
 /// The size of each part of a multipart upload.
 const PART_BYTES: usize = 8 << 20;
+/// Parts of one multipart upload sent at once.
+const PARTS_IN_FLIGHT: usize = 4;
 
 /// Where a build's input or output is, or where a push fetches from.
 #[derive(Clone, Debug)]
@@ -271,21 +274,23 @@ impl Read for StreamReader<'_> {
 
 /// Uploads every file under local folder `from` to `to`, keeping relative paths. In
 /// each folder, `.metadata` goes last, so a fetch that finds it finds a complete
-/// folder. Files of 16 MiB and more are uploaded in parts. `on_bytes` is called with
-/// the bytes sent so far, for a progress bar.
-pub fn upload_dir(from: &Path, to: &RemoteDir, on_bytes: &dyn Fn(u64)) -> Result<u64> {
+/// folder. Files of 16 MiB and more are uploaded in parts; a multipart upload that
+/// fails is aborted, so the store keeps none of its parts. `on_bytes` is called with
+/// the bytes sent so far and the total, for a progress bar. Returns the bytes sent.
+pub fn upload_dir(from: &Path, to: &RemoteDir, on_bytes: &dyn Fn(u64, u64)) -> Result<u64> {
     let rt = runtime()?;
     let mut files = Vec::new();
     list_files(from, from, &mut files)?;
+    let total = files.iter().map(|(_, size)| size).sum();
     // `.metadata` after every other file of its folder: sort by (folder, is metadata).
-    files.sort_by_key(|rel| {
+    files.sort_by_key(|(rel, _)| {
         let is_meta = rel
             .file_name()
             .is_some_and(|n| n == crate::format::METADATA_FILE);
         (rel.parent().map(Path::to_path_buf), is_meta, rel.clone())
     });
     let mut sent = 0u64;
-    for rel in files {
+    for (rel, size) in files {
         let name = rel
             .iter()
             .map(|c| c.to_string_lossy())
@@ -293,52 +298,72 @@ pub fn upload_dir(from: &Path, to: &RemoteDir, on_bytes: &dyn Fn(u64)) -> Result
             .join("/");
         let local = from.join(&rel);
         let target = to.object(&name);
-        let size = std::fs::metadata(&local)
-            .map_err(|e| ReadOnlyError::io(format!("cannot stat {local:?}"), e))?
-            .len();
         let mut file = std::fs::File::open(&local)
             .map_err(|e| ReadOnlyError::io(format!("cannot open {local:?}"), e))?;
-        let read = |file: &mut std::fs::File, buf: &mut Vec<u8>, want: usize| {
-            buf.clear();
+        let mut read = |want: usize| -> Result<Vec<u8>> {
+            let mut buf = Vec::with_capacity(want.min(size as usize));
             file.by_ref()
                 .take(want as u64)
-                .read_to_end(buf)
-                .map_err(|e| ReadOnlyError::io(format!("cannot read {local:?}"), e))
+                .read_to_end(&mut buf)
+                .map_err(|e| ReadOnlyError::io(format!("cannot read {local:?}"), e))?;
+            Ok(buf)
         };
-        let mut buf = Vec::with_capacity(PART_BYTES.min(size as usize));
         if size < MULTIPART_FROM {
-            read(&mut file, &mut buf, size as usize)?;
+            let buf = read(size as usize)?;
+            sent += buf.len() as u64;
             rt.block_on(to.store.put(&target, PutPayload::from(buf)))
                 .map_err(|e| to.error(&name, e))?;
-            sent += size;
-            on_bytes(sent);
+            on_bytes(sent, total);
             continue;
         }
-        // The upload's parts are sent by tasks spawned on this runtime.
-        let _entered = rt.enter();
-        let upload = rt
+        let mut upload = rt
             .block_on(to.store.put_multipart(&target))
             .map_err(|e| to.error(&name, e))?;
-        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
-        loop {
-            let n = read(&mut file, &mut buf, PART_BYTES)?;
-            if n == 0 {
-                break;
+        let parts = (|| -> Result<u64> {
+            let mut in_flight: FuturesUnordered<object_store::UploadPart> = FuturesUnordered::new();
+            let mut done = 0u64;
+            loop {
+                let buf = read(PART_BYTES)?;
+                if buf.is_empty() {
+                    break;
+                }
+                while in_flight.len() >= PARTS_IN_FLIGHT {
+                    if let Some(r) = rt.block_on(in_flight.next()) {
+                        r.map_err(|e| to.error(&name, e))?;
+                    }
+                }
+                done += buf.len() as u64;
+                in_flight.push(upload.put_part(PutPayload::from(buf)));
+                on_bytes(sent + done, total);
             }
-            rt.block_on(writer.wait_for_capacity(4))
+            while let Some(r) = rt.block_on(in_flight.next()) {
+                r.map_err(|e| to.error(&name, e))?;
+            }
+            Ok(done)
+        })();
+        let finished = parts.and_then(|done| {
+            rt.block_on(upload.complete())
                 .map_err(|e| to.error(&name, e))?;
-            writer.write(&buf);
-            sent += n as u64;
-            on_bytes(sent);
+            Ok(done)
+        });
+        match finished {
+            Ok(done) => sent += done,
+            Err(e) => {
+                if let Err(abort) = rt.block_on(upload.abort()) {
+                    tracing::warn!(
+                        "could not abort the failed upload of {}: {abort}",
+                        to.describe(&name)
+                    );
+                }
+                return Err(e);
+            }
         }
-        rt.block_on(writer.finish())
-            .map_err(|e| to.error(&name, e))?;
     }
     Ok(sent)
 }
 
-/// Appends the paths (relative to `root`) of every file under `dir`.
-fn list_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+/// Appends the paths (relative to `root`) and sizes of every file under `dir`.
+fn list_files(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<()> {
     let entries =
         std::fs::read_dir(dir).map_err(|e| ReadOnlyError::io(format!("cannot list {dir:?}"), e))?;
     for entry in entries {
@@ -347,7 +372,11 @@ fn list_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         if path.is_dir() {
             list_files(root, &path, out)?;
         } else if let Ok(rel) = path.strip_prefix(root) {
-            out.push(rel.to_path_buf());
+            let size = entry
+                .metadata()
+                .map_err(|e| ReadOnlyError::io(format!("cannot stat {path:?}"), e))?
+                .len();
+            out.push((rel.to_path_buf(), size));
         }
     }
     Ok(())

@@ -493,7 +493,7 @@ fn in_memory_copy(from: &Path, prefix: &str) -> RemoteDir {
         prefix: object_store::path::Path::from(prefix),
         url: format!("memory:///{prefix}"),
     };
-    remote::upload_dir(from, &dir, &|_| {}).unwrap();
+    remote::upload_dir(from, &dir, &|_, _| {}).unwrap();
     dir
 }
 
@@ -608,7 +608,11 @@ fn uploads_of_large_files_go_in_parts_and_read_back_from_any_offset() {
         prefix: object_store::path::Path::from("b"),
         url: "memory:///b".into(),
     };
-    let total = remote::upload_dir(tmp.path(), &dir, &|n| sent.set(n)).unwrap();
+    let total = remote::upload_dir(tmp.path(), &dir, &|n, all| {
+        assert_eq!(all, big.len() as u64 + 2);
+        sent.set(n)
+    })
+    .unwrap();
     assert_eq!(total, big.len() as u64 + 2);
     assert_eq!(sent.get(), total);
     let source = RemoteSource::new(dir.child("node-0")).unwrap();
@@ -623,6 +627,146 @@ fn uploads_of_large_files_go_in_parts_and_read_back_from_any_offset() {
         matches!(&e, ReadOnlyError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
         "{e}"
     );
+}
+
+/// An in-memory object store whose multipart uploads fail their second part, and that
+/// records whether a failed upload was aborted.
+#[derive(Debug, Default)]
+struct FailingParts {
+    inner: object_store::memory::InMemory,
+    aborted: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl std::fmt::Display for FailingParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FailingParts")
+    }
+}
+
+#[derive(Debug)]
+struct FailingUpload {
+    inner: Box<dyn object_store::MultipartUpload>,
+    parts: usize,
+    aborted: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[async_trait::async_trait]
+impl object_store::MultipartUpload for FailingUpload {
+    fn put_part(&mut self, data: object_store::PutPayload) -> object_store::UploadPart {
+        self.parts += 1;
+        if self.parts == 2 {
+            return Box::pin(async {
+                Err(object_store::Error::Generic {
+                    store: "FailingParts",
+                    source: "the second part fails".into(),
+                })
+            });
+        }
+        self.inner.put_part(data)
+    }
+
+    async fn complete(&mut self) -> object_store::Result<object_store::PutResult> {
+        self.inner.complete().await
+    }
+
+    async fn abort(&mut self) -> object_store::Result<()> {
+        self.aborted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.abort().await
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for FailingParts {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        Ok(Box::new(FailingUpload {
+            inner: self.inner.put_multipart_opts(location, opts).await?,
+            parts: 0,
+            aborted: self.aborted.clone(),
+        }))
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// A multipart upload whose part fails is aborted (so S3 keeps no orphaned parts),
+/// the error names the object, and the folder's `.metadata` is never uploaded.
+#[test]
+fn a_failed_multipart_upload_is_aborted_and_publishes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("node-0");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("0_0_0.data"), vec![7u8; 20 << 20]).unwrap();
+    std::fs::write(folder.join(METADATA_FILE), b"{}").unwrap();
+    let store = Arc::new(FailingParts::default());
+    let dir = RemoteDir {
+        store: store.clone(),
+        base: url::Url::parse("memory:///").unwrap(),
+        prefix: object_store::path::Path::from("b"),
+        url: "memory:///b".into(),
+    };
+    let e = remote::upload_dir(tmp.path(), &dir, &|_, _| {}).unwrap_err();
+    assert!(
+        e.to_string().contains("node-0/0_0_0.data") && e.to_string().contains("second part"),
+        "{e}"
+    );
+    assert!(store.aborted.load(std::sync::atomic::Ordering::SeqCst));
+    let listed: Vec<_> = futures::executor::block_on(futures::StreamExt::collect::<Vec<_>>(
+        object_store::ObjectStore::list(&store.inner, None),
+    ));
+    assert!(listed.is_empty(), "{listed:?}");
 }
 
 #[test]

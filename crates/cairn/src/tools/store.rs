@@ -355,14 +355,16 @@ impl Output {
             Output::Upload { remote, staging } => (remote, staging),
         };
         let dir = staging.path().join("out");
-        let total = du(&dir);
-        let bar = ProgressBar::new(total);
+        let bar = ProgressBar::new(0);
         bar.set_style(ProgressStyle::with_template(
             "[{elapsed_precise}] {bar:40} uploading: {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})",
         )?);
         let (b, r) = (bar.clone(), remote.clone());
         tokio::task::spawn_blocking(move || {
-            cairn_readonly::remote::upload_dir(&dir, &r, &|n| b.set_position(n))
+            cairn_readonly::remote::upload_dir(&dir, &r, &|sent, total| {
+                b.set_length(total);
+                b.set_position(sent);
+            })
         })
         .await?
         .inspect_err(|_| bar.abandon())?;
@@ -373,19 +375,6 @@ impl Output {
             .map(|n| (*n, remote.child(&format!("node-{n}")).url))
             .collect())
     }
-}
-
-/// Bytes of the files under `dir`.
-fn du(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => du(&e.path()),
-            _ => e.metadata().map_or(0, |m| m.len()),
-        })
-        .sum()
 }
 
 /// Runs `cairn store build`.
