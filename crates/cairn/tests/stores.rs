@@ -68,6 +68,25 @@ fn build_version(dir: &std::path::Path, masters: &str, v: u64) -> String {
 }
 
 /// Looks every key up; each answer must be its version's value.
+/// `cairn store push recs --from FROM [--version V]`: whether it succeeded, and its
+/// output.
+fn push(masters: &str, from: &str, version: Option<u64>) -> (bool, String) {
+    let version = version.map(|v| v.to_string());
+    let mut args = vec![
+        "store",
+        "push",
+        "recs",
+        "--from",
+        from,
+        "--masters",
+        masters,
+    ];
+    if let Some(v) = &version {
+        args.extend(["--version", v]);
+    }
+    cairn(&args)
+}
+
 async fn check_all(reader: &StoreReader, expect: Option<u64>) -> u64 {
     let keys: Vec<Vec<Value>> = (0..ROWS).map(|i| vec![Value::Int64(i)]).collect();
     let rows = reader.get_all(&keys).await.unwrap();
@@ -272,7 +291,7 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     let (ok, out) = cairn(&["store", "get", "recs", "1", "--masters", &m]);
     assert!(!ok && out.contains("no version yet"), "{out}");
     let v1 = build_version(d, &m, 1);
-    let (ok, out) = cairn(&["store", "push", "recs", "--from", &v1, "--masters", &m]);
+    let (ok, out) = push(&m, &v1, None);
     assert!(ok && out.contains("now serves version 1"), "{out}");
     let (ok, out) = cairn(&["store", "get", "recs", "42", "--masters", &m]);
     assert!(ok && out.contains("one-42"), "{out}");
@@ -316,7 +335,7 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     tservers[2].kill9();
     assert_eq!(check_all(&reader, Some(1)).await, 1);
     let v3 = build_version(d, &m, 3);
-    let (ok, out) = cairn(&["store", "push", "recs", "--from", &v3, "--masters", &m]);
+    let (ok, out) = push(&m, &v3, None);
     assert!(!ok && out.contains("previous version stays live"), "{out}");
     assert_eq!(check_all(&reader, Some(1)).await, 1);
     let (e, _) = c.get_store_and_push("recs").await.unwrap();
@@ -326,17 +345,7 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     // again on purpose: the failed push installed nothing).
     tservers[2].start();
     wait_live_servers(&c, 3, Duration::from_secs(60)).await;
-    let (ok, out) = cairn(&[
-        "store",
-        "push",
-        "recs",
-        "--from",
-        &v3,
-        "--version",
-        "3",
-        "--masters",
-        &m,
-    ]);
+    let (ok, out) = push(&m, &v3, Some(3));
     assert!(ok && out.contains("now serves version 3"), "{out}");
     assert_eq!(check_all(&reader, Some(3)).await, 3);
 
@@ -389,17 +398,7 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     wait_live_servers(&c, 3, Duration::from_secs(60)).await;
     assert_eq!(check_all(&reader, Some(2)).await, 2);
     // Version 4 was installed on some servers: its number cannot be pushed again.
-    let (ok, out) = cairn(&[
-        "store",
-        "push",
-        "recs",
-        "--from",
-        &v4,
-        "--version",
-        "4",
-        "--masters",
-        &m,
-    ]);
+    let (ok, out) = push(&m, &v4, Some(4));
     assert!(!ok && out.contains("was pushed before"), "{out}");
 
     // The leader master killed mid-swap: a server holds its swap while the leader
@@ -444,7 +443,7 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     assert!(!ok && out.contains("already on store"), "{out}");
     // The next build is made for the new ring and pushed to all four.
     let v7 = build_version(d, &m, 7);
-    let (ok, out) = cairn(&["store", "push", "recs", "--from", &v7, "--masters", &m]);
+    let (ok, out) = push(&m, &v7, None);
     assert!(ok && out.contains("now serves version 7"), "{out}");
     assert_eq!(check_all(&reader, Some(7)).await, 7);
     assert!(node_answers(&reader, &tservers[3].addr, 7).await);
@@ -679,15 +678,7 @@ async fn build_and_push_through_s3_and_a_web_server() {
     assert!(ok && out.contains("s3://builds/out/v1/node-0"), "{out}");
     let (ok, out) = build("s3://builds/in/v1/", "s3://builds/out/v1");
     assert!(!ok && out.contains("already holds files"), "{out}");
-    let (ok, out) = cairn(&[
-        "store",
-        "push",
-        "recs",
-        "--from",
-        "s3://builds/out/v1",
-        "--masters",
-        m,
-    ]);
+    let (ok, out) = push(m, "s3://builds/out/v1", None);
     assert!(ok && out.contains("now serves version 1"), "{out}");
     let reader = c.open_store("recs").await.unwrap();
     assert_eq!(check_all(&reader, Some(1)).await, 1);
@@ -703,29 +694,13 @@ async fn build_and_push_through_s3_and_a_web_server() {
     assert!(ok, "{out}");
     let (ok, out) = build(&format!("{web}/in/v2.jsonl"), &format!("{web}/elsewhere"));
     assert!(!ok && out.contains("read-only"), "{out}");
-    let (ok, out) = cairn(&[
-        "store",
-        "push",
-        "recs",
-        "--from",
-        &format!("{web}/build-v2"),
-        "--masters",
-        m,
-    ]);
+    let (ok, out) = push(m, &format!("{web}/build-v2"), None);
     assert!(ok && out.contains("now serves version 2"), "{out}");
     assert_eq!(check_all(&reader, Some(2)).await, 2);
 
     // A prefix with no build fails the push with the missing file named, and version 2
     // stays live.
-    let (ok, out) = cairn(&[
-        "store",
-        "push",
-        "recs",
-        "--from",
-        "s3://builds/out/none",
-        "--masters",
-        m,
-    ]);
+    let (ok, out) = push(m, "s3://builds/out/none", None);
     assert!(!ok && out.contains("does not exist"), "{out}");
     assert_eq!(check_all(&reader, Some(2)).await, 2);
 

@@ -8,7 +8,7 @@ use arrow_flight::sql::client::FlightSqlServiceClient;
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
-use crate::{err, q, sql_cluster};
+use crate::{err, q, serve_pg, sql_cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn grants_ownership_and_user_management() {
@@ -142,18 +142,11 @@ async fn postgres_and_flight_sql_clients_log_in_and_are_denied() {
         q(&admin, sql).await;
     }
     // PostgreSQL with SCRAM-SHA-256.
-    let listener = cairn_sql::pg::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
     let opts = cairn_sql::pg::PgOptions {
         auth: cairn_sql::pg::PgAuth::ScramSha256,
         ..Default::default()
     };
-    tokio::spawn(cairn_sql::pg::serve(
-        engine.clone(),
-        listener,
-        opts,
-        std::future::pending(),
-    ));
+    let port = serve_pg(engine.clone(), opts).await;
     let ann = pg_connect(port, "ann", "ann-pw")
         .await
         .expect("ann logs in");

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_postgres::NoTls;
 
-use crate::{q, sql_cluster};
+use crate::{q, serve_pg, sql_cluster};
 
 /// A frontend message: type byte, length, body.
 fn msg(kind: u8, body: &[u8]) -> Vec<u8> {
@@ -258,14 +258,7 @@ async fn huge_or_negative_execute_row_limits_are_no_limit() {
     let admin = engine.session();
     q(&admin, "CREATE TABLE h (id BIGINT PRIMARY KEY, v TEXT)").await;
     q(&admin, "INSERT INTO h VALUES (1, 'one')").await;
-    let listener = cairn_sql::pg::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(cairn_sql::pg::serve(
-        engine,
-        listener,
-        cairn_sql::pg::PgOptions::default(),
-        std::future::pending(),
-    ));
+    let port = serve_pg(engine, cairn_sql::pg::PgOptions::default()).await;
     for limit in [i32::MAX, 0x7E00_0000, 1 << 20, -1, i32::MIN] {
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
@@ -308,14 +301,7 @@ async fn malformed_messages_and_random_sql_leave_the_server_serving() {
     )
     .await;
     q(&admin, "INSERT INTO g VALUES ('a', 1), ('b', 3)").await;
-    let listener = cairn_sql::pg::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(cairn_sql::pg::serve(
-        engine,
-        listener,
-        cairn_sql::pg::PgOptions::default(),
-        std::future::pending(),
-    ));
+    let port = serve_pg(engine, cairn_sql::pg::PgOptions::default()).await;
     let seed: u64 = rand::random();
     eprintln!("seed {seed}");
     let mut rng = StdRng::seed_from_u64(seed);

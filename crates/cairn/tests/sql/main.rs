@@ -38,6 +38,20 @@ pub async fn sql_cluster(n: usize) -> (common::InProc, SqlEngine) {
     (cl, engine)
 }
 
+/// Serves `engine` over the PostgreSQL protocol with `opts` on a free loopback port
+/// until the test ends; returns the port.
+pub async fn serve_pg(engine: SqlEngine, opts: cairn_sql::pg::PgOptions) -> u16 {
+    let listener = cairn_sql::pg::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(cairn_sql::pg::serve(
+        engine,
+        listener,
+        opts,
+        std::future::pending(),
+    ));
+    port
+}
+
 /// Rows as strings (NULL for nulls).
 pub fn strings(batches: &[RecordBatch]) -> Vec<Vec<String>> {
     let opts = FormatOptions::default().with_null("NULL");

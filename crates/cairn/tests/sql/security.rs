@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::common::{make_certs, tls_of};
-use crate::sql_cluster;
+use crate::{serve_pg, sql_cluster};
 
 fn psql(conninfo: &str, password: &str, sql: &str) -> Output {
     Command::new("psql")
@@ -52,19 +52,12 @@ async fn psql_tls_verify_full_and_passwords() {
     ] {
         admin.execute(sql).await.unwrap();
     }
-    let listener = cairn_sql::pg::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
     let opts = cairn_sql::pg::PgOptions {
         auth: cairn_sql::pg::PgAuth::ScramSha256,
         tls: Some(tls_of(certs.path(), "node")),
         ..Default::default()
     };
-    tokio::spawn(cairn_sql::pg::serve(
-        engine,
-        listener,
-        opts,
-        std::future::pending(),
-    ));
+    let port = serve_pg(engine, opts).await;
     let conninfo_as = |user: &str, host: &str, mode: &str, ca: &Path| {
         format!(
             "host={host} port={port} user={user} dbname=cairn sslmode={mode} sslrootcert={}",
