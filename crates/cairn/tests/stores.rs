@@ -68,6 +68,22 @@ fn build_version(dir: &std::path::Path, masters: &str, v: u64) -> String {
 }
 
 /// Looks every key up; each answer must be its version's value.
+/// `cairn store create recs` (key `id:int64`, value `v:string`, 2 replicas) with
+/// `extra` flags: whether it succeeded, and its output.
+fn create_recs(masters: &str, extra: &[&str]) -> (bool, String) {
+    let mut args = vec!["store", "create", "recs", "--masters", masters];
+    args.extend([
+        "--key",
+        "id:int64",
+        "--value",
+        "v:string",
+        "--replication",
+        "2",
+    ]);
+    args.extend(extra);
+    cairn(&args)
+}
+
 /// `cairn store push recs --from FROM [--version V]`: whether it succeeded, and its
 /// output.
 fn push(masters: &str, from: &str, version: Option<u64>) -> (bool, String) {
@@ -272,21 +288,7 @@ async fn push_swap_rollback_and_failover_on_real_processes() {
     let m = master_addrs.join(",");
 
     // Create with the CLI; build version 1 from the catalog's ring; push it.
-    let (ok, out) = cairn(&[
-        "store",
-        "create",
-        "recs",
-        "--masters",
-        &m,
-        "--key",
-        "id:int64",
-        "--value",
-        "v:string",
-        "--replication",
-        "2",
-        "--retain",
-        "3",
-    ]);
+    let (ok, out) = create_recs(&m, &["--retain", "3"]);
     assert!(ok, "{out}");
     let (ok, out) = cairn(&["store", "get", "recs", "1", "--masters", &m]);
     assert!(!ok && out.contains("no version yet"), "{out}");
@@ -639,19 +641,7 @@ async fn build_and_push_through_s3_and_a_web_server() {
         .unwrap();
     wait_live_servers(&c, 2, Duration::from_secs(60)).await;
     let m = master_addr.as_str();
-    let (ok, out) = cairn(&[
-        "store",
-        "create",
-        "recs",
-        "--masters",
-        m,
-        "--key",
-        "id:int64",
-        "--value",
-        "v:string",
-        "--replication",
-        "2",
-    ]);
+    let (ok, out) = create_recs(m, &[]);
     assert!(ok, "{out}");
 
     // Version 1: a folder of input in S3, built into S3, fetched from S3.
