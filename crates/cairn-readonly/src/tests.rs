@@ -203,6 +203,44 @@ fn duplicate_keys_are_refused_in_memory_and_after_spills() {
     }
 }
 
+/// A spill is written outside the shard's lock, after its tuples have left the shard:
+/// when the write fails, those tuples are gone, and the build must refuse to finish
+/// rather than write a store without them.
+#[test]
+fn a_failed_spill_makes_the_build_refuse_to_finish() {
+    let layout = StoreLayout::round_robin(1, 4, 1, 1).unwrap();
+    let rows = sample_rows(400);
+    let dir = tempfile::tempdir().unwrap();
+    let opts = BuildOptions {
+        threads: 1,
+        ..options(4 << 10, dir.path())
+    };
+    let b = StoreBuilder::new("recs", schema(), layout, &opts).unwrap();
+    b.add_batch(&batch(&rows[..200])).unwrap();
+    // The next run's file name is taken by a folder, so creating the run fails (even
+    // for root, unlike a permission).
+    let spill = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("cairn-store-build-")
+        })
+        .unwrap();
+    assert!(
+        spill.join("shard-0-run-0").is_file(),
+        "the first batch spilled"
+    );
+    std::fs::create_dir(spill.join("shard-0-run-1")).unwrap();
+    let err = b.add_batch(&batch(&rows[200..])).unwrap_err();
+    assert!(err.to_string().contains("spill file"), "{err}");
+    let err = b.finish(&dir.path().join("out")).unwrap_err();
+    assert!(err.to_string().contains("some rows are missing"), "{err}");
+    assert!(!dir.path().join("out").exists());
+}
+
 #[test]
 fn bad_input_is_refused() {
     let s = arrow_schema();

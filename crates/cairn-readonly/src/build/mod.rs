@@ -8,8 +8,9 @@
 //!   preference list, tagged with the global number of its chunk
 //!   (`(partition · R + replica) · C + chunk`, the paper's reducer id);
 //! - *shuffle*: every chunk belongs to one of `threads` shards. A shard's [`Sorter`]
-//!   buffers its tuples and, past its share of the memory budget, sorts them by
-//!   (chunk, hash prefix, key) and spills a run to a temporary file;
+//!   buffers its tuples and, past its share of the memory budget, hands them to the
+//!   thread that filled it, which sorts them by (chunk, hash prefix, key) and spills a
+//!   run to a temporary file outside the shard's lock, so other threads keep adding;
 //! - *reduce* ([`StoreBuilder::finish`], one thread per shard): merge the shard's
 //!   runs and write each chunk's index and data files in order, hashing them as they
 //!   are written, then one `.metadata` per node.
@@ -21,7 +22,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{Array, ArrayRef, RecordBatch};
@@ -32,7 +33,7 @@ use crate::error::{ReadOnlyError, Result};
 use crate::format::{FORMAT_VERSION, FileEntry, METADATA_FILE, NodeMetadata};
 use crate::layout::{ChunkId, KeyHash, NodeId, PreferenceList, StoreLayout};
 use crate::schema::{StoreColumn, StoreSchema};
-use sort::{Sorter, TupleBuf};
+use sort::{ArenaPool, Sorter, TupleBuf};
 use write::{ShardOutput, ShardWriter};
 
 /// How a build uses the machine.
@@ -41,6 +42,8 @@ pub struct BuildOptions {
     /// Threads for the reduce phase, and shards of the shuffle.
     pub threads: usize,
     /// Bytes of tuples buffered in memory before runs spill to disk (all shards).
+    /// While a full shard's run is being sorted and written, the shard fills again,
+    /// so a build may briefly hold up to about twice this.
     pub memory_bytes: usize,
     /// Where spilled runs go (a temporary folder inside it, removed afterwards).
     pub spill_dir: PathBuf,
@@ -102,6 +105,11 @@ pub struct StoreBuilder {
     shards: Vec<Mutex<Sorter>>,
     shard_budget: usize,
     spill: tempfile::TempDir,
+    /// Arenas freed by spills, reused by the next batches.
+    pool: ArenaPool,
+    /// Set when a call that had taken tuples out of a shard failed: those tuples are
+    /// gone, so [`StoreBuilder::finish`] must not write an incomplete store.
+    lost_tuples: AtomicBool,
     progress: Arc<BuildProgress>,
 }
 
@@ -153,6 +161,8 @@ impl StoreBuilder {
                 .collect(),
             shard_budget: (options.memory_bytes / threads).max(4096),
             spill,
+            pool: ArenaPool::default(),
+            lost_tuples: AtomicBool::new(false),
             progress: Arc::new(BuildProgress::default()),
         })
     }
@@ -176,7 +186,7 @@ impl StoreBuilder {
             let mut s = self.shards[n as usize % self.shards.len()]
                 .lock()
                 .map_err(|_| poisoned())?;
-            s.buf.push(n, *prefix, k, v);
+            s.buf.push(&self.pool, n, *prefix, k, v)?;
         }
         Ok(())
     }
@@ -249,18 +259,20 @@ impl StoreBuilder {
             for replica in 0..self.preference[partition as usize].len() as u32 {
                 let n = self.chunk_number(partition, replica, chunk);
                 let shards = local.len();
-                local[n as usize % shards].push(n, hash.prefix(), &k, &v);
+                local[n as usize % shards].push(&self.pool, n, hash.prefix(), &k, &v)?;
             }
         }
         for (shard, buf) in self.shards.iter().zip(local) {
             if buf.entries.is_empty() {
                 continue;
             }
-            let mut s = shard.lock().map_err(|_| poisoned())?;
-            s.buf.append(buf);
-            if s.buf.bytes() > self.shard_budget {
-                let n = s.spill(self.spill.path())?;
-                self.progress.spilled_bytes.fetch_add(n, Ordering::Relaxed);
+            let full = {
+                let mut s = shard.lock().map_err(|_| poisoned())?;
+                s.buf.append(buf);
+                (s.buf.bytes() > self.shard_budget).then(|| s.take_run(self.spill.path()))
+            };
+            if let Some((run, path)) = full {
+                self.spill_run(shard, run, path)?;
             }
         }
         self.progress
@@ -269,10 +281,34 @@ impl StoreBuilder {
         Ok(())
     }
 
+    /// Sorts and writes `run` (taken from `shard` by [`Sorter::take_run`]) at `path`
+    /// and records it in the shard. REQUIRES: `shard`'s lock is not held.
+    fn spill_run(&self, shard: &Mutex<Sorter>, mut run: TupleBuf, path: PathBuf) -> Result<()> {
+        let written = sort::write_run(&mut run, &path)
+            .and_then(|n| {
+                shard.lock().map_err(|_| poisoned())?.runs.push(path);
+                Ok(n)
+            })
+            .inspect_err(|_| self.lost_tuples.store(true, Ordering::SeqCst))?;
+        self.pool.give(run);
+        self.progress
+            .spilled_bytes
+            .fetch_add(written, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Writes every node's folder under `out` (`node-<id>/`), one thread per shard,
     /// and returns what was built. A node folder that exists must be empty; on an error
     /// (a duplicate key, a full disk) the node folders are removed again.
     pub fn finish(self, out: &Path) -> Result<BuildSummary> {
+        if self.lost_tuples.load(Ordering::SeqCst) {
+            return Err(ReadOnlyError::InvalidInput(
+                "an earlier batch failed while spilling to disk, so some rows are missing: \
+                 start the build again"
+                    .into(),
+            ));
+        }
+        self.pool.drain();
         let mut node_dirs = BTreeMap::new();
         for node in self.layout.nodes() {
             let dir = node_dir(out, node);
@@ -401,8 +437,8 @@ impl StoreBuilder {
         chunks: Vec<(u32, ChunkId, NodeId)>,
         node_dirs: &BTreeMap<NodeId, PathBuf>,
     ) -> Result<ShardOutput> {
-        let mut sorter = shard.lock().map_err(|_| poisoned())?;
         let mut w = ShardWriter::new(self, chunks, node_dirs);
+        let mut sorter = shard.lock().map_err(|_| poisoned())?;
         if sorter.runs.is_empty() {
             sorter.buf.sort();
             for e in &sorter.buf.entries {
@@ -410,8 +446,10 @@ impl StoreBuilder {
             }
         } else {
             if !sorter.buf.entries.is_empty() {
-                let n = sorter.spill(self.spill.path())?;
-                self.progress.spilled_bytes.fetch_add(n, Ordering::Relaxed);
+                let (run, path) = sorter.take_run(self.spill.path());
+                drop(sorter);
+                self.spill_run(shard, run, path)?;
+                sorter = shard.lock().map_err(|_| poisoned())?;
             }
             let paths = sorter.runs.clone();
             sort::merge_runs(&paths, |chunk, prefix, key, value| {

@@ -3,8 +3,15 @@
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use crate::error::{ReadOnlyError, Result};
+
+/// Bytes in one arena. Tuples go into fixed-size arenas (a tuple larger than this gets
+/// an arena of its own), so a buffer never reallocates and copies what it already
+/// holds, and the arenas a spill frees are reused through an [`ArenaPool`] instead of
+/// being faulted in (and zeroed by the kernel) again.
+pub(super) const ARENA_BYTES: usize = 64 << 10;
 
 /// One buffered tuple: where its key and value sit in the buffer's arenas.
 #[derive(Clone, Copy, Debug)]
@@ -12,52 +19,80 @@ pub(super) struct Entry {
     pub(super) chunk: u32,
     pub(super) prefix: u64,
     arena: u32,
-    off: usize,
+    off: u32,
     key_len: u32,
     value_len: u32,
 }
 
 /// Tuples of one batch or of one shard: arenas of key and value bytes and the entries
-/// pointing into them. A shard takes over each batch's arena whole
-/// ([`TupleBuf::append`]) instead of copying it into one growing buffer, which would
-/// copy every byte again at each doubling.
+/// pointing into them. A shard takes over each batch's arenas whole
+/// ([`TupleBuf::append`]) instead of copying them.
 #[derive(Debug, Default)]
 pub(super) struct TupleBuf {
     arenas: Vec<Vec<u8>>,
+    /// Capacity of `arenas`: the memory the buffer holds, which the budget counts.
     arena_bytes: usize,
     pub(super) entries: Vec<Entry>,
 }
 
 impl TupleBuf {
-    pub(super) fn push(&mut self, chunk: u32, prefix: u64, key: &[u8], value: &[u8]) {
-        if self.arenas.is_empty() {
-            self.arenas.push(Vec::new());
+    /// An empty buffer with room for `entries` tuples.
+    pub(super) fn with_capacity(entries: usize) -> TupleBuf {
+        TupleBuf {
+            entries: Vec::with_capacity(entries),
+            ..TupleBuf::default()
+        }
+    }
+
+    /// Appends a tuple, taking a new arena from `pool` when the last one is full.
+    pub(super) fn push(
+        &mut self,
+        pool: &ArenaPool,
+        chunk: u32,
+        prefix: u64,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<()> {
+        let len = key.len() + value.len();
+        let room = self
+            .arenas
+            .last()
+            .is_some_and(|a| a.capacity() - a.len() >= len);
+        if !room {
+            let a = pool.take(len);
+            self.arena_bytes += a.capacity();
+            self.arenas.push(a);
         }
         let arena = self.arenas.len() - 1;
         let a = &mut self.arenas[arena];
-        let off = a.len();
+        let too_big = || ReadOnlyError::InvalidInput(format!("a {len}-byte tuple is too large"));
+        let off = u32::try_from(a.len()).map_err(|_| too_big())?;
+        let key_len = u32::try_from(key.len()).map_err(|_| too_big())?;
+        let value_len = u32::try_from(value.len()).map_err(|_| too_big())?;
         a.extend_from_slice(key);
         a.extend_from_slice(value);
-        self.arena_bytes += key.len() + value.len();
         self.entries.push(Entry {
             chunk,
             prefix,
             arena: arena as u32,
             off,
-            key_len: key.len() as u32,
-            value_len: value.len() as u32,
+            key_len,
+            value_len,
         });
+        Ok(())
     }
 
     pub(super) fn key(&self, e: &Entry) -> &[u8] {
-        &self.arenas[e.arena as usize][e.off..e.off + e.key_len as usize]
+        let start = e.off as usize;
+        &self.arenas[e.arena as usize][start..start + e.key_len as usize]
     }
 
     pub(super) fn value(&self, e: &Entry) -> &[u8] {
-        let start = e.off + e.key_len as usize;
+        let start = e.off as usize + e.key_len as usize;
         &self.arenas[e.arena as usize][start..start + e.value_len as usize]
     }
 
+    /// The memory the buffer holds: its arenas' capacity and its entries.
     pub(super) fn bytes(&self) -> usize {
         self.arena_bytes + self.entries.len() * std::mem::size_of::<Entry>()
     }
@@ -84,14 +119,53 @@ impl TupleBuf {
         self.entries = entries;
     }
 
+    /// Empties the buffer, keeping its first arena for the next tuples (a group
+    /// buffer is cleared once per group).
     pub(super) fn clear(&mut self) {
-        // One arena is kept for reuse (a group buffer is cleared once per group).
         self.arenas.truncate(1);
+        self.arena_bytes = self.arenas.first().map_or(0, |a| a.capacity());
         if let Some(a) = self.arenas.first_mut() {
             a.clear();
         }
-        self.arena_bytes = 0;
         self.entries.clear();
+    }
+}
+
+/// Arenas freed by spilled runs, for the next batches to fill.
+#[derive(Debug, Default)]
+pub(super) struct ArenaPool {
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+impl ArenaPool {
+    /// An empty arena with room for at least `len` bytes.
+    fn take(&self, len: usize) -> Vec<u8> {
+        if len <= ARENA_BYTES
+            && let Some(a) = self.free.lock().ok().and_then(|mut f| f.pop())
+        {
+            return a;
+        }
+        Vec::with_capacity(len.max(ARENA_BYTES))
+    }
+
+    /// Keeps `buf`'s standard-size arenas for reuse; larger ones are freed.
+    pub(super) fn give(&self, buf: TupleBuf) {
+        let mut arenas: Vec<Vec<u8>> = buf
+            .arenas
+            .into_iter()
+            .filter(|a| a.capacity() == ARENA_BYTES)
+            .collect();
+        arenas.iter_mut().for_each(Vec::clear);
+        if let Ok(mut f) = self.free.lock() {
+            f.append(&mut arenas);
+        }
+    }
+
+    /// Frees every pooled arena (the map phase is over).
+    pub(super) fn drain(&self) {
+        if let Ok(mut f) = self.free.lock() {
+            *f = Vec::new();
+        }
     }
 }
 
@@ -101,35 +175,48 @@ pub(super) struct Sorter {
     /// The shard's number, which names its run files.
     pub(super) shard: usize,
     pub(super) buf: TupleBuf,
+    /// Runs written in full.
     pub(super) runs: Vec<PathBuf>,
+    /// Run numbers handed out by [`Sorter::take_run`], written or not.
+    pub(super) next_run: usize,
 }
 
 impl Sorter {
-    /// Sorts the buffer and writes it as a run. Returns the bytes written.
-    pub(super) fn spill(&mut self, dir: &Path) -> Result<u64> {
-        self.buf.sort();
-        let path = dir.join(format!("shard-{}-run-{}", self.shard, self.runs.len()));
-        let file = File::create(&path)
-            .map_err(|e| ReadOnlyError::io(format!("cannot create spill file {path:?}"), e))?;
-        let mut w = BufWriter::with_capacity(1 << 20, file);
-        let mut written = 0u64;
-        let err = |e| ReadOnlyError::io(format!("cannot write spill file {path:?}"), e);
-        for e in &self.buf.entries {
-            let mut head = [0u8; 20];
-            head[..4].copy_from_slice(&e.chunk.to_le_bytes());
-            head[4..12].copy_from_slice(&e.prefix.to_le_bytes());
-            head[12..16].copy_from_slice(&e.key_len.to_le_bytes());
-            head[16..20].copy_from_slice(&e.value_len.to_le_bytes());
-            w.write_all(&head).map_err(err)?;
-            w.write_all(self.buf.key(e)).map_err(err)?;
-            w.write_all(self.buf.value(e)).map_err(err)?;
-            written += 20 + e.key_len as u64 + e.value_len as u64;
-        }
-        w.flush().map_err(err)?;
-        self.runs.push(path);
-        self.buf.clear();
-        Ok(written)
+    /// Takes the buffered tuples out, with the path their run will have, so that the
+    /// caller can sort and write them ([`write_run`]) without holding the shard's lock
+    /// and then record the path in `runs`.
+    pub(super) fn take_run(&mut self, dir: &Path) -> (TupleBuf, PathBuf) {
+        let path = dir.join(format!("shard-{}-run-{}", self.shard, self.next_run));
+        self.next_run += 1;
+        let capacity = self.buf.entries.len();
+        (
+            std::mem::replace(&mut self.buf, TupleBuf::with_capacity(capacity)),
+            path,
+        )
     }
+}
+
+/// Sorts `buf` and writes it as a run at `path`. Returns the bytes written.
+pub(super) fn write_run(buf: &mut TupleBuf, path: &Path) -> Result<u64> {
+    buf.sort();
+    let file = File::create(path)
+        .map_err(|e| ReadOnlyError::io(format!("cannot create spill file {path:?}"), e))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let mut written = 0u64;
+    let err = |e| ReadOnlyError::io(format!("cannot write spill file {path:?}"), e);
+    for e in &buf.entries {
+        let mut head = [0u8; 20];
+        head[..4].copy_from_slice(&e.chunk.to_le_bytes());
+        head[4..12].copy_from_slice(&e.prefix.to_le_bytes());
+        head[12..16].copy_from_slice(&e.key_len.to_le_bytes());
+        head[16..20].copy_from_slice(&e.value_len.to_le_bytes());
+        w.write_all(&head).map_err(err)?;
+        w.write_all(buf.key(e)).map_err(err)?;
+        w.write_all(buf.value(e)).map_err(err)?;
+        written += 20 + e.key_len as u64 + e.value_len as u64;
+    }
+    w.flush().map_err(err)?;
+    Ok(written)
 }
 
 /// A sorted run being merged: the current tuple and the rest of the file.

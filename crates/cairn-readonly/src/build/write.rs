@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use md5::{Digest, Md5};
 
-use super::sort::TupleBuf;
+use super::sort::{Entry, TupleBuf};
 use super::{StoreBuilder, poisoned};
 use crate::error::{ReadOnlyError, Result};
 use crate::format::{self, FileEntry, MAX_CHUNK_DATA_BYTES};
@@ -87,7 +87,9 @@ pub(super) struct ShardWriter<'a> {
     group_chunk: u32,
     group_prefix: u64,
     group: TupleBuf,
+    /// The group's encoded tuples and its index entry, reused from group to group.
     scratch: Vec<u8>,
+    entry: Vec<u8>,
     out: ShardOutput,
 }
 
@@ -107,6 +109,7 @@ impl<'a> ShardWriter<'a> {
             group_prefix: 0,
             group: TupleBuf::default(),
             scratch: Vec::new(),
+            entry: Vec::with_capacity(format::INDEX_ENTRY_BYTES),
             out: ShardOutput {
                 chunks: Vec::new(),
                 collisions: 0,
@@ -127,7 +130,8 @@ impl<'a> ShardWriter<'a> {
         }
         self.group_chunk = chunk;
         self.group_prefix = prefix;
-        self.group.push(chunk, prefix, key, value);
+        self.group
+            .push(&self.builder.pool, chunk, prefix, key, value)?;
         Ok(())
     }
 
@@ -177,30 +181,32 @@ impl<'a> ShardWriter<'a> {
             return Ok(());
         }
         self.open_chunk(self.group_chunk)?;
-        let tuples: Vec<format::Tuple<'_>> = self
-            .group
-            .entries
-            .iter()
-            .map(|e| (self.group.key(e), self.group.value(e)))
-            .collect();
+        let tuple = |e: &Entry| (self.group.key(e), self.group.value(e));
         self.scratch.clear();
-        format::put_group(&mut self.scratch, &tuples);
+        let count = self.group.entries.len();
+        if let [one] = self.group.entries.as_slice() {
+            // Almost every group: no collision, so no vector to collect into.
+            format::put_group(&mut self.scratch, &[tuple(one)]);
+        } else {
+            let tuples: Vec<format::Tuple<'_>> = self.group.entries.iter().map(tuple).collect();
+            format::put_group(&mut self.scratch, &tuples);
+        }
         let c = self.open.as_mut().ok_or_else(poisoned)?;
         if c.data.bytes > MAX_CHUNK_DATA_BYTES {
             return Err(ReadOnlyError::ChunkTooLarge { chunk: c.id.stem() });
         }
-        let mut entry = Vec::with_capacity(format::INDEX_ENTRY_BYTES);
-        format::put_index_entry(&mut entry, self.group_prefix, c.data.bytes as u32);
-        c.index.write(&entry)?;
+        self.entry.clear();
+        format::put_index_entry(&mut self.entry, self.group_prefix, c.data.bytes as u32);
+        c.index.write(&self.entry)?;
         c.data.write(&self.scratch)?;
-        c.rows += tuples.len() as u64;
-        if tuples.len() > 1 && c.id.replica == 0 {
+        c.rows += count as u64;
+        if count > 1 && c.id.replica == 0 {
             self.out.collisions += 1;
         }
         self.builder
             .progress
             .tuples_written
-            .fetch_add(tuples.len() as u64, Ordering::Relaxed);
+            .fetch_add(count as u64, Ordering::Relaxed);
         self.group.clear();
         Ok(())
     }

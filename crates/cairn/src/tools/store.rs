@@ -102,7 +102,8 @@ pub struct BuildArgs {
     /// distinct zones first.
     #[arg(long, value_name = "ZONE[,ZONE...]")]
     pub zones: Option<String>,
-    /// Memory for buffering rows before sorted runs spill to disk.
+    /// Memory for buffering rows before sorted runs spill to disk (a build may
+    /// briefly hold up to about twice this while a run is being written).
     #[arg(long, default_value_t = 1024, value_name = "MIB")]
     pub memory_mb: usize,
     /// Where spilled runs, and an S3 output before its upload, go (default: the
