@@ -213,6 +213,11 @@ impl StoreReader {
                         }
                     }
                     Err(status) => {
+                        // Every replica would say the same: the caller lacks the
+                        // privilege or the login.
+                        if let Some(e) = refusal(&status) {
+                            return Err(e);
+                        }
                         last_error.insert(node, status.message().to_string());
                         for mut p in batch {
                             p.next += 1;
@@ -283,13 +288,17 @@ impl StoreReader {
                     req.entry = r.next_entry;
                 }
             };
-            match attempt_node.await {
+            let s = match attempt_node.await {
                 Ok(r) => return Ok(r),
-                Err(s) if s.code() == tonic::Code::FailedPrecondition => {
-                    return Err(ClientError::InvalidArgument(s.message().to_string()));
-                }
-                Err(s) => errors.push(format!("{addr}: {}", s.message())),
+                Err(s) => s,
+            };
+            if s.code() == tonic::Code::FailedPrecondition {
+                return Err(ClientError::InvalidArgument(s.message().to_string()));
             }
+            if let Some(e) = refusal(&s) {
+                return Err(e);
+            }
+            errors.push(format!("{addr}: {}", s.message()));
         }
         Err(ClientError::StoreUnavailable(format!(
             "no replica of partition {p} of store '{}' answered a scan ({})",
@@ -336,5 +345,16 @@ impl StoreReader {
                 .map(|v| v.found.then(|| v.value.to_vec()))
                 .collect(),
         ))
+    }
+}
+
+/// The error for a server's refusal of the caller (no privilege, no valid login),
+/// which no other replica would answer differently; `None` for any other status.
+fn refusal(status: &tonic::Status) -> Option<ClientError> {
+    let msg = status.message().to_string();
+    match status.code() {
+        tonic::Code::PermissionDenied => Some(ClientError::PermissionDenied(msg)),
+        tonic::Code::Unauthenticated => Some(ClientError::Unauthenticated(msg)),
+        _ => None,
     }
 }

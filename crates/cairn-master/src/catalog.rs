@@ -339,7 +339,12 @@ impl Catalog {
             CatalogOp::CreateStore { store } => {
                 crate::stores::apply_create(&mut self.stores, store)?
             }
-            CatalogOp::RemoveStore { id } => crate::stores::apply_remove(&mut self.stores, &id)?,
+            CatalogOp::RemoveStore { id } => {
+                crate::stores::apply_remove(&mut self.stores, &id)?;
+                for u in self.users.values_mut() {
+                    u.grants.remove(&id);
+                }
+            }
             CatalogOp::SetStoreState {
                 id,
                 current_version,
@@ -461,8 +466,11 @@ impl Catalog {
                 if let Some(u) = users.iter().find(|u| !self.users.contains_key(*u)) {
                     return Err(format!("role \"{u}\" does not exist"));
                 }
-                if let Some(t) = tables.iter().find(|t| !self.tables.contains_key(*t)) {
-                    return Err(format!("table {t} no longer exists"));
+                if let Some(t) = tables
+                    .iter()
+                    .find(|t| !self.tables.contains_key(*t) && !self.stores.contains_key(*t))
+                {
+                    return Err(format!("table or store {t} no longer exists"));
                 }
                 for name in &users {
                     let Some(u) = self.users.get_mut(name) else {

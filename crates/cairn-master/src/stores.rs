@@ -282,6 +282,39 @@ mod tests {
             .collect()
     }
 
+    /// SELECT on a store is granted by its id, like a table's, and leaves with it.
+    #[test]
+    fn grants_follow_a_store_through_the_catalog() {
+        use crate::catalog::{Catalog, CatalogOp};
+        use cairn_proto::auth::{Privileges, UserOp};
+        let mut c = Catalog::default();
+        c.apply(CatalogOp::User(UserOp::Create {
+            name: "ann".into(),
+            password: None,
+            superuser: false,
+            create: false,
+            if_not_exists: false,
+        }))
+        .unwrap();
+        let store = plan_store("s1".into(), request(0, 1), &live(1), "cairn".into()).unwrap();
+        c.apply(CatalogOp::CreateStore { store }).unwrap();
+        let grant = CatalogOp::User(UserOp::Grant {
+            users: vec!["ann".into()],
+            tables: vec!["s1".into()],
+            privileges: Privileges::SELECT,
+            create: false,
+            revoke: false,
+        });
+        c.apply(grant.clone()).unwrap();
+        assert_eq!(c.users["ann"].grants["s1"], Privileges::SELECT);
+        c.apply(CatalogOp::RemoveStore { id: "s1".into() }).unwrap();
+        assert!(
+            c.users["ann"].grants.is_empty(),
+            "grants leave with the store"
+        );
+        assert!(c.apply(grant).is_err(), "no grant on a dropped store");
+    }
+
     #[test]
     fn the_ring_spreads_partitions_over_servers_in_id_order() {
         let s = plan_store("id1".into(), request(0, 2), &live(3), "ann".into()).unwrap();

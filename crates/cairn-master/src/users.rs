@@ -141,8 +141,9 @@ impl MasterState {
         })
     }
 
-    /// `UserDdl`: checks that `who` may make the change, resolves table names to ids
-    /// and replicates it. REQUIRES: the caller holds no catalog lock.
+    /// `UserDdl`: checks that `who` may make the change, resolves table (or read-only
+    /// store) names to ids and replicates it. REQUIRES: the caller holds no catalog
+    /// lock.
     pub async fn user_ddl(&self, who: &Principal, mut op: UserOp) -> Result<()> {
         self.check_leader()?;
         self.ensure_bootstrapped().await?;
@@ -164,9 +165,15 @@ impl MasterState {
             UserOp::Grant { tables, .. } => {
                 let mut ids = Vec::with_capacity(tables.len());
                 for t in tables.iter() {
+                    // A store is a read-only table to SQL, and its readers are
+                    // granted SELECT on it the same way.
                     let id = self
                         .catalog
-                        .read(|c| c.table_by_name(t).map(|e| e.id.clone()))
+                        .read(|c| {
+                            c.table_by_name(t).map(|e| e.id.clone()).or_else(|| {
+                                crate::stores::by_name(&c.stores, t).map(|s| s.id.clone())
+                            })
+                        })
                         .ok_or_else(|| MasterError::TableNotFound(t.clone()))?;
                     ids.push(id);
                 }

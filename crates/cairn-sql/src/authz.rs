@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 use crate::error::{Result, SqlError};
 use crate::options::InsertMode;
 use crate::provider::CairnTable;
+use crate::store_table::StoreTable;
 
 /// How long the user list is reused.
 const USERS_TTL: Duration = Duration::from_secs(1);
@@ -111,7 +112,14 @@ pub(crate) fn cairn_table(source: &Arc<dyn TableSource>) -> Option<cairn_client:
         .map(|t| t.table().clone())
 }
 
-/// Checks that `who` may run `plan`: SELECT on every table read, and INSERT, UPDATE
+/// The read-only store behind a plan's table source, if it is one: `(id, name)`.
+fn store_of(source: &Arc<dyn TableSource>) -> Option<(String, String)> {
+    let provider = source_as_provider(source).ok()?;
+    let s = provider.downcast_ref::<StoreTable>()?;
+    Some((s.entry().id.clone(), s.entry().name.clone()))
+}
+
+/// Checks that `who` may run `plan`: SELECT on every table (or store) read, and INSERT, UPDATE
 /// or DELETE on the table written (`mode` tells what an INSERT does: an upsert also
 /// updates). As in PostgreSQL, an UPDATE or DELETE with a WHERE clause also needs
 /// SELECT on its table; one without does not. `COPY … TO 'file'` needs a superuser.
@@ -124,7 +132,8 @@ pub fn check_plan(who: &Principal, plan: &LogicalPlan, mode: InsertMode) -> Resu
         // PostgreSQL's pg_write_server_files.
         who.check(Action::Superuser("COPY to a file on the server"))?;
     }
-    let mut needs: Vec<(cairn_client::Table, Privileges)> = vec![];
+    // (id, name, privileges) of every table and store the plan uses.
+    let mut needs: Vec<(String, String, Privileges)> = vec![];
     let mut target: Option<(String, bool)> = None;
     plan.apply_with_subqueries(|node| {
         match node {
@@ -148,30 +157,32 @@ pub fn check_plan(who: &Principal, plan: &LogicalPlan, mode: InsertMode) -> Resu
                             .unwrap_or(true);
                         target = Some((t.id.clone(), filtered));
                     }
-                    needs.push((t, need));
+                    needs.push((t.id, t.name, need));
                 }
             }
             LogicalPlan::TableScan(s) => {
                 if let Some(t) = cairn_table(&s.source) {
-                    needs.push((t, Privileges::SELECT));
+                    needs.push((t.id, t.name, Privileges::SELECT));
+                } else if let Some((id, name)) = store_of(&s.source) {
+                    needs.push((id, name, Privileges::SELECT));
                 }
             }
             _ => {}
         }
         Ok(TreeNodeRecursion::Continue)
     })?;
-    for (t, need) in needs {
+    for (id, name, need) in needs {
         // The scan an UPDATE or DELETE makes of its own table reads rows only for a
         // WHERE clause.
         if need == Privileges::SELECT
-            && let Some((id, false)) = &target
-            && *id == t.id
+            && let Some((target_id, false)) = &target
+            && *target_id == id
         {
             continue;
         }
         who.check(Action::Table {
-            id: &t.id,
-            name: &t.name,
+            id: &id,
+            name: &name,
             need,
         })?;
     }

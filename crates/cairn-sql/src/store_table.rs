@@ -39,6 +39,13 @@ pub struct StoreTable {
     schema: SchemaRef,
 }
 
+impl StoreTable {
+    /// The store's catalog entry (its id and name, for privilege checks).
+    pub fn entry(&self) -> &StoreEntry {
+        &self.entry
+    }
+}
+
 impl std::fmt::Debug for StoreTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "StoreTable({})", self.entry.name)

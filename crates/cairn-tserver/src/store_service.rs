@@ -1,6 +1,7 @@
 //! The gRPC `ReadOnlyStore` service: a tablet server's side of read-only stores
 //! ([`crate::stores`]). Fetching, swapping, rolling back and dropping are for the
-//! master (administrative); lookups are for any authenticated caller.
+//! master (administrative); lookups and scans need SELECT on the store, granted as
+//! on a table (`GRANT SELECT ON store_name TO user`).
 //!
 //! Everything that touches store files — lookups page-faulting on mapped files, an
 //! install checksumming a new version — runs on the blocking pool, never on the
@@ -9,7 +10,7 @@
 use std::sync::Arc;
 
 use cairn_proto as pb;
-use cairn_proto::auth::{Action, AuthGate};
+use cairn_proto::auth::{Action, AuthGate, Principal, Privileges};
 use tonic::{Request, Response, Status};
 
 use crate::error::TserverError;
@@ -145,6 +146,21 @@ impl StoreService {
         self.gate.check(req, Action::Admin(what)).map(|_| ())
     }
 
+    /// Checks that the caller of `req` may read store `id`: SELECT on it, as on a
+    /// table (a token carries its user's grants by object id).
+    fn reader<T>(&self, req: &Request<T>, id: &str) -> Result<(), Status> {
+        let who = self.gate.principal(req)?;
+        if let Principal::User(_) = who {
+            let store = self.host.store(id)?;
+            who.check(Action::Table {
+                id,
+                name: store.name(),
+                need: Privileges::SELECT,
+            })?;
+        }
+        Ok(())
+    }
+
     /// Runs `f` over the host on the blocking pool.
     async fn blocking<R: Send + 'static>(
         &self,
@@ -265,7 +281,7 @@ impl pb::read_only_store_server::ReadOnlyStore for StoreService {
         &self,
         request: Request<pb::StoreScanRequest>,
     ) -> Result<Response<pb::StoreScanResponse>, Status> {
-        self.gate.principal(&request)?;
+        self.reader(&request, &request.get_ref().store_id)?;
         let r = request.into_inner();
         let from = cairn_readonly::ScanCursor {
             chunk: r.chunk,
@@ -312,7 +328,7 @@ impl pb::read_only_store_server::ReadOnlyStore for StoreService {
         &self,
         request: Request<pb::StoreGetRequest>,
     ) -> Result<Response<pb::StoreGetResponse>, Status> {
-        self.gate.principal(&request)?;
+        self.reader(&request, &request.get_ref().store_id)?;
         let r = request.into_inner();
         let keys: Vec<Vec<u8>> = r.keys.into_iter().map(|k| k.to_vec()).collect();
         let (version, values) = self.blocking(move |h| h.get(&r.store_id, &keys)).await?;

@@ -76,6 +76,13 @@ pub struct HostedStore {
     fetch: Mutex<Option<FetchJob>>,
 }
 
+impl HostedStore {
+    /// The store's name (for messages).
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+}
+
 /// What a status request answers (see `StoreStatusResponse`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StoreStatus {

@@ -1101,7 +1101,8 @@ async fn mutual_tls_admits_only_the_cluster_ca() {
 
 /// Native clients on a cluster with TLS: a client without a certificate must log in;
 /// its token carries the user's privileges, which tablet servers check without the
-/// master (42501's PERMISSION_DENIED for a table without the privilege); a forged or
+/// master (42501's PERMISSION_DENIED for a table, or a read-only store, without the
+/// privilege); a forged or
 /// missing token is UNAUTHENTICATED; administrative and internal RPCs are refused to
 /// users that are not superusers, and Raft and heartbeats to everyone without a
 /// cluster certificate.
@@ -1179,6 +1180,36 @@ async fn tokens_carry_privileges_and_admin_rpcs_need_admins() {
     s.apply(row(1000)).await.unwrap();
     let e = s.flush().await.unwrap_err();
     assert!(format!("{e}").contains("permission denied"), "{e}");
+    // A read-only store too: lookups and scans need SELECT on it, which a grant by
+    // name gives (refused at once, not retried on every replica).
+    let store_dir = tempfile::tempdir().unwrap();
+    create_and_push_store(&admin, "st", 1, 20, store_dir.path()).await;
+    let st = ann.open_store("st").await.unwrap();
+    let e = st.get(&[Value::Int64(3)]).await.unwrap_err();
+    assert!(matches!(e, ClientError::PermissionDenied(_)), "{e}");
+    assert!(
+        e.to_string().contains("permission denied for table st"),
+        "{e}"
+    );
+    let e = st.scan_all(0).await.unwrap_err();
+    assert!(matches!(e, ClientError::PermissionDenied(_)), "{e}");
+    admin
+        .user_ddl(&UserOp::Grant {
+            users: vec!["ann".into()],
+            tables: vec!["st".into()],
+            privileges: Privileges::SELECT,
+            create: false,
+            revoke: false,
+        })
+        .await
+        .unwrap();
+    let ann = user_client().await.login("ann", "ann-pw").await.unwrap();
+    let st = ann.open_store("st").await.unwrap();
+    assert_eq!(
+        st.get(&[Value::Int64(3)]).await.unwrap(),
+        Some(vec![Value::String("v-3".into())])
+    );
+    assert_eq!(st.scan_all(0).await.unwrap().1.len(), 20);
     // Raw RPCs as ann: every administrative one is refused.
     let leader = t_ann_leader(&admin, &t).await;
     let mut ts = ann.tablet_server(&leader.1).await.unwrap();

@@ -197,6 +197,56 @@ where
 }
 
 /// `id int64 key, v string?, n int64?`.
+/// Creates read-only store `name` (`id` INT64 key, `v` text value, replication
+/// `replication`), builds `rows` rows (`v-<id>`) with the catalog's ring and pushes
+/// them; returns once the version is live. The build lives in `dir`.
+pub async fn create_and_push_store(
+    c: &Client,
+    name: &str,
+    replication: u32,
+    rows: i64,
+    dir: &std::path::Path,
+) {
+    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema};
+    let arrow = std::sync::Arc::new(ArrowSchema::new(vec![
+        Field::new("id", ArrowType::Int64, false),
+        Field::new("v", ArrowType::Utf8, false),
+    ]));
+    let schema = cairn_readonly::StoreSchema::from_arrow(&arrow, &["id".into()], None).unwrap();
+    let mut spec = cairn_client::CreateStoreSpec::new(name, schema.clone());
+    spec.replication = replication;
+    c.create_store(spec).await.unwrap();
+    let entry = c.get_store(name).await.unwrap();
+    let opts = cairn_readonly::BuildOptions {
+        threads: 2,
+        memory_bytes: 1 << 20,
+        spill_dir: dir.to_path_buf(),
+    };
+    let b = cairn_readonly::StoreBuilder::new(name, schema, entry.layout.clone(), &opts).unwrap();
+    let batch = RecordBatch::try_new(
+        arrow,
+        vec![
+            std::sync::Arc::new(Int64Array::from_iter_values(0..rows)),
+            std::sync::Arc::new(StringArray::from_iter_values(
+                (0..rows).map(|i| format!("v-{i}")),
+            )),
+        ],
+    )
+    .unwrap();
+    b.add_batch(&batch).unwrap();
+    let out = dir.join(format!("build-{name}"));
+    b.finish(&out).unwrap();
+    let v = c
+        .push_store(name, &out.to_string_lossy(), 0, 0)
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(60), "the push to finish", || async {
+        c.get_store(name).await.unwrap().current_version == Some(v)
+    })
+    .await;
+}
+
 pub fn test_schema() -> Schema {
     Schema::new(
         vec![

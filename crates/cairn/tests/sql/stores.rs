@@ -1,14 +1,8 @@
 //! A read-only store as a SQL table: key lookups and IN lists pushed down, full
-//! scans, listed by the catalog views, writes refused with SQLSTATE 25006.
+//! scans, listed by the catalog views, writes refused with SQLSTATE 25006, and read
+//! only by users granted SELECT on it.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use arrow::array::{Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema};
-use cairn_client::CreateStoreSpec;
-use cairn_readonly::{BuildOptions, StoreBuilder, StoreSchema};
-
+use super::common::create_and_push_store;
 use super::{err, q, sql_cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -16,46 +10,9 @@ async fn a_store_is_a_read_only_table() {
     let (cl, engine) = sql_cluster(2).await;
     cl.wait_live(2).await;
     let c = cl.client().await;
-    let arrow = Arc::new(ArrowSchema::new(vec![
-        Field::new("id", ArrowType::Int64, false),
-        Field::new("v", ArrowType::Utf8, false),
-    ]));
-    let schema = StoreSchema::from_arrow(&arrow, &["id".into()], None).unwrap();
-    let mut spec = CreateStoreSpec::new("recs", schema.clone());
-    spec.replication = 2;
-    c.create_store(spec).await.unwrap();
-    let entry = c.get_store("recs").await.unwrap();
-
-    // Build 1,000 rows with the catalog's ring and push them.
+    // 1,000 rows built with the catalog's ring and pushed.
     let dir = tempfile::tempdir().unwrap();
-    let opts = BuildOptions {
-        threads: 2,
-        memory_bytes: 1 << 20,
-        spill_dir: dir.path().to_path_buf(),
-    };
-    let b = StoreBuilder::new("recs", schema, entry.layout.clone(), &opts).unwrap();
-    let batch = RecordBatch::try_new(
-        arrow,
-        vec![
-            Arc::new(Int64Array::from_iter_values(0..1_000)),
-            Arc::new(StringArray::from_iter_values(
-                (0..1_000).map(|i| format!("v-{i}")),
-            )),
-        ],
-    )
-    .unwrap();
-    b.add_batch(&batch).unwrap();
-    let out = dir.path().join("build");
-    b.finish(&out).unwrap();
-    let v = c
-        .push_store("recs", &out.to_string_lossy(), 0, 0)
-        .await
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(60);
-    while c.get_store("recs").await.unwrap().current_version != Some(v) {
-        assert!(Instant::now() < until, "the push did not finish");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    create_and_push_store(&c, "recs", 2, 1_000, dir.path()).await;
 
     let s = engine.session();
     assert_eq!(
@@ -140,4 +97,29 @@ async fn a_store_is_a_read_only_table() {
         let e = err(&s, sql).await;
         assert!(e.to_string().contains("read-only store"), "{sql}: {e}");
     }
+
+    // Reading a store needs SELECT on it, granted and revoked as on a table.
+    q(&s, "CREATE USER ann PASSWORD 'a'").await;
+    let ann = engine.session();
+    ann.set_user("ann");
+    for sql in [
+        "SELECT v FROM recs WHERE id = 42",
+        "SELECT count(*) FROM recs",
+        "SELECT 1 WHERE EXISTS (SELECT 1 FROM recs WHERE id = 1)",
+    ] {
+        let e = err(&ann, sql).await;
+        assert_eq!(e.sqlstate(), "42501", "{sql}: {e}");
+        assert!(
+            e.to_string().contains("permission denied for table recs"),
+            "{e}"
+        );
+    }
+    q(&s, "GRANT SELECT ON recs TO ann").await;
+    assert_eq!(
+        q(&ann, "SELECT v FROM recs WHERE id = 42").await,
+        vec![vec!["v-42".to_string()]]
+    );
+    q(&s, "REVOKE SELECT ON recs FROM ann").await;
+    let e = err(&ann, "SELECT v FROM recs WHERE id = 42").await;
+    assert_eq!(e.sqlstate(), "42501", "{e}");
 }
