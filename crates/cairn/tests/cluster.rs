@@ -1163,16 +1163,18 @@ async fn tokens_carry_privileges_and_admin_rpcs_need_admins() {
         Err(ClientError::PermissionDenied(_))
     ));
     // Privileges are in the token: granted ones reach the next login.
-    admin
-        .user_ddl(&UserOp::Grant {
+    let grant_select_to_ann = |table: &str| {
+        let op = UserOp::Grant {
             users: vec!["ann".into()],
-            tables: vec!["t".into()],
+            tables: vec![table.into()],
             privileges: Privileges::SELECT,
             create: false,
             revoke: false,
-        })
-        .await
-        .unwrap();
+        };
+        let admin = admin.clone();
+        async move { admin.user_ddl(&op).await }
+    };
+    grant_select_to_ann("t").await.unwrap();
     let ann = user_client().await.login("ann", "ann-pw").await.unwrap();
     assert_eq!(ann.scan(&t_ann).count().await.unwrap(), 50);
     let mut s = ann.new_session(&t_ann);
@@ -1193,16 +1195,7 @@ async fn tokens_carry_privileges_and_admin_rpcs_need_admins() {
     );
     let e = st.scan_all(0).await.unwrap_err();
     assert!(matches!(e, ClientError::PermissionDenied(_)), "{e}");
-    admin
-        .user_ddl(&UserOp::Grant {
-            users: vec!["ann".into()],
-            tables: vec!["st".into()],
-            privileges: Privileges::SELECT,
-            create: false,
-            revoke: false,
-        })
-        .await
-        .unwrap();
+    grant_select_to_ann("st").await.unwrap();
     let ann = user_client().await.login("ann", "ann-pw").await.unwrap();
     let st = ann.open_store("st").await.unwrap();
     assert_eq!(
