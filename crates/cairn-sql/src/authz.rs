@@ -119,9 +119,9 @@ fn store_of(source: &Arc<dyn TableSource>) -> Option<(String, String)> {
     Some((s.entry().id.clone(), s.entry().name.clone()))
 }
 
-/// Checks that `who` may run `plan`: SELECT on every table (or store) read, and INSERT, UPDATE
-/// or DELETE on the table written (`mode` tells what an INSERT does: an upsert also
-/// updates). As in PostgreSQL, an UPDATE or DELETE with a WHERE clause also needs
+/// Checks that `who` may run `plan`: SELECT on every table (or store) read, and
+/// INSERT, UPDATE or DELETE on the table written (`mode` tells what an INSERT does: an
+/// upsert also updates). As in PostgreSQL, an UPDATE or DELETE with a WHERE clause also needs
 /// SELECT on its table; one without does not. `COPY … TO 'file'` needs a superuser.
 pub fn check_plan(who: &Principal, plan: &LogicalPlan, mode: InsertMode) -> Result<()> {
     if who.is_superuser() {
