@@ -25,7 +25,7 @@ use parking_lot::RwLock;
 use tonic::Status;
 
 use crate::client::Client;
-use crate::error::{ClientError, Result};
+use crate::error::{ClientError, Failure, Result, classify};
 use crate::retry::{attempt, request};
 use crate::stores::StoreEntry;
 
@@ -350,11 +350,12 @@ impl StoreReader {
 
 /// The error for a server's refusal of the caller (no privilege, no valid login),
 /// which no other replica would answer differently; `None` for any other status.
-fn refusal(status: &tonic::Status) -> Option<ClientError> {
-    let msg = status.message().to_string();
-    match status.code() {
-        tonic::Code::PermissionDenied => Some(ClientError::PermissionDenied(msg)),
-        tonic::Code::Unauthenticated => Some(ClientError::Unauthenticated(msg)),
+/// The mapping is the client's usual one ([`classify`]).
+fn refusal(status: &Status) -> Option<ClientError> {
+    match classify("a store read", "", status) {
+        Failure::Fatal(
+            e @ (ClientError::PermissionDenied(_) | ClientError::Unauthenticated(_)),
+        ) => Some(e),
         _ => None,
     }
 }
