@@ -10,7 +10,8 @@
 //! - build: in a child process (so the input's memory is gone when it exits), the
 //!   rows, in a scrambled order, are generated as Arrow batches (about 11 GB at 100 M
 //!   rows) before the clock starts, then fed to [`StoreBuilder`] from every core
-//!   (bounded memory, spilling at the default 1 GiB). LMDB loads the same rows in key
+//!   (bounded memory, spilling past the default budget of an eighth of the
+//!   machine's memory). LMDB loads the same rows in key
 //!   order with `MDB_APPEND`, its fastest path (our input is not sorted; LMDB's is
 //!   given sorted); its rows are made in chunks and only the `put` calls and the final
 //!   commit and sync are timed;

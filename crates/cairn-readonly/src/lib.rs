@@ -51,7 +51,9 @@ pub mod versions;
 #[cfg(test)]
 mod tests;
 
-pub use build::{BuildOptions, BuildProgress, BuildSummary, StoreBuilder, node_dir};
+pub use build::{
+    BuildOptions, BuildProgress, BuildSummary, StoreBuilder, default_memory_bytes, node_dir,
+};
 pub use catalog::{
     NodeProgress, PushPhase, PushReport, PushState, RingChange, StoreEntry, StoreNode,
 };

@@ -43,7 +43,8 @@ pub struct BuildOptions {
     pub threads: usize,
     /// Bytes of tuples buffered in memory before runs spill to disk (all shards).
     /// While a full shard's run is being sorted and written, the shard fills again,
-    /// so a build may briefly hold up to about twice this.
+    /// so a build may briefly hold up to about twice this. The default is
+    /// [`default_memory_bytes`]: an eighth of the machine's memory.
     pub memory_bytes: usize,
     /// Where spilled runs go (a temporary folder inside it, removed afterwards).
     pub spill_dir: PathBuf,
@@ -53,9 +54,35 @@ impl Default for BuildOptions {
     fn default() -> Self {
         BuildOptions {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
-            memory_bytes: 1 << 30,
+            memory_bytes: default_memory_bytes(),
             spill_dir: std::env::temp_dir(),
         }
+    }
+}
+
+/// The default build memory budget: an eighth of the machine's memory (from
+/// `/proc/meminfo`), kept between 256 MiB and 8 GiB, or 1 GiB where the
+/// machine's memory cannot be read. An eighth leaves room for the input the
+/// caller holds, the second buffer a spilling shard fills (see
+/// [`BuildOptions::memory_bytes`]) and the page cache the output is written
+/// through; a store of a few million rows then builds without spilling.
+pub fn default_memory_bytes() -> usize {
+    const MIN: usize = 256 << 20;
+    const MAX: usize = 8 << 30;
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| mem_total_bytes(&text))
+        .map_or(1 << 30, |total| (total / 8).clamp(MIN, MAX))
+}
+
+/// `MemTotal` of a `/proc/meminfo` text, in bytes.
+fn mem_total_bytes(meminfo: &str) -> Option<usize> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut words = line.split_whitespace().skip(1);
+    let kib: usize = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") | None => kib.checked_mul(1024),
+        Some(_) => None,
     }
 }
 
@@ -471,4 +498,24 @@ pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
     f.write_all(bytes).map_err(err)?;
     f.sync_all().map_err(err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    #[test]
+    fn mem_total_is_read_in_kib() {
+        let text = "MemTotal:       24624328 kB\nMemFree:          123 kB\n";
+        assert_eq!(mem_total_bytes(text), Some(24_624_328 * 1024));
+        assert_eq!(mem_total_bytes("MemFree: 1 kB\n"), None);
+        assert_eq!(mem_total_bytes("MemTotal: lots kB\n"), None);
+        assert_eq!(mem_total_bytes("MemTotal: 5 MB\n"), None);
+    }
+
+    #[test]
+    fn the_default_budget_stays_in_its_bounds() {
+        let bytes = default_memory_bytes();
+        assert!((256 << 20..=8 << 30).contains(&bytes), "{bytes}");
+    }
 }

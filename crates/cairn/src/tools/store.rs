@@ -102,10 +102,11 @@ pub struct BuildArgs {
     /// distinct zones first.
     #[arg(long, value_name = "ZONE[,ZONE...]")]
     pub zones: Option<String>,
-    /// Memory for buffering rows before sorted runs spill to disk (a build may
-    /// briefly hold up to about twice this while a run is being written).
-    #[arg(long, default_value_t = 1024, value_name = "MIB")]
-    pub memory_mb: usize,
+    /// Memory for buffering rows before sorted runs spill to disk (default: an
+    /// eighth of the machine's memory, between 256 MiB and 8 GiB). A build may
+    /// briefly hold up to about twice this while a run is being written.
+    #[arg(long, value_name = "MIB")]
+    pub memory_mb: Option<usize>,
     /// Where spilled runs, and an S3 output before its upload, go (default: the
     /// system's temporary folder).
     #[arg(long, value_name = "DIR")]
@@ -409,7 +410,9 @@ pub async fn build(args: BuildArgs) -> ToolResult<()> {
     };
     let options = BuildOptions {
         threads,
-        memory_bytes: args.memory_mb.max(1) << 20,
+        memory_bytes: args
+            .memory_mb
+            .map_or_else(cairn_readonly::default_memory_bytes, |mb| mb.max(1) << 20),
         spill_dir: args.tmp_dir.clone().unwrap_or_else(std::env::temp_dir),
     };
     let builder = Arc::new(StoreBuilder::new(
