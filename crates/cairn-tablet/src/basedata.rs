@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::array::{Array, ArrayRef, BooleanArray, new_null_array};
 use arrow::compute::filter;
-use arrow::datatypes::{Field, Schema as ArrowSchema};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use cairn_common::types::array_of_repeated;
@@ -27,11 +26,12 @@ use parquet::arrow::arrow_reader::{
     RowSelector,
 };
 
-use crate::cache::{BLOCK_ROWS, BlockCache};
+use crate::cache::{BLOCK_ROWS, BlockCache, PageKey};
 use crate::error::{Result, TabletError};
 use crate::metadata::BaseFileMeta;
 
-/// Largest row range a scan reads through the block cache (at most two blocks).
+/// Largest row range a scan reads through the block cache (at most two pages of
+/// each column).
 pub(crate) const CACHED_READ_MAX_ROWS: u32 = BLOCK_ROWS as u32;
 
 static NEXT_FILE_UID: AtomicU64 = AtomicU64::new(1);
@@ -58,6 +58,11 @@ pub struct BaseFile {
     pub(crate) reader_meta: ArrowReaderMetadata,
     pub(crate) data: Bytes,
     pub(crate) stats: Vec<Option<ColumnStats>>,
+    /// `[row group][column position]`: the first row (within the group) of each data
+    /// page, from the Parquet offset index; without one, a page every
+    /// [`BLOCK_ROWS`] rows (the reader then decodes from the page that holds the
+    /// first wanted row).
+    pub(crate) page_starts: Vec<Vec<Vec<u32>>>,
 }
 
 impl BaseFile {
@@ -100,13 +105,37 @@ impl BaseFile {
                 })
             })
             .collect();
+        let page_starts = page_starts(&reader_meta, meta.column_ids.len());
         Ok(BaseFile {
             uid: NEXT_FILE_UID.fetch_add(1, Ordering::Relaxed),
             meta,
             reader_meta,
             data,
             stats,
+            page_starts,
         })
+    }
+
+    /// Rows of row group `rg`.
+    fn group_rows(&self, rg: usize) -> u32 {
+        self.reader_meta.metadata().row_group(rg).num_rows() as u32
+    }
+
+    /// The page of column `col` of row group `rg` that holds row `row` (within the
+    /// group).
+    pub(crate) fn page_of(&self, rg: usize, col: usize, row: u32) -> usize {
+        let starts = &self.page_starts[rg][col];
+        starts.partition_point(|s| *s <= row).saturating_sub(1)
+    }
+
+    /// Rows `[first, end)` (within row group `rg`) of page `page` of column `col`.
+    pub(crate) fn page_rows(&self, rg: usize, col: usize, page: usize) -> (u32, u32) {
+        let starts = &self.page_starts[rg][col];
+        let end = starts
+            .get(page + 1)
+            .copied()
+            .unwrap_or_else(|| self.group_rows(rg));
+        (starts[page], end)
     }
 
     /// Reads columns at file positions `cols` of row group `rg`, rows selected by `sel`
@@ -121,7 +150,12 @@ impl BaseFile {
             return Ok(vec![]);
         }
         let err = |e: parquet::errors::ParquetError| TabletError::parquet(&self.meta.name, e);
-        let rows = self.reader_meta.metadata().row_group(rg).num_rows() as usize;
+        // One batch of exactly the selected rows: arrays sized to what was read, and
+        // nothing to concatenate.
+        let rows = match &sel {
+            Some(s) => s.row_count(),
+            None => self.reader_meta.metadata().row_group(rg).num_rows() as usize,
+        };
         let mask = ProjectionMask::roots(self.reader_meta.parquet_schema(), cols.iter().copied());
         let mut b = ParquetRecordBatchReaderBuilder::new_with_metadata(
             self.data.clone(),
@@ -159,6 +193,45 @@ impl BaseFile {
             .collect::<Result<Vec<_>>>()?;
         Ok(out)
     }
+}
+
+/// The first row of each data page, `[row group][column]`, from the offset index
+/// of a file with `columns` flat columns; a page every [`BLOCK_ROWS`] rows where
+/// the index is missing or a column is not one Parquet leaf.
+fn page_starts(meta: &ArrowReaderMetadata, columns: usize) -> Vec<Vec<Vec<u32>>> {
+    let md = meta.metadata();
+    let descr = md.file_metadata().schema_descr();
+    let flat = descr.num_columns() == columns
+        && (0..columns).all(|leaf| descr.get_column_root_idx(leaf) == leaf);
+    md.row_groups()
+        .iter()
+        .enumerate()
+        .map(|(rg, g)| {
+            let rows = g.num_rows().max(0) as usize;
+            let fixed = || {
+                (0..rows.max(1))
+                    .step_by(BLOCK_ROWS)
+                    .map(|r| r as u32)
+                    .collect()
+            };
+            (0..columns)
+                .map(|c| {
+                    let located = md
+                        .offset_index()
+                        .filter(|_| flat)
+                        .and_then(|ix| ix.get(rg)?.get(c))
+                        .map(|o| {
+                            o.page_locations()
+                                .iter()
+                                .map(|p| p.first_row_index.clamp(0, i64::from(u32::MAX)) as u32)
+                                .collect::<Vec<u32>>()
+                        })
+                        .filter(|v| v.first() == Some(&0) && v.is_sorted());
+                    located.unwrap_or_else(fixed)
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Base data: the Parquet files and which holds each column.
@@ -225,10 +298,8 @@ impl BaseData {
     ) -> Result<Vec<ArrayRef>> {
         let start = self.group_starts[rg];
         let end = self.group_starts[rg + 1];
-        // A short range (a point lookup, a limited scan's window) comes from the block
-        // cache: decoding its pages again for every lookup is the cost of a
-        // key-value read.
-        let first_block = ((a - start) as usize) / BLOCK_ROWS;
+        // A short range (a limited scan's window) comes through the block cache:
+        // decoding its pages again for every read is the cost of a key-value read.
         let cached = cache.filter(|_| b > a && b - a <= CACHED_READ_MAX_ROWS);
         // No row selection: the whole row group, or a read from cached blocks.
         let selection = if cached.is_some() || (a == start && b == end && mask.is_none()) {
@@ -280,17 +351,26 @@ impl BaseData {
         }
         for (fi, cols) in per_file {
             if let Some(cache) = cached {
-                let last_block = ((b - 1 - start) as usize) / BLOCK_ROWS;
-                let blocks = (first_block..=last_block)
-                    .map(|k| self.cached_block(cache, fi, rg, k))
-                    .collect::<Result<Vec<_>>>()?;
+                let file = &self.files[fi];
+                let (lo, hi) = (a - start, b - start);
+                // Every page of every wanted column that overlaps [lo, hi).
+                let mut wants = vec![];
+                for &(_, ci) in &cols {
+                    for page in file.page_of(rg, ci, lo)..=file.page_of(rg, ci, hi - 1) {
+                        wants.push((ci, page));
+                    }
+                }
+                let mut pages = self.pages(cache, fi, rg, &wants)?.into_iter();
                 for (pos, ci) in cols {
-                    let mut pieces = Vec::with_capacity(blocks.len());
-                    for (k, block) in (first_block..).zip(&blocks) {
-                        let block_start = start as usize + k * BLOCK_ROWS;
-                        let from = (a as usize).max(block_start) - block_start;
-                        let to = (b as usize).min(block_start + block.num_rows()) - block_start;
-                        pieces.push(block.column(ci).slice(from, to - from));
+                    let mut pieces = vec![];
+                    for page in file.page_of(rg, ci, lo)..=file.page_of(rg, ci, hi - 1) {
+                        let values = pages.next().ok_or_else(|| {
+                            TabletError::corruption(&file.meta.name, "a page read came back short")
+                        })?;
+                        let (first, end) = file.page_rows(rg, ci, page);
+                        let from = lo.max(first);
+                        let to = hi.min(end).max(from);
+                        pieces.push(values.slice((from - first) as usize, (to - from) as usize));
                     }
                     let arr = match pieces.as_slice() {
                         [one] => one.clone(),
@@ -318,44 +398,75 @@ impl BaseData {
             .collect())
     }
 
-    /// Block `block` ([`BLOCK_ROWS`] rows) of row group `rg` of file `fi`, every
-    /// column of the file decoded: from the cache, or read and cached.
-    pub(crate) fn cached_block(
+    /// Pages `wants` (column position in file `fi`, page number) of row group `rg`,
+    /// decoded, in the order asked for: from the cache, or read and cached. Pages
+    /// missed together that cover the same rows (the usual case: pages roll every
+    /// [`BLOCK_ROWS`] rows) are decoded by one Parquet read.
+    pub(crate) fn pages(
         &self,
         cache: &BlockCache,
         fi: usize,
         rg: usize,
-        block: usize,
-    ) -> Result<Arc<RecordBatch>> {
+        wants: &[(usize, usize)],
+    ) -> Result<Vec<ArrayRef>> {
         let file = &self.files[fi];
-        let key = (rg as u32) << 16 | block as u32;
-        if let Some(b) = cache.get(file.uid, key) {
-            return Ok(b);
-        }
-        let rows = (self.group_starts[rg + 1] - self.group_starts[rg]) as usize;
-        let lo = block * BLOCK_ROWS;
-        let hi = (lo + BLOCK_ROWS).min(rows);
-        let mut sel = vec![];
-        if lo > 0 {
-            sel.push(RowSelector::skip(lo));
-        }
-        sel.push(RowSelector::select(hi - lo));
-        if rows > hi {
-            sel.push(RowSelector::skip(rows - hi));
-        }
-        let cols: Vec<usize> = (0..file.meta.column_ids.len()).collect();
-        let arrays = file.read(&cols, rg, Some(RowSelection::from(sel)))?;
-        let fields: Vec<Field> = arrays
+        let key = |ci: usize, page: usize| PageKey {
+            file: file.uid,
+            group: rg as u32,
+            column: ci as u32,
+            page: page as u32,
+        };
+        let mut out: Vec<Option<ArrayRef>> = wants
             .iter()
-            .enumerate()
-            .map(|(i, a)| Field::new(format!("f{i}"), a.data_type().clone(), true))
+            .map(|&(ci, page)| cache.get(&key(ci, page)))
             .collect();
-        let b = Arc::new(RecordBatch::try_new(
-            Arc::new(ArrowSchema::new(fields)),
-            arrays,
-        )?);
-        cache.insert(file.uid, key, b.clone());
-        Ok(b)
+        // Missed pages grouped by their rows: rows → [(column, page, slot in out)].
+        type Missed = Vec<(usize, usize, usize)>;
+        let mut missed: BTreeMap<(u32, u32), Missed> = BTreeMap::new();
+        for (slot, &(ci, page)) in wants.iter().enumerate() {
+            if out[slot].is_none() {
+                missed
+                    .entry(file.page_rows(rg, ci, page))
+                    .or_default()
+                    .push((ci, page, slot));
+            }
+        }
+        let rows = file.group_rows(rg);
+        for ((first, end), group) in missed {
+            let mut sel = vec![];
+            if first > 0 {
+                sel.push(RowSelector::skip(first as usize));
+            }
+            sel.push(RowSelector::select((end - first) as usize));
+            if rows > end {
+                sel.push(RowSelector::skip((rows - end) as usize));
+            }
+            let mut cols: Vec<usize> = group.iter().map(|(ci, _, _)| *ci).collect();
+            cols.dedup();
+            let arrays = file.read(&cols, rg, Some(RowSelection::from(sel)))?;
+            for (ci, page, slot) in group {
+                let i = cols.iter().position(|c| *c == ci).unwrap_or(0);
+                let values = arrays[i].clone();
+                if values.len() != (end - first) as usize {
+                    return Err(TabletError::corruption(
+                        &file.meta.name,
+                        format!(
+                            "page {page} of column {ci} in row group {rg} holds {} rows, \
+                             its offset index says {}",
+                            values.len(),
+                            end - first
+                        ),
+                    ));
+                }
+                cache.insert(key(ci, page), values.clone());
+                out[slot] = Some(values);
+            }
+        }
+        out.into_iter()
+            .map(|p| {
+                p.ok_or_else(|| TabletError::corruption(&file.meta.name, "a page was not read"))
+            })
+            .collect()
     }
 
     /// Planner statistics of each column of `schema` (in schema order) over this base

@@ -7,7 +7,7 @@
 //!   those, which then shadows the older copies. Parquet columns are named `c<id>` after
 //!   stable column ids, so renames and drops never touch them; columns added later read
 //!   as their default. Every file has the same row groups, and pages of at most
-//!   [`BLOCK_ROWS`] rows with page indexes, so a row selection decodes only the pages it
+//!   [`BLOCK_ROWS`](crate::cache::BLOCK_ROWS) rows with page indexes, so a row selection decodes only the pages it
 //!   needs.
 //! - **Key index** ([`KeyIndex`]): sorted keys + bloom filter; row ordinal = position.
 //! - **Deltas** ([`Deltas`]): REDO files and the DeltaMemStore for later changes, UNDO
@@ -33,7 +33,7 @@ use cairn_common::types::array_from_values;
 use cairn_common::{ColumnId, ColumnPredicate, DataType, HybridTime, Schema, Value};
 use parking_lot::{Mutex, RwLock};
 
-use crate::cache::{BLOCK_ROWS, BlockCache};
+use crate::cache::BlockCache;
 use crate::delta::{DeltaEntry, DeltaFile, DeltaMemStore};
 use crate::error::{Result, TabletError};
 use crate::history::{NewestFirst, Row, apply_change};
@@ -363,36 +363,60 @@ impl DiskRowSet {
         self.deltas.read().row_status(ordinal)
     }
 
-    /// Reads the base row at `ordinal` (through the block cache).
-    pub fn base_row(&self, schema: &Schema, ordinal: u32) -> Result<Row> {
+    /// Reads the base row at `ordinal` through the block cache: the columns at the
+    /// schema positions `want` (`None`: every column) — one page of each — with the
+    /// others left `Value::Null`.
+    pub fn base_row(&self, schema: &Schema, ordinal: u32, want: Option<&[usize]>) -> Result<Row> {
         let base = self.base();
         let rg = base.group_starts.partition_point(|s| *s <= ordinal) - 1;
-        let rel = (ordinal - base.group_starts[rg]) as usize;
-        let block = rel / BLOCK_ROWS;
-        let mut row: Row = schema.columns().iter().map(|c| c.read_default()).collect();
-        for (fi, file) in base.files.iter().enumerate() {
-            let batch = base.cached_block(&self.cache, fi, rg, block)?;
-            let within = rel - block * BLOCK_ROWS;
-            for (ci, id) in file.meta.column_ids.iter().enumerate() {
-                if let Some(i) = schema.index_of_id(*id)
-                    && base
-                        .locations
-                        .get(id)
-                        .is_some_and(|l| std::ptr::eq(base.files[l.0].as_ref(), file.as_ref()))
-                {
-                    row[i] = Value::from_array(
-                        batch.column(ci).as_ref(),
-                        within,
-                        &schema.column(i).data_type,
-                    )?;
-                }
+        let rel = ordinal - base.group_starts[rg];
+        let mut row: Row = vec![Value::Null; schema.num_columns()];
+        // file → (schema position, column position in the file)
+        let mut per_file: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
+        let all: Vec<usize>;
+        let want = match want {
+            Some(w) => w,
+            None => {
+                all = (0..schema.num_columns()).collect();
+                &all
+            }
+        };
+        for &i in want {
+            let col = schema.column(i);
+            match base.locations.get(&col.id) {
+                Some(&(fi, ci)) => per_file.entry(fi).or_default().push((i, ci)),
+                None => row[i] = col.read_default(),
+            }
+        }
+        for (fi, cols) in per_file {
+            let file = &base.files[fi];
+            let wants: Vec<(usize, usize)> = cols
+                .iter()
+                .map(|&(_, ci)| (ci, file.page_of(rg, ci, rel)))
+                .collect();
+            let pages = base.pages(&self.cache, fi, rg, &wants)?;
+            for ((&(i, ci), &(_, page)), values) in cols.iter().zip(&wants).zip(&pages) {
+                let (first, _) = file.page_rows(rg, ci, page);
+                row[i] = Value::from_array(
+                    values.as_ref(),
+                    (rel - first) as usize,
+                    &schema.column(i).data_type,
+                )?;
             }
         }
         Ok(row)
     }
 
-    /// The full row at `ordinal` as of `snap` (`None`: not visible).
-    pub fn row_at(&self, schema: &Schema, ordinal: u32, snap: HybridTime) -> Result<Option<Row>> {
+    /// The row at `ordinal` as of `snap` (`None`: not visible). Base data is read
+    /// only for the columns at schema positions `want` (`None`: all); the others
+    /// are `Value::Null` unless a change carried them.
+    pub fn row_at(
+        &self,
+        schema: &Schema,
+        ordinal: u32,
+        snap: HybridTime,
+        want: Option<&[usize]>,
+    ) -> Result<Option<Row>> {
         let deltas = self.deltas.read().clone();
         let undo_matters = deltas
             .undo_files
@@ -415,10 +439,10 @@ impl DiskRowSet {
                     }
                 }
             }
-            return fold.finish(|| self.base_row(schema, ordinal).map(Some));
+            return fold.finish(|| self.base_row(schema, ordinal, want).map(Some));
         }
         let (redo, undo) = deltas.collect_for(ordinal, ordinal + 1, snap);
-        let mut state = Some(self.base_row(schema, ordinal)?);
+        let mut state = Some(self.base_row(schema, ordinal, want)?);
         for e in undo.iter().rev() {
             if e.ts > snap {
                 apply_change(schema, &mut state, &e.change);

@@ -15,7 +15,10 @@ use std::sync::Arc;
 use arrow::record_batch::RecordBatch;
 use cairn_common::types::array_from_values;
 use cairn_common::{ColumnPredicate, ColumnSpec, DataType, HybridTime, Value};
-use cairn_tablet::{AlterOp, LocalTablet, OpKind, ReadMode, RowError, RowOp, ScanSpec};
+use cairn_tablet::cache::{BlockCache, BlockCacheStats};
+use cairn_tablet::{
+    AlterOp, LocalTablet, OpKind, ReadMode, RowError, RowOp, ScanSpec, TabletOptions,
+};
 use common::{rows_of, small_options, test_schema};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -198,11 +201,27 @@ fn random_value(rng: &mut StdRng, col: usize) -> Value {
     }
 }
 
+/// Block cache of the usual model runs: holds everything they read.
+const ROOMY_CACHE: usize = 1 << 20;
+/// Block cache of the eviction runs: a few pages, so most reads evict one.
+const TINY_CACHE: usize = 2 << 10;
+
 fn run(seed: u64, steps: usize) {
+    run_with_cache(seed, steps, ROOMY_CACHE);
+}
+
+/// Runs the model with a block cache of `cache_bytes`; returns the cache's counters.
+fn run_with_cache(seed: u64, steps: usize, cache_bytes: usize) -> BlockCacheStats {
+    let cache = Arc::new(BlockCache::new(cache_bytes));
+    // The small options, reading through `cache`.
+    let options = || TabletOptions {
+        block_cache: cache.clone(),
+        ..small_options()
+    };
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t");
-    let mut tablet = LocalTablet::create(&path, test_schema(), small_options()).unwrap();
+    let mut tablet = LocalTablet::create(&path, test_schema(), options()).unwrap();
     let mut oracle = Oracle {
         versions: BTreeMap::new(),
         ncols: 5,
@@ -397,7 +416,7 @@ fn run(seed: u64, steps: usize) {
             }
             76..=79 => {
                 drop(tablet);
-                tablet = LocalTablet::open(&path, small_options()).unwrap();
+                tablet = LocalTablet::open(&path, options()).unwrap();
             }
             80 if extra_cols < 2 => {
                 extra_cols += 1;
@@ -478,10 +497,24 @@ fn run(seed: u64, steps: usize) {
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
                 let (_, got) = tablet
                     .tablet()
-                    .get_point(&key, deadline, true)
+                    .get_point(&key, deadline, true, None)
                     .unwrap()
                     .unwrap();
                 assert_eq!(got.as_ref(), oracle.current(&k), "{ctx}: get_point {k:?}");
+                // A projected read: the projected columns are the row's.
+                let want: Vec<usize> = (0..schema.num_columns())
+                    .filter(|_| rng.random_bool(0.5))
+                    .collect();
+                let got = tablet
+                    .tablet()
+                    .get_projected(&key, ReadMode::Latest, Some(&want))
+                    .unwrap();
+                let pick = |r: &Vec<Value>| want.iter().map(|&i| r[i].clone()).collect::<Vec<_>>();
+                assert_eq!(
+                    got.as_ref().map(pick),
+                    oracle.current(&k).map(pick),
+                    "{ctx}: get_projected {k:?} columns {want:?}"
+                );
                 // And at a past snapshot.
                 if let Some(&ts) = timestamps.get(rng.random_range(0..timestamps.len().max(1))) {
                     let got = tablet.get(&key, ReadMode::Snapshot(ts)).unwrap();
@@ -525,7 +558,7 @@ fn run(seed: u64, steps: usize) {
     }
     // Final full check after a reopen.
     drop(tablet);
-    let tablet = LocalTablet::open(&path, small_options()).unwrap();
+    let tablet = LocalTablet::open(&path, options()).unwrap();
     let schema = tablet.schema();
     let mut s = tablet
         .scan(ScanSpec {
@@ -538,13 +571,23 @@ fn run(seed: u64, steps: usize) {
         oracle.at(HybridTime::MAX),
         "seed {seed}: final"
     );
-    let _ = Arc::strong_count(&tablet);
+    cache.stats()
 }
 
 #[test]
 fn fixed_seeds() {
     for &seed in FIXED_SEEDS {
         run(seed, 400);
+    }
+}
+
+/// The fixed seeds with a block cache of a few pages: reads evict and decode pages
+/// again all the time, and must still see every row as the oracle does.
+#[test]
+fn fixed_seeds_with_a_tiny_block_cache() {
+    for &seed in FIXED_SEEDS {
+        let st = run_with_cache(seed, 400, TINY_CACHE);
+        assert!(st.evictions > 0, "seed {seed}: nothing was evicted: {st:?}");
     }
 }
 

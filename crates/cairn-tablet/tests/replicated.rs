@@ -64,7 +64,7 @@ fn tiny_options() -> TabletOptions {
         dms_flush_bytes: 512,
         max_memstore_age: Duration::from_millis(20),
         compaction_budget_bytes: 64 << 20,
-        block_cache_bytes: 1 << 20,
+        block_cache: Arc::new(cairn_tablet::cache::BlockCache::new(1 << 20)),
         maintenance_interval: Duration::from_millis(1),
         safe_time_timeout: Duration::from_secs(60),
         ..TabletOptions::default()

@@ -62,6 +62,11 @@ impl TabletManager {
         }))
     }
 
+    /// The block cache every tablet of this server reads base data through.
+    pub fn block_cache(&self) -> &Arc<cairn_tablet::cache::BlockCache> {
+        &self.tablet_opts.block_cache
+    }
+
     /// This server's node id.
     pub fn node_id(&self) -> u64 {
         self.node_id

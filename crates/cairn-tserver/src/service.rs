@@ -236,16 +236,19 @@ impl TabletService {
         let (snap, row) = if req.snapshot_timestamp == 0 {
             replica.group.confirm_leadership(deadline).await?;
             let std_deadline = deadline.into_std();
-            match tablet.get_point(&key, std_deadline, false)? {
+            match tablet.get_point(&key, std_deadline, false, Some(&projection))? {
                 Some(found) => found,
                 None => {
                     let t = tablet.clone();
-                    tokio::task::spawn_blocking(move || t.get_point(&key, std_deadline, true))
-                        .await
-                        .map_err(|e| TserverError::Internal(e.to_string()))??
-                        .ok_or_else(|| {
-                            TserverError::Internal("a blocking point read did not read".into())
-                        })?
+                    let want = projection.clone();
+                    tokio::task::spawn_blocking(move || {
+                        t.get_point(&key, std_deadline, true, Some(&want))
+                    })
+                    .await
+                    .map_err(|e| TserverError::Internal(e.to_string()))??
+                    .ok_or_else(|| {
+                        TserverError::Internal("a blocking point read did not read".into())
+                    })?
                 }
             }
         } else {
@@ -258,7 +261,8 @@ impl TabletService {
                 )
                 .await?;
             let t = tablet.clone();
-            let row = tokio::task::spawn_blocking(move || t.get(&key, mode))
+            let want = projection.clone();
+            let row = tokio::task::spawn_blocking(move || t.get_projected(&key, mode, Some(&want)))
                 .await
                 .map_err(|e| TserverError::Internal(e.to_string()))??;
             (HybridTime(req.snapshot_timestamp), row)

@@ -168,6 +168,7 @@ impl WebState {
                 "",
             );
         }
+        let mut counters = vec![];
         for (addr, mgr) in &self.tservers {
             let reps = mgr.list();
             let leaders = reps
@@ -207,6 +208,51 @@ impl WebState {
                 log as f64,
                 &l,
             );
+            let bc = mgr.block_cache().stats();
+            gauge(
+                "cairn_tserver_block_cache_capacity_bytes",
+                "Byte budget of the block cache (--block-cache-mb).",
+                bc.capacity_bytes as f64,
+                &l,
+            );
+            gauge(
+                "cairn_tserver_block_cache_used_bytes",
+                "Bytes of decoded pages in the block cache.",
+                bc.used_bytes as f64,
+                &l,
+            );
+            gauge(
+                "cairn_tserver_block_cache_pages",
+                "Decoded pages in the block cache.",
+                bc.pages as f64,
+                &l,
+            );
+            counters.push((addr.clone(), bc));
+        }
+        for (name, help, pick) in [
+            (
+                "cairn_tserver_block_cache_hits_total",
+                "Block cache lookups that found their page.",
+                (|s| s.hits) as fn(&cairn_tablet::cache::BlockCacheStats) -> u64,
+            ),
+            (
+                "cairn_tserver_block_cache_misses_total",
+                "Block cache lookups that decoded their page from disk.",
+                |s| s.misses,
+            ),
+            (
+                "cairn_tserver_block_cache_evictions_total",
+                "Pages evicted from the block cache to make room.",
+                |s| s.evictions,
+            ),
+        ] {
+            if counters.is_empty() {
+                break;
+            }
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (addr, st) in &counters {
+                let _ = writeln!(out, "{name}{{server=\"{addr}\"}} {}", pick(st));
+            }
         }
         let _ = writeln!(
             out,

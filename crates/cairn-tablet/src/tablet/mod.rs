@@ -93,8 +93,9 @@ pub struct TabletOptions {
     pub max_memstore_age: Duration,
     /// Byte budget of one rowset compaction.
     pub compaction_budget_bytes: u64,
-    /// Decoded-block cache size.
-    pub block_cache_bytes: usize,
+    /// The cache of decoded base-data pages (256 MiB of its own by default; a
+    /// tablet server gives every tablet the same one, sized by `--block-cache-mb`).
+    pub block_cache: Arc<BlockCache>,
     /// How often the maintenance manager looks for work.
     pub maintenance_interval: Duration,
     /// Rewrite a rowset alone once at least this share of its rows was deleted before
@@ -117,7 +118,7 @@ impl Default for TabletOptions {
             dms_flush_bytes: 16 << 20,
             max_memstore_age: Duration::from_secs(120),
             compaction_budget_bytes: 128 << 20,
-            block_cache_bytes: 256 << 20,
+            block_cache: Arc::new(BlockCache::new(256 << 20)),
             maintenance_interval: Duration::from_millis(250),
             reclaim_deleted_ratio: 0.2,
             safe_time_timeout: Duration::from_secs(10),
@@ -276,7 +277,7 @@ impl Tablet {
         }
         let meta = TabletMeta::load(dir)?;
         let schema = meta.schema.to_schema()?;
-        let cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
+        let cache = opts.block_cache.clone();
         let rdir = rowsets_dir(dir);
         let mut disk = Vec::with_capacity(meta.rowsets.len());
         for rs in &meta.rowsets {
@@ -425,12 +426,24 @@ impl Tablet {
 
     /// Reads one row by primary key (values in key-column order).
     pub fn get(&self, key: &[Value], mode: ReadMode) -> Result<Option<Row>> {
+        self.get_projected(key, mode, None)
+    }
+
+    /// Reads one row by primary key, with base data read only for the columns at
+    /// the schema positions `want` (`None`: all): a row on disk then costs one page
+    /// of each wanted column. Other columns of the row may be `Value::Null`.
+    pub fn get_projected(
+        &self,
+        key: &[Value],
+        mode: ReadMode,
+        want: Option<&[usize]>,
+    ) -> Result<Option<Row>> {
         let schema = self.schema();
         let enc = encode_point_key(&schema, key)?;
         let snap = self.snapshot_for(mode)?;
         let comps = self.components();
         match self.locate(&comps, &enc) {
-            Location::Disk(rs, o) => rs.row_at(&schema, o, snap),
+            Location::Disk(rs, o) => rs.row_at(&schema, o, snap, want),
             Location::Mem(_, r) => Ok(r.state_at(&schema, snap)),
             Location::Absent => Ok(None),
         }
@@ -453,6 +466,8 @@ impl Tablet {
     ///
     /// Without `may_block`, answers `Ok(None)` instead of waiting (or reading when a
     /// wait was needed), so an async caller can move to a blocking thread only then.
+    /// Base data is read only for the columns at schema positions `want` (`None`:
+    /// all), as in [`Tablet::get_projected`].
     ///
     /// REQUIRES: this replica leads and has applied everything it acknowledged (the
     /// caller checked); the caller observed the client's timestamp first; a blocking
@@ -462,6 +477,7 @@ impl Tablet {
         key: &[Value],
         deadline: Instant,
         may_block: bool,
+        want: Option<&[usize]>,
     ) -> Result<Option<(HybridTime, Option<Row>)>> {
         self.check_healthy()?;
         let schema = self.schema();
@@ -490,7 +506,7 @@ impl Tablet {
         }
         let comps = self.components();
         let row = match self.locate(&comps, &enc) {
-            Location::Disk(rs, o) => rs.row_at(&schema, o, snap)?,
+            Location::Disk(rs, o) => rs.row_at(&schema, o, snap, want)?,
             Location::Mem(_, r) => r.state_at(&schema, snap),
             Location::Absent => None,
         };

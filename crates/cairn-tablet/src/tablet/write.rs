@@ -320,7 +320,7 @@ impl Tablet {
         key: &[u8],
     ) -> Result<Option<Row>> {
         match self.locate(comps, key) {
-            Location::Disk(rs, o) => rs.row_at(schema, o, HybridTime::MAX),
+            Location::Disk(rs, o) => rs.row_at(schema, o, HybridTime::MAX, None),
             Location::Mem(_, r) => Ok(r.state_at(schema, HybridTime::MAX)),
             Location::Absent => Ok(None),
         }

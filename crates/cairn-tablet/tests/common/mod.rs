@@ -35,7 +35,7 @@ pub fn small_options() -> TabletOptions {
         mrs_flush_bytes: 64 << 10,
         dms_flush_bytes: 16 << 10,
         compaction_budget_bytes: 64 << 20,
-        block_cache_bytes: 1 << 20,
+        block_cache: std::sync::Arc::new(cairn_tablet::cache::BlockCache::new(1 << 20)),
         maintenance_interval: Duration::from_millis(5),
         ..TabletOptions::default()
     }
