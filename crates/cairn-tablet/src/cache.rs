@@ -259,6 +259,35 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_readers_and_writers_keep_the_budget_and_the_counts() {
+        let cache = Arc::new(BlockCache::new(64 << 10));
+        let threads: Vec<_> = (0..4u32)
+            .map(|t| {
+                let cache = cache.clone();
+                std::thread::spawn(move || {
+                    for i in 0..2000u32 {
+                        let k = key((i * 7 + t) % 300);
+                        match cache.get(&k) {
+                            Some(p) => assert_eq!(p.len(), 1),
+                            None => cache.insert(k, page(1000 + (i as usize % 5000))),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let st = cache.stats();
+        assert!(st.used_bytes <= st.capacity_bytes, "{st:?}");
+        assert_eq!(st.hits + st.misses, 8000);
+        assert!(st.evictions > 0 && st.pages > 0, "{st:?}");
+        // What is left is consistent: every page it counts can be read.
+        let held = (0..300).filter(|p| cache.get(&key(*p)).is_some()).count();
+        assert_eq!(held as u64, st.pages);
+    }
+
+    #[test]
     fn a_zero_capacity_caches_nothing() {
         let cache = BlockCache::new(0);
         cache.insert(key(0), page(10));
