@@ -489,6 +489,13 @@ async fn tls_and_the_loopback_rule() {
                 out.contains("cairn_master_tables") && out.ends_with("200"),
                 "{out}"
             );
+            // The tablet server's block cache, with its flag's default budget.
+            assert!(
+                out.contains("cairn_tserver_block_cache_hits_total{server=")
+                    && out.contains("cairn_tserver_block_cache_capacity_bytes{server=")
+                    && out.contains(&format!(" {}\n", 512u64 << 20)),
+                "{out}"
+            );
             let out = curl(Some("Authorization: Bearer wrong")).unwrap();
             assert!(out.ends_with("401"), "{out}");
         }
