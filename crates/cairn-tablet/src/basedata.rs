@@ -197,7 +197,8 @@ impl BaseFile {
 
 /// The first row of each data page, `[row group][column]`, from the offset index
 /// of a file with `columns` flat columns; a page every [`BLOCK_ROWS`] rows where
-/// the index is missing or a column is not one Parquet leaf.
+/// the index is missing, a column is not one Parquet leaf, or the starts are not
+/// strictly increasing from 0 within the group.
 fn page_starts(meta: &ArrowReaderMetadata, columns: usize) -> Vec<Vec<Vec<u32>>> {
     let md = meta.metadata();
     let descr = md.file_metadata().schema_descr();
@@ -226,7 +227,11 @@ fn page_starts(meta: &ArrowReaderMetadata, columns: usize) -> Vec<Vec<Vec<u32>>>
                                 .map(|p| p.first_row_index.clamp(0, i64::from(u32::MAX)) as u32)
                                 .collect::<Vec<u32>>()
                         })
-                        .filter(|v| v.first() == Some(&0) && v.is_sorted());
+                        .filter(|v| {
+                            v.first() == Some(&0)
+                                && v.windows(2).all(|w| w[0] < w[1])
+                                && v.last().is_some_and(|l| (*l as usize) < rows.max(1))
+                        });
                     located.unwrap_or_else(fixed)
                 })
                 .collect()

@@ -381,7 +381,9 @@ impl DiskRowSet {
                 &all
             }
         };
-        for &i in want {
+        // A position past the schema (a projection made before an ALTER dropped
+        // columns) reads nothing.
+        for &i in want.iter().filter(|i| **i < schema.num_columns()) {
             let col = schema.column(i);
             match base.locations.get(&col.id) {
                 Some(&(fi, ci)) => per_file.entry(fi).or_default().push((i, ci)),

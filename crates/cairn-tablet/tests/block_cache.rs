@@ -102,6 +102,16 @@ fn a_point_read_decodes_one_page_of_each_projected_column() {
     );
     assert_eq!(cache.stats().misses - st3.misses, 4);
     assert_eq!(cache.stats().evictions, 0);
+
+    // A projection made against a wider schema (before an ALTER dropped columns)
+    // reads the positions that still exist and nothing else.
+    let got = t
+        .tablet()
+        .get_projected(&key, ReadMode::Latest, Some(&[2, 9]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[2], Value::Int64(15_000));
 }
 
 /// Reads of `[lo, hi)` by key range and one by one by key, checked against the rows

@@ -270,7 +270,12 @@ impl TabletService {
         let mut out = Vec::new();
         if let Some(row) = &row {
             for &i in &projection {
-                cairn_common::codec::put_value(&mut out, &row[i]);
+                let v = row.get(i).ok_or_else(|| {
+                    TserverError::Unavailable(
+                        "the table's columns changed during the read (ALTER TABLE); retry".into(),
+                    )
+                })?;
+                cairn_common::codec::put_value(&mut out, v);
             }
         }
         Ok(pb::GetResponse {
