@@ -50,6 +50,7 @@ fn read_group_rows(schema: &Schema, rs: &DiskRowSet, rg: usize) -> Result<(u32, 
 struct Cursor<'a> {
     schema: &'a Schema,
     rs: &'a DiskRowSet,
+    keys: crate::keyindex::KeyCursor<'a>,
     rg: usize,
     rows: std::vec::IntoIter<Row>,
     next_ordinal: u32,
@@ -73,6 +74,7 @@ impl<'a> Cursor<'a> {
         Cursor {
             schema,
             rs,
+            keys: rs.keys.cursor(),
             rg: 0,
             rows: Vec::new().into_iter(),
             next_ordinal: 0,
@@ -101,7 +103,7 @@ impl<'a> Cursor<'a> {
             };
             let o = self.next_ordinal;
             self.next_ordinal += 1;
-            let key = self.rs.keys.key(o as usize).to_vec();
+            let key = self.keys.seek(o as usize).to_vec();
             let undos = self.undo.remove(&o).unwrap_or_default();
             let redos = self.redo.remove(&o).unwrap_or_default();
             let h = history_from_deltas(self.schema, key, row, &undos, &redos, self.snap);

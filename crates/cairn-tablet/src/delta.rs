@@ -7,9 +7,14 @@
 //! [`DeltaFile`]. Delta files are small relative to base data and are loaded into memory
 //! when opened, sorted by (ordinal, timestamp).
 //!
-//! Delta file layout: `"CDLT"`, version `u32`, entry count `u64`, then per entry the
-//! ordinal `u32`, timestamp `u64` and the encoded [`RowChange`], then a CRC32C of all
-//! preceding bytes.
+//! Delta file layout (version 2): `"CDLT"`, version `u32`, entry count `u64`, then an
+//! LZ4 block (uncompressed length `u32` first) holding per entry the ordinal's distance
+//! from the previous entry's ordinal and the timestamp's signed distance from the
+//! previous entry's timestamp (both LEB128 varints, the latter zigzag-coded) followed by
+//! the encoded [`RowChange`]; then a CRC32C of all preceding bytes. Consecutive rows
+//! written by one batch share a timestamp and have adjacent ordinals, so the insert
+//! UNDOs a flush writes for every row shrink to a fraction of a byte each. Version 1
+//! (fixed-width ordinal `u32` and timestamp `u64`, uncompressed) is still read.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -25,7 +30,32 @@ use crate::error::{Result, TabletError};
 use crate::ops::RowChange;
 
 const MAGIC: &[u8; 4] = b"CDLT";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The uncompressed fixed-width layout of older files, still readable.
+const VERSION_FIXED: u32 = 1;
+
+fn put_varint(out: &mut Vec<u8>, mut x: u64) {
+    while x >= 0x80 {
+        out.push((x as u8) | 0x80);
+        x >>= 7;
+    }
+    out.push(x as u8);
+}
+
+fn read_varint(r: &mut Reader<'_>) -> cairn_common::Result<u64> {
+    let mut x = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = r.u8()?;
+        x |= u64::from(b & 0x7F) << shift;
+        if b & 0x80 == 0 {
+            return Ok(x);
+        }
+    }
+    Err(cairn_common::CommonError::Decode {
+        what: "delta file",
+        detail: "varint longer than 64 bits".into(),
+    })
+}
 
 /// One delta: a change to the row at `ordinal` at time `ts`.
 #[derive(Clone, Debug, PartialEq)]
@@ -166,15 +196,32 @@ pub struct DeltaFile {
 /// Writes entries (already ordered by ordinal, then timestamp) to `path`. Returns the
 /// file's CRC32C and size.
 pub fn write_delta_file(path: &Path, entries: &[DeltaEntry]) -> Result<(u32, u64)> {
-    let mut buf = Vec::with_capacity(16 + entries.len() * 24);
+    let mut body = Vec::with_capacity(entries.len() * 4);
+    let (mut prev_ord, mut prev_ts) = (0u32, 0u64);
+    for e in entries {
+        if e.ordinal < prev_ord {
+            return Err(TabletError::InvalidRequest(format!(
+                "delta entries out of order: ordinal {} after {prev_ord}",
+                e.ordinal
+            )));
+        }
+        put_varint(&mut body, u64::from(e.ordinal - prev_ord));
+        let dts = e.ts.0.wrapping_sub(prev_ts) as i64;
+        put_varint(&mut body, ((dts << 1) ^ (dts >> 63)) as u64);
+        e.change.encode(&mut body);
+        (prev_ord, prev_ts) = (e.ordinal, e.ts.0);
+    }
+    if body.len() > u32::MAX as usize {
+        return Err(TabletError::InvalidRequest(
+            "a delta file's deltas exceed 4 GiB; flush deltas more often".into(),
+        ));
+    }
+    let packed = lz4_flex::block::compress_prepend_size(&body);
+    let mut buf = Vec::with_capacity(20 + packed.len());
     buf.extend_from_slice(MAGIC);
     buf.extend_from_slice(&VERSION.to_le_bytes());
     buf.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for e in entries {
-        buf.extend_from_slice(&e.ordinal.to_le_bytes());
-        buf.extend_from_slice(&e.ts.0.to_le_bytes());
-        e.change.encode(&mut buf);
-    }
+    buf.extend_from_slice(&packed);
     let crc = crc32c::crc32c(&buf);
     buf.extend_from_slice(&crc.to_le_bytes());
     let mut f = File::create(path).map_err(|e| TabletError::io(path, e))?;
@@ -204,17 +251,36 @@ impl DeltaFile {
         let mut r = Reader::new(&bytes[4..body], "delta file");
         let map_err = |e: cairn_common::CommonError| corrupt(e.to_string());
         let version = r.u32().map_err(map_err)?;
-        if version != VERSION {
+        if version != VERSION && version != VERSION_FIXED {
             return Err(corrupt(format!("unsupported delta file version {version}")));
         }
         let n = r.u64().map_err(map_err)? as usize;
-        let mut entries = Vec::with_capacity(n.min(body));
+        // The checksum matched, so the LZ4 block is the one that was written.
+        let unpacked;
+        if version == VERSION {
+            let packed = r.take(r.remaining()).map_err(map_err)?;
+            unpacked = lz4_flex::block::decompress_size_prepended(packed)
+                .map_err(|e| corrupt(format!("delta block does not decompress: {e}")))?;
+            r = Reader::new(&unpacked, "delta file");
+        }
+        let mut entries = Vec::with_capacity(n.min(r.remaining()));
         let mut updated_columns = BTreeSet::new();
         let (mut min_ts, mut max_ts) = (HybridTime::MAX, HybridTime::MIN);
         let (mut updates, mut deletes, mut reinserts) = (0, 0, 0);
+        let (mut prev_ord, mut prev_ts) = (0u32, 0u64);
         for _ in 0..n {
-            let ordinal = r.u32().map_err(map_err)?;
-            let ts = HybridTime(r.u64().map_err(map_err)?);
+            let (ordinal, ts) = if version == VERSION {
+                let d = read_varint(&mut r).map_err(map_err)?;
+                let ordinal = u32::try_from(u64::from(prev_ord) + d)
+                    .map_err(|_| corrupt("delta ordinal past u32".into()))?;
+                let z = read_varint(&mut r).map_err(map_err)?;
+                let dts = ((z >> 1) as i64) ^ -((z & 1) as i64);
+                (ordinal, prev_ts.wrapping_add(dts as u64))
+            } else {
+                (r.u32().map_err(map_err)?, r.u64().map_err(map_err)?)
+            };
+            (prev_ord, prev_ts) = (ordinal, ts);
+            let ts = HybridTime(ts);
             let change = RowChange::decode(&mut r).map_err(map_err)?;
             match &change {
                 RowChange::Update(cells) => {
@@ -313,5 +379,85 @@ mod tests {
         let r = dms.range(0, 2);
         assert_eq!(r.len(), 2);
         assert_eq!(r[1].change, RowChange::Reinsert(vec![]));
+    }
+
+    /// The insert UNDOs of a flush — one delete per row, adjacent ordinals, a shared
+    /// timestamp per batch — take a small fraction of their fixed-width size, and
+    /// timestamps that go backwards between ordinals round-trip.
+    #[test]
+    fn insert_undos_compress_and_timestamps_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("undo-1");
+        let entries: Vec<DeltaEntry> = (0..100_000u32)
+            .map(|i| DeltaEntry {
+                ordinal: i,
+                ts: HybridTime(1 << 40 | u64::from(i / 1000) * 7),
+                change: RowChange::Delete,
+            })
+            .collect();
+        let (crc, size) = write_delta_file(&p, &entries).unwrap();
+        assert!(size < 100_000 / 8, "{size} bytes for 100000 insert UNDOs");
+        let f = DeltaFile::open(&p, "undo-1", crc).unwrap();
+        assert_eq!(f.entries(), entries.as_slice());
+        assert_eq!(f.deletes, 100_000);
+
+        let jumpy = vec![
+            DeltaEntry {
+                ordinal: 0,
+                ts: HybridTime(u64::MAX - 1),
+                change: RowChange::Delete,
+            },
+            DeltaEntry {
+                ordinal: 0,
+                ts: HybridTime(u64::MAX),
+                change: RowChange::Update(vec![(2, Value::String("x".into()))]),
+            },
+            DeltaEntry {
+                ordinal: u32::MAX,
+                ts: HybridTime(3),
+                change: RowChange::Delete,
+            },
+        ];
+        let (crc, _) = write_delta_file(&p, &jumpy).unwrap();
+        assert_eq!(
+            DeltaFile::open(&p, "undo-1", crc).unwrap().entries(),
+            jumpy.as_slice()
+        );
+        let unordered = [jumpy[2].clone(), jumpy[0].clone()];
+        assert!(write_delta_file(&p, &unordered).is_err());
+    }
+
+    /// Files written in the fixed-width version 1 layout still open.
+    #[test]
+    fn version_one_files_still_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("redo-old");
+        let entries = vec![
+            DeltaEntry {
+                ordinal: 4,
+                ts: HybridTime(10),
+                change: RowChange::Update(vec![(1, Value::Int64(-5))]),
+            },
+            DeltaEntry {
+                ordinal: 9,
+                ts: HybridTime(8),
+                change: RowChange::Delete,
+            },
+        ];
+        let mut buf = Vec::new();
+        buf.extend_from_slice(MAGIC);
+        buf.extend_from_slice(&VERSION_FIXED.to_le_bytes());
+        buf.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+        for e in &entries {
+            buf.extend_from_slice(&e.ordinal.to_le_bytes());
+            buf.extend_from_slice(&e.ts.0.to_le_bytes());
+            e.change.encode(&mut buf);
+        }
+        let crc = crc32c::crc32c(&buf);
+        buf.extend_from_slice(&crc.to_le_bytes());
+        std::fs::write(&p, &buf).unwrap();
+        let f = DeltaFile::open(&p, "redo-old", crc32c::crc32c(&buf)).unwrap();
+        assert_eq!(f.entries(), entries.as_slice());
+        assert_eq!((f.min_ts, f.max_ts), (HybridTime(8), HybridTime(10)));
     }
 }

@@ -498,9 +498,10 @@ impl Scanner {
                         rs.scan_group(&rs_scan, base, deltas, g, lo, hi, &self.tablet.counters)?
                     {
                         let keys = if want_keys {
+                            let mut c = rs.keys.cursor();
                             ob.ordinals
                                 .iter()
-                                .map(|o| rs.keys.key(*o as usize).to_vec())
+                                .map(|o| c.seek(*o as usize).to_vec())
                                 .collect()
                         } else {
                             vec![]

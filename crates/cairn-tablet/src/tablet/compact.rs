@@ -155,7 +155,7 @@ impl Tablet {
                 while let Some(e) = newer.next_if(|e| e.ordinal == ordinal) {
                     changes.push((e.ts, e.change));
                 }
-                let key = rs.keys.key(ordinal as usize).to_vec();
+                let key = rs.keys.key(ordinal as usize);
                 self.carry_over(&schema, &comps, &outputs, &key, changes, cut + 1);
             }
         }
