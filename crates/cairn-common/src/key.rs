@@ -85,10 +85,21 @@ pub fn encode_values(values: &[&Value]) -> Result<Vec<u8>> {
 
 /// Encodes the primary key of a full row (one value per schema column).
 pub fn encode_row_key(schema: &Schema, row: &[Value]) -> Result<Vec<u8>> {
+    encode_row_key_of(schema, |k| row.get(k))
+}
+
+/// Encodes the primary key of a row whose cells `cell(position)` lends by schema
+/// position, so callers holding `Option<Value>` cells or cells named by column id need
+/// not build (and clone) a full row first. A key cell that is `None` or NULL is an
+/// error.
+pub fn encode_row_key_of<'a>(
+    schema: &Schema,
+    cell: impl Fn(usize) -> Option<&'a Value>,
+) -> Result<Vec<u8>> {
     let keys = schema.key_indexes();
     let mut out = Vec::with_capacity(16);
     for (i, &k) in keys.iter().enumerate() {
-        let v = row.get(k).ok_or_else(|| CommonError::InvalidValue {
+        let v = cell(k).ok_or_else(|| CommonError::InvalidValue {
             column: schema.column(k).name.clone(),
             detail: "key column missing from the row".into(),
         })?;

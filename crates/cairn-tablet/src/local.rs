@@ -99,13 +99,37 @@ impl LocalTablet {
 
     /// Appends `record` and applies it. REQUIRES: the log lock (passed in).
     fn log_and_apply(&self, log: &mut Log, record: &[u8]) -> Result<Vec<(usize, RowError)>> {
+        let index = self.append(log, record)?;
+        self.tablet.apply(index, record)
+    }
+
+    /// Appends `record` at the log's next index and returns the index; a failed append
+    /// fails the tablet. REQUIRES: the log lock (passed in).
+    fn append(&self, log: &mut Log, record: &[u8]) -> Result<u64> {
         let index = log.next_index().unwrap_or(1);
         if let Err(e) = log.append(index, record) {
             self.tablet
                 .fail(format!("appending to the log failed: {e}"));
             return Err(e.into());
         }
-        self.tablet.apply(index, record)
+        Ok(index)
+    }
+
+    /// Appends the record of this process's own write `p` and applies it from `p`'s
+    /// ops, which move out of it (its positions and row errors stay).
+    /// REQUIRES: the log lock (passed in); `p` validated against the current schema.
+    fn log_own_write(
+        &self,
+        log: &mut Log,
+        record: &[u8],
+        ts: HybridTime,
+        p: &mut crate::tablet::PreparedWrite,
+        atomic: bool,
+    ) -> Result<Vec<(usize, RowError)>> {
+        let index = self.append(log, record)?;
+        let schema = p.schema.clone();
+        let rows = p.take_rows();
+        self.tablet.apply_own_write(index, ts, &schema, rows, atomic)
     }
 
     /// Applies a batch of row ops, each atomic on its own row. Rows that fail
@@ -146,7 +170,12 @@ impl LocalTablet {
             });
         }
         let (ts, rec) = self.tablet.start_write(&p, atomic, None);
-        let res = self.log_and_apply(&mut log, &rec);
+        let res = if p.txn().is_none() && Arc::ptr_eq(&p.schema, &self.tablet.schema()) {
+            // The ops need not be decoded from the record just encoded from them.
+            self.log_own_write(&mut log, &rec, ts, &mut p, atomic)
+        } else {
+            self.log_and_apply(&mut log, &rec)
+        };
         self.tablet.finish_write(ts);
         let mut row_errors = p.row_errors.clone();
         row_errors.extend(res?.into_iter().map(|(i, e)| (p.batch_position(i), e)));

@@ -15,12 +15,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use cairn_common::key::encode_row_key;
+use cairn_common::key::encode_row_key_of;
 use cairn_common::{HybridTime, Schema, Value};
 
 use super::{Location, Tablet};
 use crate::error::{Result, TabletError};
-use crate::history::{Row, row_cells};
+use crate::history::Row;
 use crate::ops::{
     LogRecord, LoggedOp, OpKind, RequestId, RequestRecord, RowChange, RowError, RowOp,
 };
@@ -29,8 +29,8 @@ use crate::rowsets::Components;
 
 /// What an op does to the row it finds.
 enum Decision {
-    /// Insert a new row into the MemRowSet.
-    Insert,
+    /// Insert this new row into the MemRowSet.
+    Insert(Row),
     /// Record a change on the existing row.
     Change(RowChange),
     /// Nothing to do.
@@ -254,7 +254,6 @@ impl Tablet {
             return Ok(first.errors);
         }
         let schema = self.schema();
-        let comps = self.components();
         let mut rows = Vec::with_capacity(ops.len());
         for op in ops {
             let mut values = vec![None; schema.num_columns()];
@@ -264,14 +263,53 @@ impl Tablet {
                 }
             }
             let op = RowOp::new(op.kind, values);
-            let key_row: Vec<Value> = op
-                .values
-                .iter()
-                .map(|v| v.clone().unwrap_or(Value::Null))
-                .collect();
-            let key = encode_row_key(&schema, &key_row)?;
+            let key = encode_row_key_of(&schema, |k| op.values.get(k).and_then(|v| v.as_ref()))?;
             rows.push((op, key));
         }
+        Ok(self.apply_rows(index, ts, &schema, rows, atomic, request))
+    }
+
+    /// Applies the ops of a [`LogRecord::Write`] at `index` that this process proposed
+    /// itself, from the validated ops and keys it encoded the record from
+    /// ([`Tablet::start_write`]), so the record need not be decoded again. `schema` is
+    /// the one they were validated against; if the table's schema changed since, the
+    /// caller must apply the encoded record instead. Row errors are by position in
+    /// `rows`.
+    /// REQUIRES: the record is durable in the log at `index`, and `ts` is registered in
+    /// flight ([`Tablet::start_write`]).
+    pub fn apply_own_write(
+        &self,
+        index: u64,
+        ts: HybridTime,
+        schema: &Schema,
+        rows: Vec<(RowOp, Vec<u8>)>,
+        atomic: bool,
+    ) -> Result<Vec<(usize, RowError)>> {
+        self.check_healthy()?;
+        fail::fail_point!("tablet::apply", |arg| Err(TabletError::io(
+            &self.dir,
+            std::io::Error::other(arg.unwrap_or_else(|| "injected failure".into()))
+        )));
+        let gate = self.gate.read();
+        let res = self.apply_rows(index, ts, schema, rows, atomic, None);
+        self.note_applied(index, ts);
+        drop(gate);
+        self.mvcc.finish(ts);
+        Ok(res)
+    }
+
+    /// Applies a write record's rows (ops with their keys).
+    /// REQUIRES: the write gate held shared.
+    fn apply_rows(
+        &self,
+        index: u64,
+        ts: HybridTime,
+        schema: &Schema,
+        rows: Vec<(RowOp, Vec<u8>)>,
+        atomic: bool,
+        request: Option<&RequestRecord>,
+    ) -> Vec<(usize, RowError)> {
+        let comps = self.components();
         if atomic {
             let failed = self.atomic_failures(&comps, &rows, index);
             if !failed.is_empty() {
@@ -283,16 +321,16 @@ impl Tablet {
                 let errors = (0..rows.len())
                     .map(|p| (p, failed.get(&p).cloned().unwrap_or(RowError::Aborted)))
                     .collect();
-                return Ok(self.answer(request, index, ts, errors));
+                return self.answer(request, index, ts, errors);
             }
         }
         let mut errors = Vec::new();
         for (pos, (op, key)) in rows.into_iter().enumerate() {
-            if let Err(e) = self.apply_op(&schema, &comps, &op, key, ts, index) {
+            if let Err(e) = self.apply_op(schema, &comps, op, key, ts, index) {
                 errors.push((pos, e));
             }
         }
-        Ok(self.answer(request, index, ts, errors))
+        self.answer(request, index, ts, errors)
     }
 
     /// The ops of an all-or-nothing record that would fail, by record position. Rows
@@ -354,7 +392,7 @@ impl Tablet {
         &self,
         schema: &Schema,
         comps: &Components,
-        op: &RowOp,
+        op: RowOp,
         key: Vec<u8>,
         ts: HybridTime,
         index: u64,
@@ -363,12 +401,13 @@ impl Tablet {
         if self.holds(&loc, index) {
             return Ok(());
         }
-        let full_row = || -> Row {
+        // The op's cells are moved into the row or change, never copied.
+        let full_row = |values: Vec<Option<Value>>| -> Row {
             schema
                 .columns()
                 .iter()
-                .zip(&op.values)
-                .map(|(c, v)| v.clone().unwrap_or_else(|| c.read_default()))
+                .zip(values)
+                .map(|(c, v)| v.unwrap_or_else(|| c.read_default()))
                 .collect()
         };
         let absent = matches!(loc, Location::Absent);
@@ -376,18 +415,19 @@ impl Tablet {
             (OpKind::Insert, true) => return Err(RowError::AlreadyPresent),
             (OpKind::InsertIgnore, true) => Decision::Nothing,
             (OpKind::Insert | OpKind::InsertIgnore | OpKind::Upsert, false) if absent => {
-                Decision::Insert
+                Decision::Insert(full_row(op.values))
             }
             (OpKind::Insert | OpKind::InsertIgnore | OpKind::Upsert, false) => {
-                Decision::Change(RowChange::Reinsert(row_cells(schema, &full_row())))
+                let cells = schema.columns().iter().map(|c| c.id);
+                Decision::Change(RowChange::Reinsert(cells.zip(full_row(op.values)).collect()))
             }
             (OpKind::Upsert | OpKind::Update | OpKind::UpdateIgnore, true) => {
                 Decision::Change(RowChange::Update(
                     op.values
-                        .iter()
+                        .into_iter()
                         .enumerate()
                         .filter(|(i, _)| !schema.is_key_column(*i))
-                        .filter_map(|(i, v)| v.as_ref().map(|v| (schema.column(i).id, v.clone())))
+                        .filter_map(|(i, v)| v.map(|v| (schema.column(i).id, v)))
                         .collect(),
                 ))
             }
@@ -396,7 +436,7 @@ impl Tablet {
             (OpKind::Delete | OpKind::DeleteIgnore, true) => Decision::Change(RowChange::Delete),
         };
         match (decision, loc) {
-            (Decision::Insert, _) => comps.mrs.insert(key, full_row(), ts, index),
+            (Decision::Insert(row), _) => comps.mrs.insert(key, row, ts, index),
             (Decision::Change(c), Location::Disk(rs, o)) => rs.dms().add(o, ts, c),
             (Decision::Change(c), Location::Mem(m, r)) => m.mutate(&r, ts, c, index),
             _ => {}

@@ -198,7 +198,7 @@ impl Tablet {
             .collect::<cairn_common::Result<Vec<_>>>()?;
         let op = RowOp::new(OpKind::Insert, values);
         Ok(self
-            .apply_op(schema, comps, &op, key.to_vec(), ts, index)
+            .apply_op(schema, comps, op, key.to_vec(), ts, index)
             .err()
             .map(|e| (i, e)))
     }

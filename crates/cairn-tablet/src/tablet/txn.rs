@@ -7,7 +7,7 @@
 //! [`crate::txn::TxnTable`] instead of the stores. The commit applies each key's net
 //! effect as one op at the commit timestamp, so one commit is one version per row.
 
-use cairn_common::key::encode_row_key;
+use cairn_common::key::encode_row_key_of;
 use cairn_common::{HybridTime, Value};
 
 use super::Tablet;
@@ -348,7 +348,7 @@ impl Tablet {
                 }
                 None => continue,
             };
-            if let Err(e) = self.apply_op(&schema, &comps, &op, key.clone(), cts, index) {
+            if let Err(e) = self.apply_op(&schema, &comps, op, key.clone(), cts, index) {
                 // Only a bulk insert that took no row locks can change an owned key.
                 tracing::warn!(%txn, index, error = ?e, "a committed transaction's row could not be applied");
             }
@@ -359,11 +359,8 @@ impl Tablet {
 
 /// The encoded primary key of a logged op (cells named by column id).
 fn logged_key(schema: &cairn_common::Schema, op: &LoggedOp) -> Result<Vec<u8>> {
-    let mut row = vec![Value::Null; schema.num_columns()];
-    for (id, v) in &op.cells {
-        if let Some(i) = schema.index_of_id(*id) {
-            row[i] = v.clone();
-        }
-    }
-    Ok(encode_row_key(schema, &row)?)
+    Ok(encode_row_key_of(schema, |k| {
+        let id = schema.column(k).id;
+        op.cells.iter().find(|(c, _)| *c == id).map(|(_, v)| v)
+    })?)
 }

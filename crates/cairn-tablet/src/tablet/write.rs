@@ -11,20 +11,22 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use cairn_common::key::encode_row_key;
-use cairn_common::{HybridTime, Schema, Value};
+use cairn_common::key::encode_row_key_of;
+use cairn_common::{HybridTime, Schema};
 
 use super::{Location, Tablet};
 use crate::error::{Result, TabletError};
 use crate::history::Row;
 use crate::locks::RowLocks;
-use crate::ops::{LogRecord, OpKind, RequestId, RequestRecord, RowError, RowOp, TxnId, logged_op};
+use crate::ops::{
+    OpKind, RequestId, RequestRecord, RowError, RowOp, TxnId, encode_write_record,
+};
 use crate::rowsets::Components;
 
 /// A leader's validated write batch, not yet replicated ([`Tablet::prepare_write`]).
 #[derive(Debug)]
 pub struct PreparedWrite {
-    pub(super) schema: std::sync::Arc<Schema>,
+    pub(crate) schema: std::sync::Arc<Schema>,
     /// (position in the caller's batch, validated op, encoded key).
     pub(super) rows: Vec<(usize, RowOp, Vec<u8>)>,
     /// The transaction it writes for ([`Tablet::prepare_txn_write`]), if any.
@@ -45,6 +47,17 @@ impl PreparedWrite {
     /// Number of rows to replicate.
     pub fn len(&self) -> usize {
         self.rows.len()
+    }
+    /// Moves the validated ops and their keys out, in record order, leaving their
+    /// batch positions ([`PreparedWrite::batch_position`]) in place.
+    pub(crate) fn take_rows(&mut self) -> Vec<(RowOp, Vec<u8>)> {
+        self.rows
+            .iter_mut()
+            .map(|(_, op, key)| {
+                let empty = RowOp::new(op.kind, Vec::new());
+                (std::mem::replace(op, empty), std::mem::take(key))
+            })
+            .collect()
     }
     /// Maps the position of a row in the replicated record back to its position in
     /// the caller's batch.
@@ -117,12 +130,8 @@ impl Tablet {
                 }
             }
         }
-        let key_row: Vec<Value> = op
-            .values
-            .iter()
-            .map(|v| v.clone().unwrap_or(Value::Null))
-            .collect();
-        let key = encode_row_key(schema, &key_row).map_err(inv)?;
+        let key = encode_row_key_of(schema, |k| op.values.get(k).and_then(|v| v.as_ref()))
+            .map_err(inv)?;
         Ok((op, key))
     }
 
@@ -341,26 +350,9 @@ impl Tablet {
         request: Option<RequestRecord>,
     ) -> (HybridTime, Vec<u8>) {
         let ts = self.mvcc.start(&self.clock);
-        let ops = p
-            .rows
-            .iter()
-            .map(|(_, op, _)| logged_op(&p.schema, op))
-            .collect();
-        let rec = match p.txn {
-            Some(txn) => LogRecord::TxnWrite {
-                txn,
-                ts,
-                ops,
-                request,
-            },
-            None => LogRecord::Write {
-                ts,
-                ops,
-                atomic,
-                request,
-            },
-        };
-        (ts, rec.encode())
+        let ops = p.rows.iter().map(|(_, op, _)| op);
+        let rec = encode_write_record(ts, p.txn, atomic, request.as_ref(), &p.schema, ops);
+        (ts, rec)
     }
 
     /// Marks a leader's write at `ts` finished (applied, or abandoned).
