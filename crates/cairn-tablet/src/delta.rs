@@ -391,7 +391,7 @@ mod tests {
         let entries: Vec<DeltaEntry> = (0..100_000u32)
             .map(|i| DeltaEntry {
                 ordinal: i,
-                ts: HybridTime(1 << 40 | u64::from(i / 1000) * 7),
+                ts: HybridTime((1 << 40) | (u64::from(i / 1000) * 7)),
                 change: RowChange::Delete,
             })
             .collect();

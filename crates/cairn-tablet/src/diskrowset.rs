@@ -27,13 +27,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arrow::array::{Array, ArrayRef, BooleanArray};
-use arrow::compute::{filter, interleave};
+use arrow::compute::filter;
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
-use cairn_common::types::array_from_values;
-use cairn_common::{ColumnId, ColumnPredicate, DataType, HybridTime, Schema, Value};
+use cairn_common::{ColumnId, ColumnPredicate, HybridTime, Schema, Value};
 use parking_lot::{Mutex, RwLock};
 
 use crate::cache::BlockCache;
+use crate::deltaapply::{RelevantDeltas, apply_deltas, apply_patches, update_patches};
 use crate::delta::{DeltaEntry, DeltaFile, DeltaMemStore};
 use crate::error::{Result, TabletError};
 use crate::history::{NewestFirst, Row, apply_change};
@@ -498,9 +498,31 @@ impl DiskRowSet {
         if lo >= hi {
             return Ok(None);
         }
-        let (redo, undo) = deltas.collect_for(lo, hi, s.snapshot);
-        let relevant: BTreeMap<u32, (Vec<&DeltaEntry>, Vec<&DeltaEntry>)> = {
-            let mut m: BTreeMap<u32, (Vec<&DeltaEntry>, Vec<&DeltaEntry>)> = BTreeMap::new();
+        let proj_ids: Vec<ColumnId> = s.projection.iter().map(|&i| schema.column(i).id).collect();
+        let mut pred_unique: Vec<ColumnId> =
+            s.predicates.iter().map(|(i, _)| schema.column(*i).id).collect();
+        pred_unique.sort_unstable();
+        pred_unique.dedup();
+        // Every column read: the projection, then predicate columns outside it.
+        let mut ids: Vec<ColumnId> = proj_ids.clone();
+        for id in &pred_unique {
+            if !ids.contains(id) {
+                ids.push(*id);
+            }
+        }
+        let mut dms_entries = match &deltas.frozen_dms {
+            Some(d) => d.range(lo, hi),
+            None => Vec::new(),
+        };
+        dms_entries.extend(deltas.dms.range(lo, hi));
+        let patches = update_patches(deltas, &dms_entries, lo, hi, s.snapshot, &ids);
+        let (redo, undo) = if patches.is_some() {
+            (Vec::new(), Vec::new())
+        } else {
+            deltas.collect_for(lo, hi, s.snapshot)
+        };
+        let relevant: RelevantDeltas<'_> = {
+            let mut m: RelevantDeltas<'_> = BTreeMap::new();
             for e in redo.iter().filter(|e| e.ts <= s.snapshot) {
                 m.entry(e.ordinal).or_default().0.push(e);
             }
@@ -509,8 +531,13 @@ impl DiskRowSet {
             }
             m
         };
+        // No visible change to the columns read: base data (and its statistics and
+        // skip cache) answer as they are.
+        let unchanged = patches
+            .as_ref()
+            .is_some_and(|p| p.iter().all(|c| c.is_empty()));
         let full_group = lo == start && hi == end;
-        if relevant.is_empty() && !s.predicates.is_empty() {
+        if unchanged && !s.predicates.is_empty() {
             if base.stats_exclude(schema, rg, s.predicates) {
                 counters
                     .groups_skipped_by_stats
@@ -525,17 +552,8 @@ impl DiskRowSet {
             }
         }
         counters.groups_read.fetch_add(1, Ordering::Relaxed);
-        let proj_ids: Vec<ColumnId> = s.projection.iter().map(|&i| schema.column(i).id).collect();
-        let pred_ids: Vec<ColumnId> = s
-            .predicates
-            .iter()
-            .map(|(i, _)| schema.column(*i).id)
-            .collect();
-        let mut pred_unique: Vec<ColumnId> = pred_ids.clone();
-        pred_unique.sort_unstable();
-        pred_unique.dedup();
 
-        if relevant.is_empty() {
+        if unchanged {
             // Lazy materialisation: predicate columns first.
             if s.predicates.is_empty() {
                 let cols =
@@ -584,15 +602,16 @@ impl DiskRowSet {
             }));
         }
 
-        // Eager path: read everything needed, apply deltas, then filter.
-        let mut ids: Vec<ColumnId> = proj_ids.clone();
-        for id in &pred_unique {
-            if !ids.contains(id) {
-                ids.push(*id);
-            }
-        }
+        // Eager path: read everything needed, apply deltas (column-wise when they are
+        // all updates), then filter.
         let cols = base.read_columns(schema, &ids, rg, lo, hi, None, Some(&self.cache))?;
-        let (cols, visible) = apply_deltas(schema, &ids, cols, lo, &relevant)?;
+        let (cols, visible) = match patches {
+            Some(p) => {
+                let n = (hi - lo) as usize;
+                (apply_patches(schema, &ids, cols, p)?, BooleanArray::from(vec![true; n]))
+            }
+            None => apply_deltas(schema, &ids, cols, lo, &relevant)?,
+        };
         let pos_of = |id: &ColumnId| ids.iter().position(|x| x == id).unwrap_or(0);
         let pcols: Vec<ArrayRef> = pred_unique
             .iter()
@@ -662,105 +681,6 @@ fn evaluate(
         }
     }
     Ok(acc.unwrap_or_else(|| BooleanArray::from(vec![true; cols.first().map_or(0, |c| c.len())])))
-}
-
-type RelevantDeltas<'a> = BTreeMap<u32, (Vec<&'a DeltaEntry>, Vec<&'a DeltaEntry>)>;
-
-/// Applies relevant deltas (REDOs ascending, UNDOs descending) to the rows they touch.
-/// Returns the new columns and a visibility mask.
-fn apply_deltas(
-    schema: &Schema,
-    ids: &[ColumnId],
-    cols: Vec<ArrayRef>,
-    first_ordinal: u32,
-    relevant: &RelevantDeltas<'_>,
-) -> Result<(Vec<ArrayRef>, BooleanArray)> {
-    let n = cols.first().map_or(0, |c| c.len());
-    let types: Vec<DataType> = ids
-        .iter()
-        .map(|id| {
-            schema
-                .index_of_id(*id)
-                .map(|i| schema.column(i).data_type.clone())
-                .ok_or_else(|| {
-                    TabletError::InvalidRequest(format!("column id {id} is not in the schema"))
-                })
-        })
-        .collect::<Result<_>>()?;
-    let defaults: Vec<Value> = ids
-        .iter()
-        .map(|id| {
-            schema
-                .index_of_id(*id)
-                .map(|i| schema.column(i).read_default())
-                .unwrap_or(Value::Null)
-        })
-        .collect();
-    let mut visible = vec![true; n];
-    // Per column: (row, value) overrides.
-    let mut overrides: Vec<Vec<(usize, Value)>> = vec![vec![]; ids.len()];
-    for (ord, (redos, undos)) in relevant {
-        let row = (*ord - first_ordinal) as usize;
-        let mut state: Option<Vec<Value>> = Some(
-            cols.iter()
-                .zip(&types)
-                .map(|(c, t)| Value::from_array(c.as_ref(), row, t))
-                .collect::<cairn_common::Result<_>>()?,
-        );
-        let original = state.clone();
-        let mut apply = |change: &RowChange| match change {
-            RowChange::Delete => state = None,
-            RowChange::Update(cells) => {
-                if let Some(s) = &mut state {
-                    for (id, v) in cells {
-                        if let Some(p) = ids.iter().position(|x| x == id) {
-                            s[p] = v.clone();
-                        }
-                    }
-                }
-            }
-            RowChange::Reinsert(cells) => {
-                let mut s = defaults.clone();
-                for (id, v) in cells {
-                    if let Some(p) = ids.iter().position(|x| x == id) {
-                        s[p] = v.clone();
-                    }
-                }
-                state = Some(s);
-            }
-        };
-        for e in undos.iter().rev() {
-            apply(&e.change);
-        }
-        for e in redos {
-            apply(&e.change);
-        }
-        match state {
-            None => visible[row] = false,
-            Some(s) => {
-                let orig = original.unwrap_or_default();
-                for (p, v) in s.into_iter().enumerate() {
-                    if orig.get(p) != Some(&v) {
-                        overrides[p].push((row, v));
-                    }
-                }
-            }
-        }
-    }
-    let mut out = Vec::with_capacity(cols.len());
-    for ((col, t), ov) in cols.into_iter().zip(&types).zip(overrides) {
-        if ov.is_empty() {
-            out.push(col);
-            continue;
-        }
-        let patch = array_from_values(t, ov.iter().map(|(_, v)| v))?;
-        let mut idx: Vec<(usize, usize)> = (0..n).map(|i| (0, i)).collect();
-        for (j, (row, _)) in ov.iter().enumerate() {
-            idx[*row] = (1, j);
-        }
-        out.push(interleave(&[col.as_ref(), patch.as_ref()], &idx)?);
-    }
-    Ok((out, BooleanArray::from(visible)))
 }
 
 #[cfg(test)]

@@ -503,7 +503,7 @@ impl KeyCursor<'_> {
         // The block was verified when the index was opened.
         let map = &idx.map[..];
         while self.next <= i {
-            let shared = if self.next % interval == 0 {
+            let shared = if self.next.is_multiple_of(interval) {
                 0
             } else {
                 get_varint(map, &mut self.pos).unwrap_or(0)
@@ -656,8 +656,16 @@ mod tests {
             std::fs::metadata(&p).unwrap().len(),
             std::fs::metadata(&flat).unwrap().len(),
         );
-        assert!(blocked * 2 < flat, "{blocked} bytes blocked against {flat} flat");
-        check_against_model(&KeyIndex::open(&p, crc).unwrap(), &keys, &[], &[99_999, 3, 17]);
+        assert!(
+            blocked * 2 < flat,
+            "{blocked} bytes blocked against {flat} flat"
+        );
+        check_against_model(
+            &KeyIndex::open(&p, crc).unwrap(),
+            &keys,
+            &[],
+            &[99_999, 3, 17],
+        );
     }
 
     /// A damaged file whose checksums were recomputed (so only the structure checks

@@ -38,6 +38,7 @@ pub mod bulk;
 pub mod cache;
 pub mod compaction;
 pub mod delta;
+mod deltaapply;
 pub mod diskrowset;
 pub mod error;
 pub mod history;

@@ -129,7 +129,8 @@ impl LocalTablet {
         let index = self.append(log, record)?;
         let schema = p.schema.clone();
         let rows = p.take_rows();
-        self.tablet.apply_own_write(index, ts, &schema, rows, atomic)
+        self.tablet
+            .apply_own_write(index, ts, &schema, rows, atomic)
     }
 
     /// Applies a batch of row ops, each atomic on its own row. Rows that fail

@@ -890,7 +890,10 @@ mod tests {
                     Some(Value::Null),
                 ],
             ),
-            RowOp::new(OpKind::Update, vec![Some(Value::Int64(2)), None, Some(Value::Double(0.5))]),
+            RowOp::new(
+                OpKind::Update,
+                vec![Some(Value::Int64(2)), None, Some(Value::Double(0.5))],
+            ),
             RowOp::new(OpKind::Delete, vec![Some(Value::Int64(3)), None, None]),
         ];
         let request = RequestRecord::new(
@@ -929,8 +932,14 @@ mod tests {
                 request: request.clone(),
             }
             .encode();
-            let got =
-                encode_write_record(HybridTime(9), Some(TxnId(4)), false, request.as_ref(), &schema, ops.iter());
+            let got = encode_write_record(
+                HybridTime(9),
+                Some(TxnId(4)),
+                false,
+                request.as_ref(),
+                &schema,
+                ops.iter(),
+            );
             assert_eq!(got, want);
         }
     }

@@ -419,7 +419,9 @@ impl Tablet {
             }
             (OpKind::Insert | OpKind::InsertIgnore | OpKind::Upsert, false) => {
                 let cells = schema.columns().iter().map(|c| c.id);
-                Decision::Change(RowChange::Reinsert(cells.zip(full_row(op.values)).collect()))
+                Decision::Change(RowChange::Reinsert(
+                    cells.zip(full_row(op.values)).collect(),
+                ))
             }
             (OpKind::Upsert | OpKind::Update | OpKind::UpdateIgnore, true) => {
                 Decision::Change(RowChange::Update(

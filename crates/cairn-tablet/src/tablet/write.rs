@@ -18,9 +18,7 @@ use super::{Location, Tablet};
 use crate::error::{Result, TabletError};
 use crate::history::Row;
 use crate::locks::RowLocks;
-use crate::ops::{
-    OpKind, RequestId, RequestRecord, RowError, RowOp, TxnId, encode_write_record,
-};
+use crate::ops::{OpKind, RequestId, RequestRecord, RowError, RowOp, TxnId, encode_write_record};
 use crate::rowsets::Components;
 
 /// A leader's validated write batch, not yet replicated ([`Tablet::prepare_write`]).
