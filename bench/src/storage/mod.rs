@@ -479,27 +479,44 @@ pub fn storage(args: StorageArgs) -> BoxResult<()> {
     let compacted = tablet.compact_rowsets(None)?;
     let compact_secs = t0.elapsed().as_secs_f64();
     let stats = tablet.stats();
-    results.push(Measurement::new(
-        "flush_mrs",
-        format!("flush_mrs ({} rows → {flushed_rowsets} rowsets)", data.rows),
-        Figure::Secs(flush_secs),
-    ));
-    results.push(Measurement::new(
-        "compact_rowsets",
-        format!(
-            "compact_rowsets(None) → {} rowsets{}",
-            stats.disk_rowsets,
-            if compacted { "" } else { " (nothing to do)" }
-        ),
-        Figure::Secs(compact_secs),
-    ));
+    let flush_rate = data.rows as f64 / flush_secs;
+    let compact_rate = data.rows as f64 / compact_secs;
+    results.push(
+        Measurement::new(
+            "flush_mrs",
+            format!(
+                "flush_mrs ({} rows → {flushed_rowsets} rowsets; {:.2} M rows/s)",
+                data.rows,
+                flush_rate / 1e6
+            ),
+            Figure::Secs(flush_secs),
+        )
+        .target(">= 2 M rows/s", flush_rate >= 2e6),
+    );
+    results.push(
+        Measurement::new(
+            "compact_rowsets",
+            format!(
+                "compact_rowsets(None) → {} rowsets{}; {:.2} M rows/s",
+                stats.disk_rowsets,
+                if compacted { "" } else { " (nothing to do)" },
+                compact_rate / 1e6
+            ),
+            Figure::Secs(compact_secs),
+        )
+        .target(">= 1 M rows/s", compact_rate >= 1e6),
+    );
     results.push(
         Measurement::new(
             "disk_bytes",
             "size on disk after compaction (smaller is better)",
             Figure::Bytes(stats.disk_bytes),
         )
-        .peer("one Parquet file", Figure::Bytes(pq_bytes)),
+        .peer("one Parquet file", Figure::Bytes(pq_bytes))
+        .target(
+            "<= 1.2x Parquet",
+            stats.disk_bytes as f64 <= 1.2 * pq_bytes as f64,
+        ),
     );
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     let sizes = rowset_file_sizes(&tablet_dir.join("rowsets"));
@@ -536,6 +553,7 @@ pub fn storage(args: StorageArgs) -> BoxResult<()> {
     let (secs, out) = best_of(|v| cairn_scan(&tablet, Some(proj), &[], v))?;
     expect_rows("Cairn 4-column scan", out, data.rows, Some(qty_sum))?;
     let rate = data.rows as f64 / secs;
+    let compacted_scan_rate = rate;
     results.push(
         Measurement::new(
             "scan4_compacted",
@@ -621,6 +639,18 @@ pub fn storage(args: StorageArgs) -> BoxResult<()> {
             Figure::Rate(rate),
         )
         .peer(pq_name, Figure::Rate(pq_rate)),
+    );
+    results.push(
+        Measurement::new(
+            "scan4_redo_vs_compacted",
+            "the same scan over REDO deltas, against the compacted scan",
+            Figure::Rate(rate),
+        )
+        .peer(
+            "Cairn, compacted DiskRowSets (above)",
+            Figure::Rate(compacted_scan_rate),
+        )
+        .target("ratio >= 0.8", rate / compacted_scan_rate >= 0.8),
     );
     let t0 = Instant::now();
     let mut majors = 0;

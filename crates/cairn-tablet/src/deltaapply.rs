@@ -7,9 +7,15 @@
 //! deletes, re-inserts or UNDOs are rebuilt one by one as values ([`apply_deltas`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray};
+use arrow::array::{
+    Array, ArrayRef, ArrowPrimitiveType, BooleanArray, BooleanBufferBuilder, PrimitiveArray,
+    downcast_primitive_array,
+};
+use arrow::buffer::NullBuffer;
 use arrow::compute::interleave;
+use arrow::util::bit_util;
 use cairn_common::types::array_from_values;
 use cairn_common::{ColumnId, DataType, HybridTime, Schema, Value};
 
@@ -105,27 +111,117 @@ pub(crate) fn apply_deltas(
         .into_iter()
         .zip(&types)
         .zip(overrides)
-        .map(|((col, t), ov)| patch_column(col, t, ov.iter().map(|(r, v)| (*r, v))))
+        .map(|((col, t), ov)| {
+            let rows: Vec<usize> = ov.iter().map(|(r, _)| *r).collect();
+            let values: Vec<&Value> = ov.iter().map(|(_, v)| v).collect();
+            patch_column(col, t, &rows, &values)
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok((out, BooleanArray::from(visible)))
 }
 
-/// `col` with the rows in `patches` (ascending row, one entry per row) replaced by
-/// their values.
-fn patch_column<'v>(
+/// `col` with row `rows[i]` replaced by `values[i]` (rows ascending).
+fn patch_column(
     col: ArrayRef,
     t: &DataType,
-    patches: impl ExactSizeIterator<Item = (usize, &'v Value)> + Clone,
+    rows: &[usize],
+    values: &[&Value],
 ) -> Result<ArrayRef> {
-    if patches.len() == 0 {
+    if rows.is_empty() {
         return Ok(col);
     }
-    let patch = array_from_values(t, patches.clone().map(|(_, v)| v))?;
+    let patch = array_from_values(t, values.iter().copied())?;
+    let col = if col.data_type() == patch.data_type() {
+        let c = col.as_ref();
+        let patcher: Option<PrimitivePatcher> = downcast_primitive_array!(
+            c => Some(primitive_patcher(c)),
+            _ => None
+        );
+        match patcher {
+            Some(f) => match f(col, patch.as_ref(), rows) {
+                Ok(patched) => return Ok(patched),
+                Err(col) => col,
+            },
+            None => col,
+        }
+    } else {
+        col
+    };
     let mut idx: Vec<(usize, usize)> = (0..col.len()).map(|i| (0, i)).collect();
-    for (j, (row, _)) in patches.enumerate() {
+    for (j, &row) in rows.iter().enumerate() {
         idx[row] = (1, j);
     }
     Ok(interleave(&[col.as_ref(), patch.as_ref()], &idx)?)
+}
+
+/// Patches a primitive column of one array type ([`patch_primitive`]); gives the
+/// column back when the patch is of another type.
+type PrimitivePatcher =
+    fn(ArrayRef, &dyn Array, &[usize]) -> std::result::Result<ArrayRef, ArrayRef>;
+
+/// The [`PrimitivePatcher`] of `col`'s array type.
+fn primitive_patcher<T: ArrowPrimitiveType>(_col: &PrimitiveArray<T>) -> PrimitivePatcher {
+    patch_primitive::<T>
+}
+
+/// A primitive column with its values at `rows` (ascending) replaced by `patch`'s:
+/// in place when the scan owns the column's buffers alone (a freshly decoded row
+/// group), else in one copy of them. `Err(col)` if `patch` is of another type.
+fn patch_primitive<T: ArrowPrimitiveType>(
+    col: ArrayRef,
+    patch: &dyn Array,
+    rows: &[usize],
+) -> std::result::Result<ArrayRef, ArrayRef> {
+    let Some(patch) = patch.as_any().downcast_ref::<PrimitiveArray<T>>() else {
+        return Err(col);
+    };
+    let data_type = col.data_type().clone();
+    let arr = PrimitiveArray::<T>::from(col.to_data());
+    drop(col);
+    // Without a validity buffer to edit, nulls in the patch need the copy.
+    let in_place = patch.null_count() == 0 || arr.nulls().is_some();
+    let arr = if in_place {
+        match arr.into_builder() {
+            Ok(mut b) => {
+                let values = b.values_slice_mut();
+                for (j, &r) in rows.iter().enumerate() {
+                    values[r] = patch.values()[j];
+                }
+                if let Some(valid) = b.validity_slice_mut() {
+                    for (j, &r) in rows.iter().enumerate() {
+                        if patch.is_valid(j) {
+                            bit_util::set_bit(valid, r);
+                        } else {
+                            bit_util::unset_bit(valid, r);
+                        }
+                    }
+                }
+                return Ok(Arc::new(b.finish().with_data_type(data_type)));
+            }
+            Err(arr) => arr,
+        }
+    } else {
+        arr
+    };
+    let mut values = arr.values().to_vec();
+    let mut nulls = (arr.null_count() > 0 || patch.null_count() > 0).then(|| {
+        let mut b = BooleanBufferBuilder::new(arr.len());
+        match arr.nulls() {
+            Some(n) => b.append_buffer(n.inner()),
+            None => b.append_n(arr.len(), true),
+        }
+        b
+    });
+    for (j, &r) in rows.iter().enumerate() {
+        values[r] = patch.values()[j];
+        if let Some(b) = &mut nulls {
+            b.set_bit(r, patch.is_valid(j));
+        }
+    }
+    let nulls = nulls.map(|mut b| NullBuffer::new(b.finish()));
+    Ok(Arc::new(
+        PrimitiveArray::<T>::new(values.into(), nulls).with_data_type(data_type),
+    ))
 }
 
 /// For each column of `ids`, the rows of ordinals `[lo, hi)` (as offsets from `lo`,
@@ -145,7 +241,7 @@ pub(crate) fn update_patches<'d>(
     hi: u32,
     snap: HybridTime,
     ids: &[ColumnId],
-) -> Option<Vec<Vec<(usize, &'d Value)>>> {
+) -> Option<Vec<Patch<'d>>> {
     let undo_visible = deltas
         .undo_files
         .iter()
@@ -154,40 +250,69 @@ pub(crate) fn update_patches<'d>(
     if undo_visible {
         return None;
     }
-    // Per column: (row, timestamp, arrival order, value).
-    let mut found: Vec<Vec<(usize, HybridTime, usize, &Value)>> = vec![Vec::new(); ids.len()];
+    // Per column: (row, timestamp, value) in arrival order, and whether that order is
+    // still (row, timestamp) order — as it is when one store holds the range's updates.
+    let mut found: Vec<(Updates<'_>, bool)> = vec![(Vec::new(), true); ids.len()];
     let files = deltas.redo_files.iter().map(|f| f.range(lo, hi));
-    let mut seq = 0usize;
     for entries in files.chain(std::iter::once(dms_entries)) {
         for e in entries.iter().filter(|e| e.ts <= snap) {
             let RowChange::Update(cells) = &e.change else {
                 return None;
             };
+            let row = (e.ordinal - lo) as usize;
             for (id, v) in cells {
                 if let Some(p) = ids.iter().position(|x| x == id) {
-                    found[p].push(((e.ordinal - lo) as usize, e.ts, seq, v));
+                    let (f, sorted) = &mut found[p];
+                    if f.last().is_some_and(|&(r, ts, _)| (r, ts) > (row, e.ts)) {
+                        *sorted = false;
+                    }
+                    f.push((row, e.ts, v));
                 }
             }
-            seq += 1;
         }
     }
     Some(
         found
             .into_iter()
-            .map(|mut f| {
-                // Usually one file, already in (row, timestamp) order.
-                f.sort_unstable_by_key(|&(row, ts, seq, _)| (row, ts, seq));
-                let mut out: Vec<(usize, &Value)> = Vec::with_capacity(f.len());
-                for (row, _, _, v) in f {
-                    match out.last_mut() {
-                        Some(last) if last.0 == row => last.1 = v,
-                        _ => out.push((row, v)),
+            .map(|(mut f, sorted)| {
+                if !sorted {
+                    // Stable: equal (row, timestamp) keep arrival order, the later
+                    // store winning as it does in `Deltas::collect`.
+                    f.sort_by_key(|&(row, ts, _)| (row, ts));
+                }
+                let mut patch = Patch::default();
+                for (row, _, v) in f {
+                    if patch.rows.last() == Some(&row) {
+                        if let Some(last) = patch.values.last_mut() {
+                            *last = v;
+                        }
+                    } else {
+                        patch.rows.push(row);
+                        patch.values.push(v);
                     }
                 }
-                out
+                patch
             })
             .collect(),
     )
+}
+
+/// One column's updates in a range: (row, timestamp, new value).
+type Updates<'d> = Vec<(usize, HybridTime, &'d Value)>;
+
+/// New values for some rows of one column: `values[i]` replaces row `rows[i]`; rows
+/// ascend.
+#[derive(Debug, Default)]
+pub(crate) struct Patch<'d> {
+    rows: Vec<usize>,
+    values: Vec<&'d Value>,
+}
+
+impl Patch<'_> {
+    /// Whether the patch changes nothing.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
 }
 
 /// Applies [`update_patches`] to the columns (of `ids`) read for a range.
@@ -195,7 +320,7 @@ pub(crate) fn apply_patches(
     schema: &Schema,
     ids: &[ColumnId],
     cols: Vec<ArrayRef>,
-    patches: Vec<Vec<(usize, &Value)>>,
+    patches: Vec<Patch<'_>>,
 ) -> Result<Vec<ArrayRef>> {
     cols.into_iter()
         .zip(ids)
@@ -204,16 +329,13 @@ pub(crate) fn apply_patches(
             let i = schema.index_of_id(*id).ok_or_else(|| {
                 TabletError::InvalidRequest(format!("column id {id} is not in the schema"))
             })?;
-            patch_column(col, &schema.column(i).data_type, p.into_iter())
+            patch_column(col, &schema.column(i).data_type, &p.rows, &p.values)
         })
         .collect()
 }
 
-
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use arrow::array::{Int64Array, StringArray};
     use cairn_common::ColumnSpec;
     use rand::rngs::StdRng;
@@ -233,13 +355,14 @@ mod tests {
                 ColumnSpec::new("k", DataType::Int64),
                 ColumnSpec::new("a", DataType::Int64).nullable(),
                 ColumnSpec::new("b", DataType::String),
-                ColumnSpec::new("c", DataType::Int64),
+                ColumnSpec::new("c", DataType::Int64).nullable(),
+                ColumnSpec::new("d", DataType::Int64),
             ],
             &["k"],
         )
         .unwrap();
         let id = |name: &str| schema.column(schema.index_of(name).unwrap()).id;
-        let ids = [id("b"), id("a")];
+        let ids = [id("b"), id("a"), id("c")];
         let dir = tempfile::tempdir().unwrap();
         for seed in 0..300u64 {
             let mut rng = StdRng::seed_from_u64(seed);
@@ -258,10 +381,21 @@ mod tests {
                     cells.push((id("a"), v));
                 }
                 if rng.random_bool(0.5) {
-                    cells.push((id("b"), Value::String(format!("s{}", rng.random_range(0..99)))));
+                    cells.push((
+                        id("b"),
+                        Value::String(format!("s{}", rng.random_range(0..99))),
+                    ));
                 }
                 if rng.random_bool(0.5) {
-                    cells.push((id("c"), Value::Int64(1)));
+                    let v = if rng.random_ratio(1, 5) {
+                        Value::Null
+                    } else {
+                        Value::Int64(rng.random_range(-9..9))
+                    };
+                    cells.push((id("c"), v));
+                }
+                if rng.random_bool(0.3) {
+                    cells.push((id("d"), Value::Int64(1)));
                 }
                 RowChange::Update(cells)
             };
@@ -300,8 +434,13 @@ mod tests {
             };
             let snap = HybridTime(rng.random_range(0..13));
             let base: Vec<ArrayRef> = vec![
-                Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("base{i}")))),
-                Arc::new(Int64Array::from_iter((0..n as i64).map(|i| (i % 4 != 0).then_some(i)))),
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| format!("base{i}")),
+                )),
+                Arc::new(Int64Array::from_iter(
+                    (0..n as i64).map(|i| (i % 4 != 0).then_some(i)),
+                )),
+                Arc::new(Int64Array::from_iter_values(0..n as i64)),
             ];
             let (redo, undo) = deltas.collect_for(lo, lo + n as u32, snap);
             let mut relevant: RelevantDeltas<'_> = BTreeMap::new();
@@ -310,18 +449,26 @@ mod tests {
             }
             let (want, visible) = apply_deltas(&schema, &ids, base.clone(), lo, &relevant).unwrap();
             assert!(undo.is_empty());
-            let mut dms_entries = deltas.frozen_dms.as_ref().map_or(vec![], |d| d.range(lo, lo + n as u32));
+            let mut dms_entries = deltas
+                .frozen_dms
+                .as_ref()
+                .map_or(vec![], |d| d.range(lo, lo + n as u32));
             dms_entries.extend(deltas.dms.range(lo, lo + n as u32));
             match update_patches(&deltas, &dms_entries, lo, lo + n as u32, snap, &ids) {
                 Some(p) => {
-                    assert_eq!(visible.true_count(), n, "seed {seed}: patches despite a delete");
+                    assert_eq!(
+                        visible.true_count(),
+                        n,
+                        "seed {seed}: patches despite a delete"
+                    );
                     let got = apply_patches(&schema, &ids, base, p).unwrap();
                     for (g, w) in got.iter().zip(&want) {
                         assert_eq!(g.to_data(), w.to_data(), "seed {seed}");
                     }
                 }
                 None => assert!(
-                    redo.iter().any(|e| e.ts <= snap && e.change == RowChange::Delete),
+                    redo.iter()
+                        .any(|e| e.ts <= snap && e.change == RowChange::Delete),
                     "seed {seed}: refused without a visible delete"
                 ),
             }

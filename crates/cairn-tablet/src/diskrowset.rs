@@ -33,8 +33,8 @@ use cairn_common::{ColumnId, ColumnPredicate, HybridTime, Schema, Value};
 use parking_lot::{Mutex, RwLock};
 
 use crate::cache::BlockCache;
-use crate::deltaapply::{RelevantDeltas, apply_deltas, apply_patches, update_patches};
 use crate::delta::{DeltaEntry, DeltaFile, DeltaMemStore};
+use crate::deltaapply::{RelevantDeltas, apply_deltas, apply_patches, update_patches};
 use crate::error::{Result, TabletError};
 use crate::history::{NewestFirst, Row, apply_change};
 use crate::keyindex::KeyIndex;
@@ -499,8 +499,11 @@ impl DiskRowSet {
             return Ok(None);
         }
         let proj_ids: Vec<ColumnId> = s.projection.iter().map(|&i| schema.column(i).id).collect();
-        let mut pred_unique: Vec<ColumnId> =
-            s.predicates.iter().map(|(i, _)| schema.column(*i).id).collect();
+        let mut pred_unique: Vec<ColumnId> = s
+            .predicates
+            .iter()
+            .map(|(i, _)| schema.column(*i).id)
+            .collect();
         pred_unique.sort_unstable();
         pred_unique.dedup();
         // Every column read: the projection, then predicate columns outside it.
@@ -606,24 +609,33 @@ impl DiskRowSet {
         // all updates), then filter.
         let cols = base.read_columns(schema, &ids, rg, lo, hi, None, Some(&self.cache))?;
         let (cols, visible) = match patches {
-            Some(p) => {
-                let n = (hi - lo) as usize;
-                (apply_patches(schema, &ids, cols, p)?, BooleanArray::from(vec![true; n]))
+            Some(p) => (apply_patches(schema, &ids, cols, p)?, None),
+            None => {
+                let (cols, visible) = apply_deltas(schema, &ids, cols, lo, &relevant)?;
+                (cols, Some(visible))
             }
-            None => apply_deltas(schema, &ids, cols, lo, &relevant)?,
         };
         let pos_of = |id: &ColumnId| ids.iter().position(|x| x == id).unwrap_or(0);
         let pcols: Vec<ArrayRef> = pred_unique
             .iter()
             .map(|id| cols[pos_of(id)].clone())
             .collect();
-        let mut mask = if s.predicates.is_empty() {
-            visible
-        } else {
-            arrow::compute::and(
+        let mut mask = match (visible, s.predicates.is_empty()) {
+            (None, true) => {
+                // Every row is visible and wanted.
+                let mut cols = cols;
+                cols.truncate(proj_ids.len());
+                return Ok(Some(OrdinalBatch {
+                    batch: make_batch(&s.out_schema, cols, (hi - lo) as usize)?,
+                    ordinals: (lo..hi).collect(),
+                }));
+            }
+            (Some(visible), true) => visible,
+            (None, false) => evaluate(schema, s.predicates, &pred_unique, &pcols)?,
+            (Some(visible), false) => arrow::compute::and(
                 &visible,
                 &evaluate(schema, s.predicates, &pred_unique, &pcols)?,
-            )?
+            )?,
         };
         if mask.null_count() > 0 {
             mask = arrow::compute::prep_null_mask_filter(&mask);
