@@ -367,18 +367,20 @@ mod tests {
         for seed in 0..300u64 {
             let mut rng = StdRng::seed_from_u64(seed);
             let (lo, n) = (100u32, 24usize);
+            let small_or_null = |rng: &mut StdRng| {
+                if rng.random_ratio(1, 5) {
+                    Value::Null
+                } else {
+                    Value::Int64(rng.random_range(-9..9))
+                }
+            };
             let change = |rng: &mut StdRng, deletes: bool| {
                 if deletes && rng.random_ratio(1, 8) {
                     return RowChange::Delete;
                 }
                 let mut cells = Vec::new();
                 if rng.random_bool(0.5) {
-                    let v = if rng.random_ratio(1, 5) {
-                        Value::Null
-                    } else {
-                        Value::Int64(rng.random_range(-9..9))
-                    };
-                    cells.push((id("a"), v));
+                    cells.push((id("a"), small_or_null(rng)));
                 }
                 if rng.random_bool(0.5) {
                     cells.push((
@@ -387,12 +389,7 @@ mod tests {
                     ));
                 }
                 if rng.random_bool(0.5) {
-                    let v = if rng.random_ratio(1, 5) {
-                        Value::Null
-                    } else {
-                        Value::Int64(rng.random_range(-9..9))
-                    };
-                    cells.push((id("c"), v));
+                    cells.push((id("c"), small_or_null(rng)));
                 }
                 if rng.random_bool(0.3) {
                     cells.push((id("d"), Value::Int64(1)));

@@ -46,10 +46,7 @@ impl Tablet {
         self.check_healthy()?;
         let rec = LogRecord::decode(record)
             .map_err(|e| TabletError::corruption(&self.dir, format!("log entry {index}: {e}")))?;
-        fail::fail_point!("tablet::apply", |arg| Err(TabletError::io(
-            &self.dir,
-            std::io::Error::other(arg.unwrap_or_else(|| "injected failure".into()))
-        )));
+        self.apply_failpoint()?;
         match rec {
             LogRecord::Write {
                 ts,
@@ -127,10 +124,7 @@ impl Tablet {
                 }
             }
         }
-        fail::fail_point!("tablet::apply", |arg| Err(TabletError::io(
-            &self.dir,
-            std::io::Error::other(arg.unwrap_or_else(|| "injected failure".into()))
-        )));
+        self.apply_failpoint()?;
         let stamp = |rec: &LogRecord| match rec {
             LogRecord::Write { ts, .. } | LogRecord::TxnWrite { ts, .. } => *ts,
             _ => unreachable!("only row writes are batched"),
@@ -286,16 +280,22 @@ impl Tablet {
         atomic: bool,
     ) -> Result<Vec<(usize, RowError)>> {
         self.check_healthy()?;
-        fail::fail_point!("tablet::apply", |arg| Err(TabletError::io(
-            &self.dir,
-            std::io::Error::other(arg.unwrap_or_else(|| "injected failure".into()))
-        )));
+        self.apply_failpoint()?;
         let gate = self.gate.read();
         let res = self.apply_rows(index, ts, schema, rows, atomic, None);
         self.note_applied(index, ts);
         drop(gate);
         self.mvcc.finish(ts);
         Ok(res)
+    }
+
+    /// The `tablet::apply` failpoint: tests make applying a record fail here.
+    fn apply_failpoint(&self) -> Result<()> {
+        fail::fail_point!("tablet::apply", |arg| Err(TabletError::io(
+            &self.dir,
+            std::io::Error::other(arg.unwrap_or_else(|| "injected failure".into()))
+        )));
+        Ok(())
     }
 
     /// Applies a write record's rows (ops with their keys).
