@@ -15,11 +15,12 @@
 //! - **Predicate skip cache** ([`SkipCache`]): per row group, conjunctions known to match
 //!   no base row (HRDBMS §III), consulted by implication.
 //!
-//! Scans work per row group: the key range becomes an ordinal range; row groups without
-//! relevant deltas are skipped when min/max statistics or the skip cache rule them out,
-//! and otherwise read *lazily* — predicate columns first, the other columns only for
-//! matching rows. Row groups with relevant deltas are read eagerly, deltas applied, and
-//! the predicates evaluated on the result.
+//! Scans work per row group: the key range becomes an ordinal range; row groups where
+//! no visible delta changes a column the scan reads are skipped when min/max
+//! statistics or the skip cache rule them out, and otherwise read *lazily* — predicate
+//! columns first, the other columns only for matching rows. Other row groups are read
+//! eagerly, their deltas applied (`deltaapply.rs`: column-wise when all are
+//! updates), and the predicates evaluated on the result.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
