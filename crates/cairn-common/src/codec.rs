@@ -79,6 +79,31 @@ pub fn put_u64(out: &mut Vec<u8>, x: u64) {
     out.extend_from_slice(&x.to_le_bytes());
 }
 
+/// Appends `x` as an LEB128 varint: seven bits per byte, low bits first, the high
+/// bit set on every byte but the last.
+pub fn put_varint(out: &mut Vec<u8>, mut x: u64) {
+    while x >= 0x80 {
+        out.push((x as u8) | 0x80);
+        x >>= 7;
+    }
+    out.push(x as u8);
+}
+
+/// Reads a varint written by [`put_varint`] at `*pos` in `buf`, advancing `pos`;
+/// `None` if it runs off the end or past 64 bits.
+pub fn get_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut x = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *buf.get(*pos)?;
+        *pos += 1;
+        x |= u64::from(byte & 0x7F) << shift;
+        if byte & 0x80 == 0 {
+            return Some(x);
+        }
+    }
+    None
+}
+
 /// A cursor over bytes being decoded.
 #[derive(Debug)]
 pub struct Reader<'a> {
@@ -136,6 +161,13 @@ impl<'a> Reader<'a> {
     pub fn bytes(&mut self) -> Result<&'a [u8]> {
         let n = self.u32()? as usize;
         self.take(n)
+    }
+    /// Reads a varint written by [`put_varint`].
+    pub fn varint(&mut self) -> Result<u64> {
+        let mut pos = 0;
+        let x = get_varint(self.buf, &mut pos).ok_or_else(|| self.err("bad varint"))?;
+        self.buf = &self.buf[pos..];
+        Ok(x)
     }
     /// Reads a length-prefixed UTF-8 string.
     pub fn string(&mut self) -> Result<String> {

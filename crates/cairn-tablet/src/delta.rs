@@ -22,7 +22,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use cairn_common::codec::Reader;
+use cairn_common::codec::{self, Reader};
 use cairn_common::{ColumnId, HybridTime};
 use crossbeam_skiplist::SkipMap;
 
@@ -33,29 +33,6 @@ const MAGIC: &[u8; 4] = b"CDLT";
 const VERSION: u32 = 2;
 /// The uncompressed fixed-width layout of older files, still readable.
 const VERSION_FIXED: u32 = 1;
-
-fn put_varint(out: &mut Vec<u8>, mut x: u64) {
-    while x >= 0x80 {
-        out.push((x as u8) | 0x80);
-        x >>= 7;
-    }
-    out.push(x as u8);
-}
-
-fn read_varint(r: &mut Reader<'_>) -> cairn_common::Result<u64> {
-    let mut x = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = r.u8()?;
-        x |= u64::from(b & 0x7F) << shift;
-        if b & 0x80 == 0 {
-            return Ok(x);
-        }
-    }
-    Err(cairn_common::CommonError::Decode {
-        what: "delta file",
-        detail: "varint longer than 64 bits".into(),
-    })
-}
 
 /// One delta: a change to the row at `ordinal` at time `ts`.
 #[derive(Clone, Debug, PartialEq)]
@@ -205,9 +182,9 @@ pub fn write_delta_file(path: &Path, entries: &[DeltaEntry]) -> Result<(u32, u64
                 e.ordinal
             )));
         }
-        put_varint(&mut body, u64::from(e.ordinal - prev_ord));
+        codec::put_varint(&mut body, u64::from(e.ordinal - prev_ord));
         let dts = e.ts.0.wrapping_sub(prev_ts) as i64;
-        put_varint(&mut body, ((dts << 1) ^ (dts >> 63)) as u64);
+        codec::put_varint(&mut body, ((dts << 1) ^ (dts >> 63)) as u64);
         e.change.encode(&mut body);
         (prev_ord, prev_ts) = (e.ordinal, e.ts.0);
     }
@@ -270,10 +247,10 @@ impl DeltaFile {
         let (mut prev_ord, mut prev_ts) = (0u32, 0u64);
         for _ in 0..n {
             let (ordinal, ts) = if version == VERSION {
-                let d = read_varint(&mut r).map_err(map_err)?;
+                let d = r.varint().map_err(map_err)?;
                 let ordinal = u32::try_from(u64::from(prev_ord) + d)
                     .map_err(|_| corrupt("delta ordinal past u32".into()))?;
-                let z = read_varint(&mut r).map_err(map_err)?;
+                let z = r.varint().map_err(map_err)?;
                 let dts = ((z >> 1) as i64) ^ -((z & 1) as i64);
                 (ordinal, prev_ts.wrapping_add(dts as u64))
             } else {

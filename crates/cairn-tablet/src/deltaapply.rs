@@ -2,8 +2,9 @@
 //!
 //! A row group whose visible deltas are all updates (the usual case: rows updated in
 //! place since the last compaction) stays columnar: for each column read, the newest
-//! visible update of each row becomes a patch, and the patched column is built with
-//! Arrow's `interleave` ([`update_patches`], [`apply_patches`]). Rows with visible
+//! visible update of each row becomes a patch, written into a primitive column's
+//! buffers (or merged with Arrow's `interleave` for other types) ([`update_patches`],
+//! [`apply_patches`]). Rows with visible
 //! deletes, re-inserts or UNDOs are rebuilt one by one as values ([`apply_deltas`]).
 
 use std::collections::BTreeMap;

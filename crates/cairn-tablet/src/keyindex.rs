@@ -27,6 +27,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use cairn_common::codec;
 use memmap2::Mmap;
 
 use crate::error::{Result, TabletError};
@@ -49,26 +50,16 @@ fn bloom_positions(key: &[u8], bits: u64, k: u32) -> impl Iterator<Item = u64> {
 /// hundred bytes while the restart keys cost a sixteenth of a full key per key.
 pub const RESTART_INTERVAL: usize = 16;
 
-fn put_varint(out: &mut Vec<u8>, mut x: usize) {
-    while x >= 0x80 {
-        out.push((x as u8) | 0x80);
-        x >>= 7;
-    }
-    out.push(x as u8);
+fn put_varint(out: &mut Vec<u8>, x: usize) {
+    codec::put_varint(out, x as u64);
 }
 
-/// Reads a varint at `*pos` in `b`, advancing `pos`; `None` if it runs off the end.
+/// Reads a varint at `*pos` in `b`, advancing `pos`; `None` if it runs off the end or
+/// exceeds `u32` (no key or block is that long), so sums of them cannot overflow.
 fn get_varint(b: &[u8], pos: &mut usize) -> Option<usize> {
-    let mut x = 0usize;
-    for shift in (0..35).step_by(7) {
-        let byte = *b.get(*pos)?;
-        *pos += 1;
-        x |= usize::from(byte & 0x7F) << shift;
-        if byte & 0x80 == 0 {
-            return Some(x);
-        }
-    }
-    None
+    codec::get_varint(b, pos)
+        .and_then(|x| u32::try_from(x).ok())
+        .map(|x| x as usize)
 }
 
 /// Writes a key index for `keys` (sorted, unique). Returns the file's CRC32C.

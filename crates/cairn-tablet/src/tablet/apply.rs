@@ -55,12 +55,9 @@ impl Tablet {
                 request,
             } => {
                 self.mvcc.start_at(&self.clock, ts);
-                let gate = self.gate.read();
-                let res = self.apply_write(index, ts, ops, atomic, request.as_ref());
-                self.note_applied(index, ts);
-                drop(gate);
-                self.mvcc.finish(ts);
-                res
+                self.under_gate(index, ts, || {
+                    self.apply_write(index, ts, ops, atomic, request.as_ref())
+                })
             }
             LogRecord::BulkInsert { ts, ipc, request } => {
                 self.mvcc.start_at(&self.clock, ts);
@@ -281,12 +278,20 @@ impl Tablet {
     ) -> Result<Vec<(usize, RowError)>> {
         self.check_healthy()?;
         self.apply_failpoint()?;
+        Ok(self.under_gate(index, ts, || {
+            self.apply_rows(index, ts, schema, rows, atomic, None)
+        }))
+    }
+
+    /// Runs `apply` — the applying of the write at `index` and `ts` — under the write
+    /// gate (shared), marks the record applied, and then finishes `ts` in MVCC.
+    fn under_gate<R>(&self, index: u64, ts: HybridTime, apply: impl FnOnce() -> R) -> R {
         let gate = self.gate.read();
-        let res = self.apply_rows(index, ts, schema, rows, atomic, None);
+        let res = apply();
         self.note_applied(index, ts);
         drop(gate);
         self.mvcc.finish(ts);
-        Ok(res)
+        res
     }
 
     /// The `tablet::apply` failpoint: tests make applying a record fail here.
