@@ -410,10 +410,13 @@ async fn rpc_handlers_survive_malformed_requests() {
     while Instant::now() < deadline {
         for (path, seed) in &seeds {
             // Never spliced with other requests: Raft messages (a live group's id would
-            // make a Byzantine peer), and table DDL (a live table's name would make a
-            // legitimate DROP).
+            // make a Byzantine peer), table DDL (a live table's name would make a
+            // legitimate DROP) and the tablet administration calls that change or remove
+            // a tablet (the live tablet's id, spliced in from a Write, would make a
+            // legitimate DeleteTablet — seed 9307190940066361341 did exactly that).
             let other = if path.starts_with("/cairn.Consensus")
                 || path.ends_with("Table") && !path.ends_with("GetTable")
+                || TABLET_ADMIN.iter().any(|a| path.ends_with(a))
             {
                 seed
             } else {
@@ -451,6 +454,15 @@ async fn rpc_handlers_survive_malformed_requests() {
     common::insert_range(&c, &t, 1_000_000_000..1_000_000_010).await;
     assert_eq!(c.scan(&t).count().await.unwrap(), before + 10);
 }
+
+/// Tablet-server calls that create, reconfigure, alter or delete a tablet: a mutant
+/// that names the live tablet is a legitimate request that may remove it.
+const TABLET_ADMIN: &[&str] = &[
+    "/DeleteTablet",
+    "/CreateTablet",
+    "/ChangeConfig",
+    "/AlterSchema",
+];
 
 /// Sends and receives raw message bytes.
 #[derive(Clone, Default)]
