@@ -641,3 +641,32 @@ fn deletes_neither_spin_maintenance_nor_stay_forever() {
     );
     assert_eq!(ordered_rows(&t).len(), 100);
 }
+
+/// A write "unchanged since" a timestamp older than the ancient history mark conflicts:
+/// the row's changes before the mark may be forgotten (here a flush drops the UNDO of
+/// an update), so the condition cannot be verified, and passing it would overwrite
+/// that update blindly.
+#[test]
+fn unchanged_since_below_the_history_mark_conflicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = TabletOptions {
+        history_retention: std::time::Duration::from_millis(200),
+        ..small_options()
+    };
+    let t = LocalTablet::create(dir.path(), kv_schema(), opts).unwrap();
+    let schema = t.schema();
+    let read_at = t.write(vec![RowOp::insert(row(1, 0, 1))]).unwrap().ts;
+    let update =
+        |v: i64| RowOp::update(&schema, &[Value::Int64(1)], &[("v", Value::Int64(v))]).unwrap();
+    t.write(vec![update(2)]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.flush_mrs().unwrap();
+    let r = t.write(vec![update(3).unchanged_since(read_at)]).unwrap();
+    assert_eq!(
+        r.row_errors,
+        vec![(0, RowError::Conflict)],
+        "the update after {read_at:?} was forgotten, not undone"
+    );
+    let got = t.get(&[Value::Int64(1)], ReadMode::Latest).unwrap();
+    assert_eq!(got.map(|r| r[2].clone()), Some(Value::Int64(2)));
+}

@@ -340,6 +340,13 @@ impl Tablet {
 
     /// The ops of an all-or-nothing record that would fail, by record position. Rows
     /// whose store already holds the record (re-application) count as applied.
+    ///
+    /// Only an insert over a live row fails here. The leader checked every op under
+    /// its row lock, and the one writer that takes no row locks, a bulk insert, only
+    /// makes rows live; so an update or delete meeting no live row can only be a
+    /// re-application whose row was deleted later and then dropped by a compaction
+    /// past the history mark (its key is gone, so no store claims the record). Failing
+    /// the record then would throw away its other rows, which replay must restore.
     fn atomic_failures(
         &self,
         comps: &Components,
@@ -361,7 +368,6 @@ impl Tablet {
             };
             let e = match (op.kind, live) {
                 (OpKind::Insert, true) => Some(RowError::AlreadyPresent),
-                (OpKind::Update | OpKind::Delete, false) => Some(RowError::NotFound),
                 _ => None,
             };
             match e {

@@ -226,6 +226,11 @@ impl Tablet {
         }
         let schema = p.schema.clone();
         let comps = self.components();
+        // Changes older than the ancient history mark may be forgotten (flushes and
+        // compactions drop their UNDOs), so "unchanged since" a timestamp below it
+        // cannot be verified: such a write conflicts, and its reader retries with a
+        // fresh snapshot, as a snapshot read below the mark is refused.
+        let ahm = self.ancient_history_mark();
         // Liveness of keys changed earlier in this batch.
         let mut in_batch: HashMap<Vec<u8>, bool> = HashMap::new();
         let mut failed = Vec::new();
@@ -235,7 +240,7 @@ impl Tablet {
                 None => self.status_in(p.txn, &comps, key),
             };
             let verdict = if let Some(since) = op.condition.unchanged_since
-                && (!live || last_change > since)
+                && (!live || last_change > since || since < ahm)
             {
                 Err(RowError::Conflict)
             } else if !op.condition.predicates.is_empty()
