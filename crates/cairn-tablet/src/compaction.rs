@@ -1,10 +1,12 @@
 //! Rewriting DiskRowSets: rowset compaction and major delta compaction (Kudu §4.6-4.7).
 //!
-//! **Rowset compaction** merges several DiskRowSets into new ones: each row's history is
-//! rebuilt from base + UNDO + REDO deltas, history older than the ancient history mark
-//! is dropped (rows deleted before it vanish), and the rows are written again in key
-//! order through the [`crate::writer::RowSetWriter`], so overlapping rowsets become
-//! disjoint ones and a key lookup consults fewer of them.
+//! **Rowset compaction** merges several DiskRowSets into new ones, in key order through
+//! the [`crate::writer::RowSetWriter`], so overlapping rowsets become disjoint ones and
+//! a key lookup consults fewer of them. History older than the ancient history mark is
+//! dropped (rows deleted before it vanish). A row with REDO deltas has its history
+//! rebuilt from base + UNDO + REDO and written again; every other row (nearly all)
+//! keeps its base cells, which move column-wise from the inputs' decoded row groups
+//! into the output batches (Arrow `interleave`) without becoming `Value`s.
 //!
 //! **Major delta compaction** folds the REDO updates of one rowset into its base data.
 //! Only the columns that were updated are rewritten, into a new Parquet file that
@@ -13,123 +15,296 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use arrow::array::{Array, ArrayRef, RecordBatch};
+use arrow::compute::interleave;
+use arrow::error::ArrowError;
 use cairn_common::types::array_from_values;
 use cairn_common::{ColumnId, HybridTime, Schema, Value};
 
+use crate::cache::BLOCK_ROWS;
 use crate::delta::{DeltaEntry, DeltaFile, write_delta_file};
 use crate::diskrowset::DiskRowSet;
 use crate::error::Result;
-use crate::history::{FlushedRow, Row, flush_row, history_from_deltas};
+use crate::history::{Row, flush_row, history_from_deltas};
 use crate::metadata::FileMeta;
 use crate::ops::RowChange;
 use crate::tablet::Tablet;
-use crate::writer::{base_arrow_schema, write_parquet_file, writer_properties};
+use crate::writer::{
+    BatchDeltas, RowSetWriter, base_arrow_schema, write_parquet_file, writer_properties,
+};
 
-/// Reads every base row of row group `rg` of a rowset as values.
-fn read_group_rows(schema: &Schema, rs: &DiskRowSet, rg: usize) -> Result<(u32, Vec<Row>)> {
-    let base = rs.base();
-    let ids: Vec<ColumnId> = schema.columns().iter().map(|c| c.id).collect();
-    let (start, end) = base.group_range(rg);
-    let cols = base.read_all(schema, &ids, rg)?;
-    let n = (end - start) as usize;
-    let mut rows = Vec::with_capacity(n);
-    for r in 0..n {
-        rows.push(
-            schema
-                .columns()
-                .iter()
-                .zip(&cols)
-                .map(|(c, a)| Value::from_array(a.as_ref(), r, &c.data_type))
-                .collect::<cairn_common::Result<Row>>()?,
-        );
-    }
-    Ok((start, rows))
+/// Where a gathered row's cells come from: a row of a decoded input row group, or a
+/// version rebuilt from the row's history.
+#[derive(Clone, Copy)]
+enum Cells {
+    /// Row `row` of source `source` (an index into [`Merge::sources`]).
+    Base { source: usize, row: usize },
+    /// Row `i` of [`Merge::rebuilt`].
+    Rebuilt(usize),
 }
 
-/// A cursor over one input rowset's rows, in key order, as flushed rows.
+/// The cells of an input's next row: a row of its current row group, or a version
+/// rebuilt from the row's history.
+enum HeadCells {
+    Base(usize),
+    Rebuilt(Row),
+}
+
+/// One input rowset's next surviving row.
+struct Head {
+    key: Vec<u8>,
+    cells: HeadCells,
+    undos: Vec<(HybridTime, RowChange)>,
+    redos: Vec<(HybridTime, RowChange)>,
+}
+
+/// A cursor over one input rowset's rows, in key order.
 struct Cursor<'a> {
-    schema: &'a Schema,
     rs: &'a DiskRowSet,
     keys: crate::keyindex::KeyCursor<'a>,
+    /// Next row group to decode.
     rg: usize,
-    rows: std::vec::IntoIter<Row>,
-    next_ordinal: u32,
-    redo: BTreeMap<u32, Vec<(HybridTime, RowChange)>>,
-    undo: BTreeMap<u32, Vec<(HybridTime, RowChange)>>,
-    snap: HybridTime,
-    ahm: HybridTime,
+    /// The current row group's source index and its rows `[next, end)` still to read.
+    source: usize,
+    next: u32,
+    end: u32,
+    group_start: u32,
+    /// All deltas of the rowset, sorted by (ordinal, timestamp), consumed in order.
+    redo: std::iter::Peekable<std::vec::IntoIter<DeltaEntry>>,
+    undo: std::iter::Peekable<std::vec::IntoIter<DeltaEntry>>,
 }
 
 impl<'a> Cursor<'a> {
-    fn new(schema: &'a Schema, rs: &'a DiskRowSet, snap: HybridTime, ahm: HybridTime) -> Self {
-        let d = rs.deltas();
-        let (r, u) = d.collect(0, u32::MAX);
-        let group = |v: Vec<DeltaEntry>| {
-            let mut m: BTreeMap<u32, Vec<(HybridTime, RowChange)>> = BTreeMap::new();
-            for e in v {
-                m.entry(e.ordinal).or_default().push((e.ts, e.change));
-            }
-            m
-        };
+    fn new(rs: &'a DiskRowSet) -> Self {
+        let (redo, undo) = rs.deltas().collect(0, u32::MAX);
         Cursor {
-            schema,
             rs,
             keys: rs.keys.cursor(),
             rg: 0,
-            rows: Vec::new().into_iter(),
-            next_ordinal: 0,
-            redo: group(r),
-            undo: group(u),
-            snap,
-            ahm,
+            source: 0,
+            next: 0,
+            end: 0,
+            group_start: 0,
+            redo: redo.into_iter().peekable(),
+            undo: undo.into_iter().peekable(),
         }
     }
 
-    /// The next surviving row, or `None` at the end.
-    fn next(&mut self) -> Result<Option<FlushedRow>> {
+    /// The next surviving row, or `None` at the end. Decoded row groups go into
+    /// `m.sources` (the cursor's current one is `self.source`).
+    fn next(&mut self, m: &mut Merge<'_>) -> Result<Option<Head>> {
         loop {
-            let row = match self.rows.next() {
-                Some(r) => r,
-                None => {
-                    if self.rg >= self.rs.num_row_groups() {
-                        return Ok(None);
-                    }
-                    let (start, rows) = read_group_rows(self.schema, self.rs, self.rg)?;
-                    self.rg += 1;
-                    self.next_ordinal = start;
-                    self.rows = rows.into_iter();
-                    continue;
+            if self.next == self.end {
+                if self.rg >= self.rs.num_row_groups() {
+                    return Ok(None);
                 }
-            };
-            let o = self.next_ordinal;
-            self.next_ordinal += 1;
+                let (start, end) = self.rs.base().group_range(self.rg);
+                let cols = self.rs.base().read_all(m.schema, &m.ids, self.rg)?;
+                self.rg += 1;
+                self.source = m.sources.len();
+                m.sources.push(cols);
+                (self.group_start, self.next, self.end) = (start, start, end);
+                continue;
+            }
+            let o = self.next;
+            self.next += 1;
+            let row = (o - self.group_start) as usize;
+            let mut undos = Vec::new();
+            while let Some(e) = self.undo.next_if(|e| e.ordinal <= o) {
+                if e.ordinal == o {
+                    undos.push((e.ts, e.change));
+                }
+            }
+            let mut redos = Vec::new();
+            while let Some(e) = self.redo.next_if(|e| e.ordinal <= o) {
+                if e.ordinal == o {
+                    redos.push((e.ts, e.change));
+                }
+            }
             let key = self.keys.seek(o as usize).to_vec();
-            let undos = self.undo.remove(&o).unwrap_or_default();
-            let redos = self.redo.remove(&o).unwrap_or_default();
-            let h = history_from_deltas(self.schema, key, row, &undos, &redos, self.snap);
-            if let Some(f) = flush_row(self.schema, h, self.ahm) {
-                return Ok(Some(f));
+            if redos.iter().all(|(ts, _)| *ts > m.snap) {
+                // No change up to the snapshot: the base row stays as it is, and of
+                // its history only what is older than the ancient history mark goes.
+                undos.retain(|(ts, _)| *ts >= m.ahm);
+                return Ok(Some(Head {
+                    key,
+                    cells: HeadCells::Base(row),
+                    undos,
+                    redos: vec![],
+                }));
+            }
+            let cols = &m.sources[self.source];
+            let base = m
+                .schema
+                .columns()
+                .iter()
+                .zip(cols)
+                .map(|(c, a)| Value::from_array(a.as_ref(), row, &c.data_type))
+                .collect::<cairn_common::Result<Row>>()?;
+            let h = history_from_deltas(m.schema, key, base, &undos, &redos, m.snap);
+            if let Some(f) = flush_row(m.schema, h, m.ahm) {
+                return Ok(Some(Head {
+                    key: f.key,
+                    cells: HeadCells::Rebuilt(f.base),
+                    undos: f.undos,
+                    redos: f.redos,
+                }));
             }
         }
+    }
+}
+
+/// The state of a merge: decoded row groups and rebuilt rows that the rows gathered
+/// for the next output batch point into.
+struct Merge<'s> {
+    schema: &'s Schema,
+    ids: Vec<ColumnId>,
+    snap: HybridTime,
+    ahm: HybridTime,
+    /// Decoded input row groups (one array per schema column each).
+    sources: Vec<Vec<ArrayRef>>,
+    /// Rows whose history was rebuilt.
+    rebuilt: Vec<Row>,
+    /// The rows gathered for the next output batch.
+    keys: Vec<Vec<u8>>,
+    cells: Vec<Cells>,
+    undos: Vec<DeltaEntry>,
+    redos: Vec<DeltaEntry>,
+}
+
+impl Merge<'_> {
+    /// Gathers `h`, the head of the input whose current row group is `source`.
+    fn push(&mut self, h: Head, source: usize) {
+        let ordinal = self.cells.len() as u32;
+        let entry = |(ts, change)| DeltaEntry {
+            ordinal,
+            ts,
+            change,
+        };
+        self.undos.extend(h.undos.into_iter().map(entry));
+        self.redos.extend(h.redos.into_iter().map(entry));
+        self.keys.push(h.key);
+        self.cells.push(match h.cells {
+            HeadCells::Base(row) => Cells::Base { source, row },
+            HeadCells::Rebuilt(r) => {
+                self.rebuilt.push(r);
+                Cells::Rebuilt(self.rebuilt.len() - 1)
+            }
+        });
+    }
+
+    /// Builds the gathered rows' batch (interleaving the sources' columns) and hands
+    /// it to `w`; then drops every source no cursor (or waiting head) still reads.
+    fn emit(
+        &mut self,
+        w: &mut RowSetWriter<'_>,
+        cursors: &mut [Cursor<'_>],
+        heads: &[Option<Head>],
+    ) -> Result<()> {
+        if !self.cells.is_empty() {
+            let rebuilt_source = self.sources.len();
+            let indices: Vec<(usize, usize)> = self
+                .cells
+                .iter()
+                .map(|c| match *c {
+                    Cells::Base { source, row } => (source, row),
+                    Cells::Rebuilt(i) => (rebuilt_source, i),
+                })
+                .collect();
+            let mut rebuilt_cols = Vec::new();
+            if !self.rebuilt.is_empty() {
+                for (i, c) in self.schema.columns().iter().enumerate() {
+                    rebuilt_cols.push(array_from_values(
+                        &c.data_type,
+                        self.rebuilt.iter().map(|r| &r[i]),
+                    )?);
+                }
+            }
+            // One run of consecutive rows of one source (inputs that do not overlap)
+            // is a slice; anything else is interleaved.
+            let (s0, r0) = indices[0];
+            let run = indices
+                .iter()
+                .enumerate()
+                .all(|(i, &(s, r))| s == s0 && r == r0 + i);
+            let cols = (0..self.schema.num_columns())
+                .map(|c| {
+                    let col = |s: usize| -> &dyn Array {
+                        if s == rebuilt_source {
+                            rebuilt_cols[c].as_ref()
+                        } else {
+                            self.sources[s][c].as_ref()
+                        }
+                    };
+                    if run {
+                        Ok(col(s0).slice(r0, indices.len()))
+                    } else {
+                        let n = rebuilt_source + usize::from(!rebuilt_cols.is_empty());
+                        let arrays: Vec<&dyn Array> = (0..n).map(col).collect();
+                        interleave(&arrays, &indices)
+                    }
+                })
+                .collect::<std::result::Result<Vec<_>, ArrowError>>()?;
+            let batch = RecordBatch::try_new(w.arrow_schema(), cols)?;
+            self.cells.clear();
+            self.rebuilt.clear();
+            let deltas = BatchDeltas::Rows {
+                undos: std::mem::take(&mut self.undos),
+                redos: std::mem::take(&mut self.redos),
+            };
+            w.append_batch(std::mem::take(&mut self.keys), &batch, deltas)?;
+        }
+        // Keep only the row groups cursors are in the middle of.
+        let mut kept = Vec::new();
+        for (c, h) in cursors.iter_mut().zip(heads) {
+            if c.next < c.end
+                || matches!(
+                    h,
+                    Some(Head {
+                        cells: HeadCells::Base(_),
+                        ..
+                    })
+                )
+            {
+                kept.push(std::mem::take(&mut self.sources[c.source]));
+                c.source = kept.len() - 1;
+            }
+        }
+        self.sources = kept;
+        Ok(())
     }
 }
 
 /// Merges the rows of `inputs` (disjoint keys, overlapping ranges) in key order into
-/// `sink`, as of snapshot `snap`, dropping history older than `ahm`.
+/// `w`, as of snapshot `snap`, dropping history older than `ahm`.
+///
+/// Rows with no change up to the snapshot (nearly all, in a compaction) never become
+/// `Value`s: their cells are interleaved from the inputs' decoded columns, and only
+/// their UNDOs older than `ahm` are dropped. Rows with REDO deltas have their history
+/// rebuilt ([`history_from_deltas`]) and written again ([`flush_row`]).
 pub fn merge_rowsets(
     schema: &Schema,
     inputs: &[Arc<DiskRowSet>],
     snap: HybridTime,
     ahm: HybridTime,
-    mut sink: impl FnMut(FlushedRow) -> Result<()>,
+    w: &mut RowSetWriter<'_>,
 ) -> Result<()> {
-    let mut cursors: Vec<Cursor<'_>> = inputs
-        .iter()
-        .map(|r| Cursor::new(schema, r, snap, ahm))
-        .collect();
-    let mut heads: Vec<Option<FlushedRow>> = Vec::with_capacity(cursors.len());
+    let mut m = Merge {
+        schema,
+        ids: schema.columns().iter().map(|c| c.id).collect(),
+        snap,
+        ahm,
+        sources: vec![],
+        rebuilt: vec![],
+        keys: Vec::with_capacity(BLOCK_ROWS),
+        cells: Vec::with_capacity(BLOCK_ROWS),
+        undos: vec![],
+        redos: vec![],
+    };
+    let mut cursors: Vec<Cursor<'_>> = inputs.iter().map(|r| Cursor::new(r)).collect();
+    let mut heads: Vec<Option<Head>> = Vec::with_capacity(cursors.len());
     for c in cursors.iter_mut() {
-        heads.push(c.next()?);
+        heads.push(c.next(&mut m)?);
     }
     loop {
         let mut best: Option<usize> = None;
@@ -140,13 +315,16 @@ pub fn merge_rowsets(
                 best = Some(i);
             }
         }
-        let Some(i) = best else { return Ok(()) };
-        let row = heads[i].take();
-        heads[i] = cursors[i].next()?;
-        if let Some(r) = row {
-            sink(r)?;
+        let Some(i) = best else { break };
+        if let Some(h) = heads[i].take() {
+            m.push(h, cursors[i].source);
+        }
+        heads[i] = cursors[i].next(&mut m)?;
+        if m.cells.len() >= BLOCK_ROWS {
+            m.emit(w, &mut cursors, &heads)?;
         }
     }
+    m.emit(w, &mut cursors, &heads)
 }
 
 /// See [`Tablet::major_delta_compaction`]. The caller holds the maintenance lock.

@@ -74,6 +74,17 @@ impl MrsRow {
         state.map(Cow::Owned)
     }
 
+    /// Whether the row as inserted is its only version at snapshot `snap`: inserted at
+    /// or before it and not changed since, up to it.
+    pub fn unchanged_at(&self, snap: HybridTime) -> bool {
+        self.insert_ts <= snap
+            && self
+                .mutations
+                .lock()
+                .first()
+                .is_none_or(|(ts, _)| *ts > snap)
+    }
+
     /// Whether the row is live after every change applied so far.
     pub fn is_live(&self) -> bool {
         let muts = self.mutations.lock();
@@ -128,7 +139,15 @@ pub struct MemRowSet {
     created: Instant,
     /// Lowest log index of an op that wrote into this MemRowSet (u64::MAX: none).
     first_log_index: AtomicU64,
+    /// Rows inserted so far, and the key of every [`KEY_SAMPLE_EVERY`]th: a uniform
+    /// sample of the keys (whatever the insert order), from which a flush picks the
+    /// boundaries of key ranges of about equal size.
+    inserted: AtomicUsize,
+    key_sample: Mutex<Vec<Vec<u8>>>,
 }
+
+/// One inserted key in this many goes into a MemRowSet's key sample.
+const KEY_SAMPLE_EVERY: usize = 1024;
 
 impl MemRowSet {
     /// An empty MemRowSet.
@@ -139,6 +158,8 @@ impl MemRowSet {
             bytes: AtomicUsize::new(0),
             created: Instant::now(),
             first_log_index: AtomicU64::new(u64::MAX),
+            inserted: AtomicUsize::new(0),
+            key_sample: Mutex::new(Vec::new()),
         }
     }
 
@@ -151,6 +172,13 @@ impl MemRowSet {
         let size = key.len() + 64 + row.iter().map(|v| 24 + v.size_bytes()).sum::<usize>();
         self.bytes.fetch_add(size, Ordering::Relaxed);
         self.note_index(log_index);
+        if self
+            .inserted
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(KEY_SAMPLE_EVERY)
+        {
+            self.key_sample.lock().push(key.clone());
+        }
         self.rows.insert(
             key,
             Arc::new(MrsRow {
@@ -202,6 +230,30 @@ impl MemRowSet {
         self.rows
             .iter()
             .map(|e| (e.key().clone(), e.value().clone()))
+    }
+
+    /// Up to `parts - 1` keys that cut the rows into `parts` key ranges of about
+    /// equal size (from the key sample; fewer when the sample is too small).
+    pub fn split_keys(&self, parts: usize) -> Vec<Vec<u8>> {
+        let mut sample = self.key_sample.lock().clone();
+        sample.sort_unstable();
+        let mut splits: Vec<Vec<u8>> = (1..parts.max(1))
+            .filter_map(|i| sample.get(sample.len() * i / parts).cloned())
+            .collect();
+        splits.dedup();
+        splits
+    }
+
+    /// The rows with keys in `[lo, hi)` (`None`: unbounded), in key order, as the skip
+    /// list's entries (neither key nor row is copied).
+    pub fn entries_between<'a>(
+        &'a self,
+        lo: Option<&'a [u8]>,
+        hi: Option<&'a [u8]>,
+    ) -> impl Iterator<Item = crossbeam_skiplist::map::Entry<'a, Vec<u8>, Arc<MrsRow>>> + 'a {
+        let lo = lo.map_or(Bound::Unbounded, Bound::Included);
+        let hi = hi.map_or(Bound::Unbounded, Bound::Excluded);
+        self.rows.range::<[u8], _>((lo, hi))
     }
 
     /// Number of rows (including deleted ones still in the chain).

@@ -1,11 +1,16 @@
-//! Writing new DiskRowSets from flushed rows (MemRowSet flush and rowset compaction).
+//! Writing new DiskRowSets from batches of rows (MemRowSet flush, rowset compaction and
+//! bulk insert).
 //!
-//! Rows arrive in key order as [`FlushedRow`]s (base row + UNDO + REDO deltas). The
-//! writer streams them into a Parquet base file in batches, collects keys and deltas by
-//! row ordinal, and *rolls* to a new rowset once the base file reaches the target size
-//! (32 MiB by default, DESIGN.md), so no rowset grows unboundedly. Each finished rowset
-//! gets its key index and delta files, all fsynced, and a [`RowSetMeta`] listing them
-//! with their checksums.
+//! Rows arrive in key order as Arrow batches in base-file form, with their encoded keys
+//! and their UNDO and REDO deltas ([`BatchDeltas`]). The writer streams the batches into
+//! a Parquet base file, collects keys and deltas by row ordinal, and *rolls* to a new
+//! rowset once the base file reaches the target size (32 MiB by default), so no rowset
+//! grows unboundedly. Each finished rowset gets its key index and delta files, all
+//! fsynced, and a [`RowSetMeta`] listing them with their checksums.
+//!
+//! Callers build the batches column-wise: a flush gathers the MemRowSet's rows by
+//! reference ([`RowsChunk`]), a compaction interleaves the input rowsets' decoded
+//! columns. Only rows whose history must be rebuilt go through per-row `Value`s.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -13,8 +18,8 @@ use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema as ArrowSchema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use cairn_common::types::array_from_values;
-use cairn_common::{ColumnId, Schema};
+use cairn_common::types::RowsToColumns;
+use cairn_common::{ColumnId, HybridTime, Schema, Value};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -23,9 +28,10 @@ use crate::cache::BLOCK_ROWS;
 use crate::delta::{DeltaEntry, write_delta_file};
 use crate::diskrowset::parquet_column_name;
 use crate::error::{Result, TabletError};
-use crate::history::{FlushedRow, Row};
+use crate::history::FlushedRow;
 use crate::keyindex::write_key_index;
 use crate::metadata::{BaseFileMeta, FileMeta, RowSetMeta, sync_dir};
+use crate::ops::RowChange;
 
 /// Compression codec for base data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +139,115 @@ pub struct WriterConfig {
     pub codec: Codec,
 }
 
+/// The deltas of the rows of a batch given to [`RowSetWriter::append_batch`].
+#[derive(Debug, Default)]
+pub enum BatchDeltas {
+    /// The rows have no deltas.
+    #[default]
+    None,
+    /// Every row was inserted at this timestamp (a bulk insert): each gets an UNDO
+    /// saying it did not exist before.
+    InsertedAt(HybridTime),
+    /// Each entry's `ordinal` is the row's position in the batch; each list is sorted
+    /// by (position, timestamp).
+    Rows {
+        /// UNDO deltas.
+        undos: Vec<DeltaEntry>,
+        /// REDO deltas.
+        redos: Vec<DeltaEntry>,
+    },
+}
+
+/// Rows gathered by reference for one batch of a flush: their keys, their deltas, and
+/// the rows themselves (`R` dereferences to one value per schema column, in order).
+pub struct RowsChunk<R> {
+    keys: Vec<Vec<u8>>,
+    rows: Vec<R>,
+    undos: Vec<DeltaEntry>,
+    redos: Vec<DeltaEntry>,
+}
+
+impl<R: AsRef<[Value]>> RowsChunk<R> {
+    /// An empty chunk.
+    pub fn new() -> Self {
+        RowsChunk {
+            keys: Vec::with_capacity(BLOCK_ROWS),
+            rows: Vec::with_capacity(BLOCK_ROWS),
+            undos: vec![],
+            redos: vec![],
+        }
+    }
+
+    /// Adds a row with its deltas (each ascending by timestamp).
+    pub fn push(
+        &mut self,
+        key: Vec<u8>,
+        row: R,
+        undos: impl IntoIterator<Item = (HybridTime, RowChange)>,
+        redos: impl IntoIterator<Item = (HybridTime, RowChange)>,
+    ) {
+        let ordinal = self.rows.len() as u32;
+        let entry = |(ts, change)| DeltaEntry {
+            ordinal,
+            ts,
+            change,
+        };
+        self.undos.extend(undos.into_iter().map(entry));
+        self.redos.extend(redos.into_iter().map(entry));
+        self.keys.push(key);
+        self.rows.push(row);
+    }
+
+    /// Adds a row in the form [`crate::history::flush_row`] gives it.
+    pub fn push_flushed(&mut self, row: FlushedRow)
+    where
+        R: From<crate::history::Row>,
+    {
+        self.push(row.key, R::from(row.base), row.undos, row.redos);
+    }
+
+    /// Number of rows gathered.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether no row is gathered.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Builds the gathered rows' columns and appends them to `w`, leaving the chunk
+    /// empty.
+    pub fn write_to(&mut self, w: &mut RowSetWriter<'_>) -> Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let types: Vec<_> = w
+            .schema
+            .columns()
+            .iter()
+            .map(|c| c.data_type.clone())
+            .collect();
+        let mut b = RowsToColumns::new(&types, self.rows.len());
+        for r in &self.rows {
+            b.append_row(r.as_ref())?;
+        }
+        let batch = RecordBatch::try_new(w.arrow_schema.clone(), b.finish()?)?;
+        self.rows.clear();
+        let deltas = BatchDeltas::Rows {
+            undos: std::mem::take(&mut self.undos),
+            redos: std::mem::take(&mut self.redos),
+        };
+        w.append_batch(std::mem::take(&mut self.keys), &batch, deltas)
+    }
+}
+
+impl<R: AsRef<[Value]>> Default for RowsChunk<R> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 struct Open {
     id: u64,
     dir: PathBuf,
@@ -140,7 +255,6 @@ struct Open {
     keys: Vec<Vec<u8>>,
     undos: Vec<DeltaEntry>,
     redos: Vec<DeltaEntry>,
-    pending: Vec<Row>,
 }
 
 /// Streams flushed rows into one or more new DiskRowSets.
@@ -150,7 +264,7 @@ pub struct RowSetWriter<'a> {
     ids: Vec<ColumnId>,
     arrow_schema: SchemaRef,
     config: WriterConfig,
-    alloc_id: Box<dyn FnMut() -> u64 + 'a>,
+    alloc_id: Box<dyn FnMut() -> u64 + Send + 'a>,
     durable_index: u64,
     durable_ts: u64,
     open: Option<Open>,
@@ -166,7 +280,7 @@ impl<'a> RowSetWriter<'a> {
         schema: &'a Schema,
         config: WriterConfig,
         durable: (u64, cairn_common::HybridTime),
-        alloc_id: Box<dyn FnMut() -> u64 + 'a>,
+        alloc_id: Box<dyn FnMut() -> u64 + Send + 'a>,
     ) -> Self {
         let ids: Vec<ColumnId> = schema.columns().iter().map(|c| c.id).collect();
         let arrow_schema = base_arrow_schema(schema, &ids);
@@ -182,6 +296,11 @@ impl<'a> RowSetWriter<'a> {
             open: None,
             done: vec![],
         }
+    }
+
+    /// The Arrow schema of the batches [`RowSetWriter::append_batch`] takes.
+    pub fn arrow_schema(&self) -> SchemaRef {
+        self.arrow_schema.clone()
     }
 
     fn start(&mut self) -> Result<()> {
@@ -200,77 +319,18 @@ impl<'a> RowSetWriter<'a> {
             keys: vec![],
             undos: vec![],
             redos: vec![],
-            pending: vec![],
         });
         Ok(())
     }
 
-    fn write_pending(&mut self) -> Result<()> {
-        let Some(o) = &mut self.open else {
-            return Ok(());
-        };
-        if o.pending.is_empty() {
-            return Ok(());
-        }
-        let cols = self
-            .schema
-            .columns()
-            .iter()
-            .enumerate()
-            .map(|(i, c)| array_from_values(&c.data_type, o.pending.iter().map(|r| &r[i])))
-            .collect::<cairn_common::Result<Vec<_>>>()?;
-        let batch = RecordBatch::try_new(self.arrow_schema.clone(), cols)?;
-        o.writer
-            .write(&batch)
-            .map_err(|e| TabletError::parquet(&o.dir, e))?;
-        o.pending.clear();
-        Ok(())
-    }
-
-    /// Appends a row (rows must come in ascending key order).
-    pub fn append(&mut self, row: FlushedRow) -> Result<()> {
-        if self.open.is_none() {
-            self.start()?;
-        }
-        let Some(o) = &mut self.open else {
-            return Ok(());
-        };
-        let ordinal = o.keys.len() as u32;
-        o.keys.push(row.key);
-        o.undos
-            .extend(row.undos.into_iter().map(|(ts, change)| DeltaEntry {
-                ordinal,
-                ts,
-                change,
-            }));
-        o.redos
-            .extend(row.redos.into_iter().map(|(ts, change)| DeltaEntry {
-                ordinal,
-                ts,
-                change,
-            }));
-        o.pending.push(row.base);
-        if o.pending.len() >= BLOCK_ROWS.min(self.config.rows_per_row_group.max(1)) {
-            self.write_pending()?;
-            if let Some(o) = &self.open {
-                let size = o.writer.bytes_written() + o.writer.in_progress_size();
-                if size as u64 >= self.config.target_rowset_bytes {
-                    self.finish_open()?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Appends a batch of rows already in base-file form (all columns, named by id,
-    /// sorted by key, after every row appended so far); `keys` are their encoded keys.
-    /// With `inserted_at`, each row gets an UNDO saying it did not exist before that
-    /// timestamp (a bulk insert).
+    /// sorted by key, after every row appended so far); `keys` are their encoded keys
+    /// and `deltas` their UNDO and REDO deltas.
     pub fn append_batch(
         &mut self,
         keys: Vec<Vec<u8>>,
         batch: &RecordBatch,
-        inserted_at: Option<cairn_common::HybridTime>,
+        deltas: BatchDeltas,
     ) -> Result<()> {
         if keys.len() != batch.num_rows() {
             return Err(TabletError::InvalidRequest(format!(
@@ -279,9 +339,15 @@ impl<'a> RowSetWriter<'a> {
                 batch.num_rows()
             )));
         }
-        self.write_pending()?;
         let chunk = BLOCK_ROWS.min(self.config.rows_per_row_group.max(1));
         let mut keys = keys.into_iter();
+        let (inserted_at, undos, redos) = match deltas {
+            BatchDeltas::None => (None, vec![], vec![]),
+            BatchDeltas::InsertedAt(ts) => (Some(ts), vec![], vec![]),
+            BatchDeltas::Rows { undos, redos } => (None, undos, redos),
+        };
+        let mut undos = undos.into_iter().peekable();
+        let mut redos = redos.into_iter().peekable();
         let mut off = 0;
         while off < batch.num_rows() {
             if self.open.is_none() {
@@ -298,16 +364,26 @@ impl<'a> RowSetWriter<'a> {
             o.writer
                 .write(&slice)
                 .map_err(|e| TabletError::parquet(&o.dir, e))?;
-            for key in keys.by_ref().take(len) {
-                let ordinal = o.keys.len() as u32;
-                o.keys.push(key);
-                if let Some(ts) = inserted_at {
-                    o.undos.push(DeltaEntry {
+            let first = o.keys.len() as u32;
+            o.keys.extend(keys.by_ref().take(len));
+            if let Some(ts) = inserted_at {
+                o.undos
+                    .extend((first..first + len as u32).map(|ordinal| DeltaEntry {
                         ordinal,
                         ts,
-                        change: crate::ops::RowChange::Delete,
-                    });
-                }
+                        change: RowChange::Delete,
+                    }));
+            }
+            let end = (off + len) as u32;
+            let rebase = |mut e: DeltaEntry| {
+                e.ordinal = e.ordinal - off as u32 + first;
+                e
+            };
+            while let Some(e) = undos.next_if(|e| e.ordinal < end) {
+                o.undos.push(rebase(e));
+            }
+            while let Some(e) = redos.next_if(|e| e.ordinal < end) {
+                o.redos.push(rebase(e));
             }
             off += len;
             let size = o.writer.bytes_written() + o.writer.in_progress_size();
@@ -319,7 +395,6 @@ impl<'a> RowSetWriter<'a> {
     }
 
     fn finish_open(&mut self) -> Result<()> {
-        self.write_pending()?;
         let Some(o) = self.open.take() else {
             return Ok(());
         };

@@ -11,6 +11,7 @@ use crate::error::{Result, TabletError};
 use crate::locks::PendingRange;
 use crate::ops::{LogRecord, OpKind, RequestId, RequestRecord, RowError, RowOp};
 use crate::rowsets::Components;
+use crate::writer::BatchDeltas;
 
 /// A leader's checked bulk insert, not yet replicated ([`Tablet::prepare_bulk`]).
 #[derive(Debug)]
@@ -220,7 +221,11 @@ impl Tablet {
             .iter()
             .map(|&i| std::mem::take(&mut keys[i as usize]))
             .collect();
-        let undo = (ts >= self.ancient_history_mark()).then_some(ts);
+        let undo = if ts >= self.ancient_history_mark() {
+            BatchDeltas::InsertedAt(ts)
+        } else {
+            BatchDeltas::None
+        };
         let mut w = self.rowset_writer(schema, (index, ts));
         w.append_batch(fresh_keys, &sorted, undo)?;
         let outputs = self.open_rowsets(w.finish()?)?;

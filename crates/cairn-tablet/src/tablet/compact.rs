@@ -137,7 +137,7 @@ impl Tablet {
         let schema = self.schema();
         let ahm = self.ancient_history_mark();
         let mut w = self.rowset_writer(&schema, (cut, snap));
-        crate::compaction::merge_rowsets(&schema, &inputs, snap, ahm, |f| w.append(f))?;
+        crate::compaction::merge_rowsets(&schema, &inputs, snap, ahm, &mut w)?;
         let outputs = self.open_rowsets(w.finish()?)?;
 
         let _g = self.gate.write();

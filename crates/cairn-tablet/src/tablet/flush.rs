@@ -10,15 +10,20 @@
 //! delta stores, swaps the components and records the new durable marks. A new
 //! rowset declares itself durable up to the cut, and nothing it holds only in memory is
 //! at or below the cut, so a restart re-applies exactly what is missing.
+//!
+//! The write of a large MemRowSet is split into key ranges of about equal size (cut at
+//! keys of the store's insert sample) written by threads of their own, each into its
+//! own rowsets: the ranges are disjoint, so their rowsets are too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use cairn_common::{HybridTime, Schema};
+use cairn_common::{HybridTime, Schema, Value};
 use parking_lot::RwLockWriteGuard;
 
 use super::Tablet;
+use crate::cache::BLOCK_ROWS;
 use crate::delta::{DeltaMemStore, write_delta_file};
 use crate::diskrowset::DiskRowSet;
 use crate::error::{Result, TabletError};
@@ -27,6 +32,59 @@ use crate::memrowset::{MemRowSet, MrsRow};
 use crate::metadata::{FileMeta, RowSetMeta};
 use crate::ops::RowChange;
 use crate::rowsets::Components;
+use crate::writer::RowsChunk;
+
+/// How many key ranges a flush of `rows` rows writes in parallel: at most `threads`,
+/// each of at least `min_rows` rows (smaller parts would only make small rowsets).
+fn flush_parts(rows: usize, threads: usize, min_rows: usize) -> usize {
+    (rows / min_rows.max(1)).clamp(1, threads.max(1))
+}
+
+/// The cells of a row a flush writes: a MemRowSet row as inserted, or a version
+/// rebuilt from its history.
+enum FlushedCells {
+    Shared(Arc<MrsRow>),
+    Owned(Row),
+}
+
+/// Runs `f` on each item on a thread of its own; returns the results in order.
+fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    if let [one] = items {
+        return Ok(vec![f(one)?]);
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items.iter().map(|i| scope.spawn(|| f(i))).collect();
+        handles
+            .into_iter()
+            // A panic in a thread is a bug: it goes on in this one.
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+/// A key range `[lo, hi)` of a flush (`None`: unbounded).
+type KeyRange<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// A MemRowSet row as its skip list holds it.
+type MrsEntry<'a> = crossbeam_skiplist::map::Entry<'a, Vec<u8>, Arc<MrsRow>>;
+
+impl AsRef<[Value]> for FlushedCells {
+    fn as_ref(&self) -> &[Value] {
+        match self {
+            FlushedCells::Shared(r) => &r.row,
+            FlushedCells::Owned(r) => r,
+        }
+    }
+}
+
+impl From<Row> for FlushedCells {
+    fn from(r: Row) -> Self {
+        FlushedCells::Owned(r)
+    }
+}
 
 impl Tablet {
     /// Flushes the MemRowSet into new DiskRowSets. Returns false if it was empty.
@@ -54,6 +112,7 @@ impl Tablet {
         let mut frozen_list = comps.frozen.clone();
         frozen_list.push(frozen.clone());
         *self.comps.write() = Arc::new(Components::new(new_mrs, frozen_list, comps.disk.clone()));
+        drop(comps);
         let gate = if hold_gate {
             Some(gate)
         } else {
@@ -62,21 +121,38 @@ impl Tablet {
         };
 
         let schema = self.schema();
-        let ahm = self.ancient_history_mark();
-        let mut w = self.rowset_writer(&schema, (cut, snap));
-        for (key, row) in frozen.iter() {
-            if let Some(f) = flush_row(&schema, row.history(&schema, key, snap), ahm) {
-                w.append(f)?;
-            }
-        }
-        let outputs = self.open_rowsets(w.finish()?)?;
+        let parts = flush_parts(
+            frozen.len(),
+            self.opts.flush_threads,
+            self.opts.flush_part_min_rows,
+        );
+        let splits = frozen.split_keys(parts);
+        let ranges: Vec<KeyRange<'_>> = (0..=splits.len())
+            .map(|i| {
+                let lo = i.checked_sub(1).map(|j| splits[j].as_slice());
+                (lo, splits.get(i).map(Vec::as_slice))
+            })
+            .collect();
+        // Key ranges go to threads of their own, each writing its own rowsets.
+        let metas = in_parallel(&ranges, |&(lo, hi)| {
+            self.write_mrs_part(&schema, frozen.entries_between(lo, hi), cut, snap)
+        })?;
+        let outputs = self.open_rowsets(metas.into_iter().flatten().collect())?;
 
         let gate = match gate {
             Some(g) => g,
             None => self.gate.write(),
         };
         let comps = self.components();
-        for (key, row) in frozen.iter() {
+        // The rows changed after the snapshot, found range by range in parallel.
+        let changed = in_parallel(&ranges, |&(lo, hi)| {
+            Ok(frozen
+                .entries_between(lo, hi)
+                .filter(|e| e.value().last_change() > snap)
+                .map(|e| (e.key().clone(), e.value().clone()))
+                .collect::<Vec<_>>())
+        })?;
+        for (key, row) in changed.into_iter().flatten() {
             self.carry_over(
                 &schema,
                 &comps,
@@ -106,7 +182,41 @@ impl Tablet {
             cut,
             "flushed the MemRowSet"
         );
+        // Freeing millions of rows takes a while (a third of a flush's time); nothing
+        // waits for it. (Scans still reading the store keep it alive anyway.)
+        drop(comps);
+        std::thread::spawn(move || drop(frozen));
         Ok((true, hold_gate.then_some(gate)))
+    }
+
+    /// Writes `rows` (a key range of a frozen MemRowSet, in key order) as they were at
+    /// snapshot `snap` into new DiskRowSets durable up to `cut`; returns their records.
+    fn write_mrs_part<'a>(
+        &self,
+        schema: &Schema,
+        rows: impl Iterator<Item = MrsEntry<'a>>,
+        cut: u64,
+        snap: HybridTime,
+    ) -> Result<Vec<RowSetMeta>> {
+        let ahm = self.ancient_history_mark();
+        let mut w = self.rowset_writer(schema, (cut, snap));
+        let mut chunk: RowsChunk<FlushedCells> = RowsChunk::new();
+        for e in rows {
+            let (key, row) = (e.key(), e.value());
+            if row.unchanged_at(snap) {
+                // The common case: the row as inserted is its only version, so its
+                // cells go into the batch by reference, with at most an insert UNDO.
+                let undo = (row.insert_ts >= ahm).then_some((row.insert_ts, RowChange::Delete));
+                chunk.push(key.clone(), FlushedCells::Shared(row.clone()), undo, None);
+            } else if let Some(f) = flush_row(schema, row.history(schema, key.clone(), snap), ahm) {
+                chunk.push_flushed(f);
+            }
+            if chunk.len() >= BLOCK_ROWS {
+                chunk.write_to(&mut w)?;
+            }
+        }
+        chunk.write_to(&mut w)?;
+        w.finish()
     }
 
     /// Re-applies changes made after a cut to rows that now live in `outputs` (or, if a
@@ -309,4 +419,18 @@ pub(crate) fn write_redo_file(
     let file = Arc::new(crate::delta::DeltaFile::open(&path, &name, crc)?);
     meta.next_file_seq += 1;
     Ok((file, FileMeta { name, crc, size }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flush_parts;
+
+    #[test]
+    fn flush_parts_are_big_enough_and_bounded_by_threads() {
+        assert_eq!(flush_parts(0, 4, 100), 1);
+        assert_eq!(flush_parts(199, 4, 100), 1);
+        assert_eq!(flush_parts(200, 4, 100), 2);
+        assert_eq!(flush_parts(10_000, 4, 100), 4);
+        assert_eq!(flush_parts(10_000, 0, 0), 1);
+    }
 }

@@ -103,6 +103,12 @@ pub struct TabletOptions {
     pub reclaim_deleted_ratio: f64,
     /// How long a read waits for writes in flight at or below its snapshot.
     pub safe_time_timeout: Duration,
+    /// Threads a MemRowSet flush writes with, each taking a key range of at least
+    /// `flush_part_min_rows` rows into rowsets of its own (the machine's CPUs, at
+    /// most 4).
+    pub flush_threads: usize,
+    /// The fewest rows a flush thread takes (256 Ki).
+    pub flush_part_min_rows: usize,
 }
 
 impl Default for TabletOptions {
@@ -122,6 +128,10 @@ impl Default for TabletOptions {
             maintenance_interval: Duration::from_millis(250),
             reclaim_deleted_ratio: 0.2,
             safe_time_timeout: Duration::from_secs(10),
+            flush_threads: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(4),
+            flush_part_min_rows: 256 << 10,
         }
     }
 }

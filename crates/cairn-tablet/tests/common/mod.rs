@@ -37,6 +37,9 @@ pub fn small_options() -> TabletOptions {
         compaction_budget_bytes: 64 << 20,
         block_cache: std::sync::Arc::new(cairn_tablet::cache::BlockCache::new(1 << 20)),
         maintenance_interval: Duration::from_millis(5),
+        // Flushes of more than a few rows write two key ranges in parallel.
+        flush_threads: 2,
+        flush_part_min_rows: 8,
         ..TabletOptions::default()
     }
 }
