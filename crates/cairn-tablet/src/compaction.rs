@@ -30,7 +30,7 @@ use crate::metadata::FileMeta;
 use crate::ops::RowChange;
 use crate::tablet::Tablet;
 use crate::writer::{
-    BatchDeltas, RowSetWriter, base_arrow_schema, write_parquet_file, writer_properties,
+    RowSetWriter, RowsChunk, base_arrow_schema, write_parquet_file, writer_properties,
 };
 
 /// Where a gathered row's cells come from: a row of a decoded input row group, or a
@@ -166,31 +166,20 @@ struct Merge<'s> {
     /// Rows whose history was rebuilt.
     rebuilt: Vec<Row>,
     /// The rows gathered for the next output batch.
-    keys: Vec<Vec<u8>>,
-    cells: Vec<Cells>,
-    undos: Vec<DeltaEntry>,
-    redos: Vec<DeltaEntry>,
+    chunk: RowsChunk<Cells>,
 }
 
 impl Merge<'_> {
     /// Gathers `h`, the head of the input whose current row group is `source`.
     fn push(&mut self, h: Head, source: usize) {
-        let ordinal = self.cells.len() as u32;
-        let entry = |(ts, change)| DeltaEntry {
-            ordinal,
-            ts,
-            change,
-        };
-        self.undos.extend(h.undos.into_iter().map(entry));
-        self.redos.extend(h.redos.into_iter().map(entry));
-        self.keys.push(h.key);
-        self.cells.push(match h.cells {
+        let cells = match h.cells {
             HeadCells::Base(row) => Cells::Base { source, row },
             HeadCells::Rebuilt(r) => {
                 self.rebuilt.push(r);
                 Cells::Rebuilt(self.rebuilt.len() - 1)
             }
-        });
+        };
+        self.chunk.push(h.key, cells, h.undos, h.redos);
     }
 
     /// Builds the gathered rows' batch (interleaving the sources' columns) and hands
@@ -201,10 +190,11 @@ impl Merge<'_> {
         cursors: &mut [Cursor<'_>],
         heads: &[Option<Head>],
     ) -> Result<()> {
-        if !self.cells.is_empty() {
+        if !self.chunk.is_empty() {
             let rebuilt_source = self.sources.len();
             let indices: Vec<(usize, usize)> = self
-                .cells
+                .chunk
+                .rows()
                 .iter()
                 .map(|c| match *c {
                     Cells::Base { source, row } => (source, row),
@@ -246,13 +236,8 @@ impl Merge<'_> {
                 })
                 .collect::<std::result::Result<Vec<_>, ArrowError>>()?;
             let batch = RecordBatch::try_new(w.arrow_schema(), cols)?;
-            self.cells.clear();
             self.rebuilt.clear();
-            let deltas = BatchDeltas::Rows {
-                undos: std::mem::take(&mut self.undos),
-                redos: std::mem::take(&mut self.redos),
-            };
-            w.append_batch(std::mem::take(&mut self.keys), &batch, deltas)?;
+            self.chunk.append_to(w, &batch)?;
         }
         // Keep only the row groups cursors are in the middle of.
         let mut kept = Vec::new();
@@ -296,10 +281,7 @@ pub fn merge_rowsets(
         ahm,
         sources: vec![],
         rebuilt: vec![],
-        keys: Vec::with_capacity(BLOCK_ROWS),
-        cells: Vec::with_capacity(BLOCK_ROWS),
-        undos: vec![],
-        redos: vec![],
+        chunk: RowsChunk::new(),
     };
     let mut cursors: Vec<Cursor<'_>> = inputs.iter().map(|r| Cursor::new(r)).collect();
     let mut heads: Vec<Option<Head>> = Vec::with_capacity(cursors.len());
@@ -320,7 +302,7 @@ pub fn merge_rowsets(
             m.push(h, cursors[i].source);
         }
         heads[i] = cursors[i].next(&mut m)?;
-        if m.cells.len() >= BLOCK_ROWS {
+        if m.chunk.len() >= BLOCK_ROWS {
             m.emit(w, &mut cursors, &heads)?;
         }
     }

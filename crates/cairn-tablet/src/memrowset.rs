@@ -225,13 +225,6 @@ impl MemRowSet {
             .collect()
     }
 
-    /// Every row in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (Vec<u8>, Arc<MrsRow>)> + '_ {
-        self.rows
-            .iter()
-            .map(|e| (e.key().clone(), e.value().clone()))
-    }
-
     /// Up to `parts - 1` keys that cut the rows into `parts` key ranges of about
     /// equal size (from the key sample; fewer when the sample is too small).
     pub fn split_keys(&self, parts: usize) -> Vec<Vec<u8>> {

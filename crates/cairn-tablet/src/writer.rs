@@ -158,8 +158,9 @@ pub enum BatchDeltas {
     },
 }
 
-/// Rows gathered by reference for one batch of a flush: their keys, their deltas, and
-/// the rows themselves (`R` dereferences to one value per schema column, in order).
+/// Rows gathered for one batch: their keys, their deltas (by position in the chunk),
+/// and where each row's cells are (`R`: for a flush, a row of values; for a
+/// compaction, a place in the inputs' decoded columns).
 pub struct RowsChunk<R> {
     keys: Vec<Vec<u8>>,
     rows: Vec<R>,
@@ -167,7 +168,7 @@ pub struct RowsChunk<R> {
     redos: Vec<DeltaEntry>,
 }
 
-impl<R: AsRef<[Value]>> RowsChunk<R> {
+impl<R> RowsChunk<R> {
     /// An empty chunk.
     pub fn new() -> Self {
         RowsChunk {
@@ -216,6 +217,24 @@ impl<R: AsRef<[Value]>> RowsChunk<R> {
         self.rows.is_empty()
     }
 
+    /// The rows gathered so far.
+    pub fn rows(&self) -> &[R] {
+        &self.rows
+    }
+
+    /// Appends `batch`, the gathered rows' cells, to `w` with their keys and deltas,
+    /// leaving the chunk empty.
+    pub fn append_to(&mut self, w: &mut RowSetWriter<'_>, batch: &RecordBatch) -> Result<()> {
+        self.rows.clear();
+        let deltas = BatchDeltas::Rows {
+            undos: std::mem::take(&mut self.undos),
+            redos: std::mem::take(&mut self.redos),
+        };
+        w.append_batch(std::mem::take(&mut self.keys), batch, deltas)
+    }
+}
+
+impl<R: AsRef<[Value]>> RowsChunk<R> {
     /// Builds the gathered rows' columns and appends them to `w`, leaving the chunk
     /// empty.
     pub fn write_to(&mut self, w: &mut RowSetWriter<'_>) -> Result<()> {
@@ -233,16 +252,11 @@ impl<R: AsRef<[Value]>> RowsChunk<R> {
             b.append_row(r.as_ref())?;
         }
         let batch = RecordBatch::try_new(w.arrow_schema.clone(), b.finish()?)?;
-        self.rows.clear();
-        let deltas = BatchDeltas::Rows {
-            undos: std::mem::take(&mut self.undos),
-            redos: std::mem::take(&mut self.redos),
-        };
-        w.append_batch(std::mem::take(&mut self.keys), &batch, deltas)
+        self.append_to(w, &batch)
     }
 }
 
-impl<R: AsRef<[Value]>> Default for RowsChunk<R> {
+impl<R> Default for RowsChunk<R> {
     fn default() -> Self {
         Self::new()
     }

@@ -47,6 +47,27 @@ enum FlushedCells {
     Owned(Row),
 }
 
+impl AsRef<[Value]> for FlushedCells {
+    fn as_ref(&self) -> &[Value] {
+        match self {
+            FlushedCells::Shared(r) => &r.row,
+            FlushedCells::Owned(r) => r,
+        }
+    }
+}
+
+impl From<Row> for FlushedCells {
+    fn from(r: Row) -> Self {
+        FlushedCells::Owned(r)
+    }
+}
+
+/// A key range `[lo, hi)` of a flush (`None`: unbounded).
+type KeyRange<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// A MemRowSet row as its skip list holds it.
+type MrsEntry<'a> = crossbeam_skiplist::map::Entry<'a, Vec<u8>, Arc<MrsRow>>;
+
 /// Runs `f` on each item on a thread of its own; returns the results in order.
 fn in_parallel<T: Sync, R: Send>(
     items: &[T],
@@ -63,27 +84,6 @@ fn in_parallel<T: Sync, R: Send>(
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     })
-}
-
-/// A key range `[lo, hi)` of a flush (`None`: unbounded).
-type KeyRange<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
-
-/// A MemRowSet row as its skip list holds it.
-type MrsEntry<'a> = crossbeam_skiplist::map::Entry<'a, Vec<u8>, Arc<MrsRow>>;
-
-impl AsRef<[Value]> for FlushedCells {
-    fn as_ref(&self) -> &[Value] {
-        match self {
-            FlushedCells::Shared(r) => &r.row,
-            FlushedCells::Owned(r) => r,
-        }
-    }
-}
-
-impl From<Row> for FlushedCells {
-    fn from(r: Row) -> Self {
-        FlushedCells::Owned(r)
-    }
 }
 
 impl Tablet {
@@ -121,6 +121,7 @@ impl Tablet {
         };
 
         let schema = self.schema();
+        let ahm = self.ancient_history_mark();
         let parts = flush_parts(
             frozen.len(),
             self.opts.flush_threads,
@@ -135,7 +136,7 @@ impl Tablet {
             .collect();
         // Key ranges go to threads of their own, each writing its own rowsets.
         let metas = in_parallel(&ranges, |&(lo, hi)| {
-            self.write_mrs_part(&schema, frozen.entries_between(lo, hi), cut, snap)
+            self.write_mrs_part(&schema, frozen.entries_between(lo, hi), (cut, snap), ahm)
         })?;
         let outputs = self.open_rowsets(metas.into_iter().flatten().collect())?;
 
@@ -190,15 +191,15 @@ impl Tablet {
     }
 
     /// Writes `rows` (a key range of a frozen MemRowSet, in key order) as they were at
-    /// snapshot `snap` into new DiskRowSets durable up to `cut`; returns their records.
+    /// snapshot `snap` into new DiskRowSets durable up to `cut`, dropping history older
+    /// than `ahm`; returns their records.
     fn write_mrs_part<'a>(
         &self,
         schema: &Schema,
         rows: impl Iterator<Item = MrsEntry<'a>>,
-        cut: u64,
-        snap: HybridTime,
+        (cut, snap): (u64, HybridTime),
+        ahm: HybridTime,
     ) -> Result<Vec<RowSetMeta>> {
-        let ahm = self.ancient_history_mark();
         let mut w = self.rowset_writer(schema, (cut, snap));
         let mut chunk: RowsChunk<FlushedCells> = RowsChunk::new();
         for e in rows {
