@@ -23,8 +23,12 @@ use arrow::array::{Array, ArrayRef};
 use lru::LruCache;
 use parking_lot::Mutex;
 
-/// Most rows of one data page (the Parquet data page row limit of base files).
-pub const BLOCK_ROWS: usize = 4096;
+/// Most rows of one data page (the Parquet data page row limit of base files), and so
+/// of one cached page. A lookup that misses the cache decompresses and decodes one
+/// such page per column it reads, so pages are kept small: on TPC-H lineitem, 1024
+/// rows rather than 4096 cost about 6% more bytes and a few percent of scan speed,
+/// and cut a cold lookup of its 16-column rows from 440 µs to 240 µs.
+pub const BLOCK_ROWS: usize = 1024;
 
 /// Most shards (locks) the cache splits into.
 const MAX_SHARDS: usize = 16;

@@ -21,7 +21,6 @@ use arrow::error::ArrowError;
 use cairn_common::types::array_from_values;
 use cairn_common::{ColumnId, HybridTime, Schema, Value};
 
-use crate::cache::BLOCK_ROWS;
 use crate::delta::{DeltaEntry, DeltaFile, write_delta_file};
 use crate::diskrowset::DiskRowSet;
 use crate::error::Result;
@@ -30,7 +29,7 @@ use crate::metadata::FileMeta;
 use crate::ops::RowChange;
 use crate::tablet::Tablet;
 use crate::writer::{
-    RowSetWriter, RowsChunk, base_arrow_schema, write_parquet_file, writer_properties,
+    CHUNK_ROWS, RowSetWriter, RowsChunk, base_arrow_schema, write_parquet_file, writer_properties,
 };
 
 /// Where a gathered row's cells come from: a row of a decoded input row group, or a
@@ -302,7 +301,7 @@ pub fn merge_rowsets(
             m.push(h, cursors[i].source);
         }
         heads[i] = cursors[i].next(&mut m)?;
-        if m.chunk.len() >= BLOCK_ROWS {
+        if m.chunk.len() >= CHUNK_ROWS {
             m.emit(w, &mut cursors, &heads)?;
         }
     }
@@ -412,7 +411,7 @@ pub fn major_delta_compaction(tablet: &Tablet, rs: &Arc<DiskRowSet>) -> Result<b
         .max()
         .unwrap_or(1)
         .max(1);
-    let props = writer_properties(tablet.options().codec, rows_per_group);
+    let props = writer_properties(tablet.options().codec, rows_per_group, batches.first());
     let new_base = write_parquet_file(
         &rs.dir().join(&base_name),
         &base_name,

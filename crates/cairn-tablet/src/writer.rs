@@ -16,13 +16,15 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use arrow::array::Array;
 use arrow::datatypes::{Field, Schema as ArrowSchema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use cairn_common::types::RowsToColumns;
 use cairn_common::{ColumnId, HybridTime, Schema, Value};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 
 use crate::cache::BLOCK_ROWS;
 use crate::delta::{DeltaEntry, write_delta_file};
@@ -32,6 +34,11 @@ use crate::history::FlushedRow;
 use crate::keyindex::write_key_index;
 use crate::metadata::{BaseFileMeta, FileMeta, RowSetMeta, sync_dir};
 use crate::ops::RowChange;
+
+/// Rows per batch that flushes and compactions hand to [`RowSetWriter`]: large
+/// enough that per-batch costs vanish, small enough that a batch's cells stay in
+/// cache while they are encoded.
+pub const CHUNK_ROWS: usize = 4096;
 
 /// Compression codec for base data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,16 +72,131 @@ impl Codec {
 /// columns, where dictionaries pay off in size and scan speed, fit in this easily.
 pub const DICTIONARY_PAGE_BYTES: usize = 64 << 10;
 
-/// Parquet writer settings shared by every base file.
-pub fn writer_properties(codec: Codec, rows_per_row_group: usize) -> WriterProperties {
-    WriterProperties::builder()
+/// Parquet writer settings of a base file whose first rows are `sample` (`None`:
+/// not known). Every column is dictionary-encoded unless the sample shows its
+/// dictionary would overflow [`DICTIONARY_PAGE_BYTES`] within a row group (see
+/// [`dictionary_pays`]).
+pub fn writer_properties(
+    codec: Codec,
+    rows_per_row_group: usize,
+    sample: Option<&RecordBatch>,
+) -> WriterProperties {
+    let mut b = WriterProperties::builder()
         .set_compression(codec.to_parquet())
         .set_max_row_group_row_count(Some(rows_per_row_group))
         .set_data_page_row_count_limit(BLOCK_ROWS)
         .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
         .set_write_batch_size(1024)
-        .set_statistics_enabled(EnabledStatistics::Page)
-        .build()
+        .set_statistics_enabled(EnabledStatistics::Page);
+    if let Some(sample) = sample {
+        for (field, column) in sample.schema().fields().iter().zip(sample.columns()) {
+            if dictionary_pays(column.as_ref(), rows_per_row_group) {
+                continue;
+            }
+            let path = ColumnPath::from(field.name().as_str());
+            b = b.set_column_dictionary_enabled(path.clone(), false);
+            if let Some(encoding) = plain_alternative(field.data_type()) {
+                b = b.set_column_encoding(path, encoding);
+            }
+        }
+    }
+    b.build()
+}
+
+/// The encoding that beats PLAIN for a column of Arrow type `t` that is not
+/// dictionary-encoded: integers (stored as Parquet INT32 or INT64) are delta-encoded
+/// and bit-packed, which shrinks sorted keys to a few bits a value and random ones
+/// to their range's width; floats are split into byte streams, which the
+/// compression codec then packs. `None`: plain.
+fn plain_alternative(t: &arrow::datatypes::DataType) -> Option<Encoding> {
+    use arrow::datatypes::DataType as A;
+    match t {
+        A::Int8 | A::Int16 | A::Int32 | A::Int64 | A::Date32 | A::Timestamp(..) => {
+            Some(Encoding::DELTA_BINARY_PACKED)
+        }
+        // Parquet stores decimals of up to 18 digits as INT32 or INT64.
+        A::Decimal128(precision, _) if *precision <= 18 => Some(Encoding::DELTA_BINARY_PACKED),
+        A::Float32 | A::Float64 => Some(Encoding::BYTE_STREAM_SPLIT),
+        _ => None,
+    }
+}
+
+/// Fewest sample rows [`dictionary_pays`] judges from; below it, dictionaries stay on.
+const DICTIONARY_SAMPLE_MIN_ROWS: usize = 512;
+
+/// Whether dictionary-encoding a column whose first values are `sample` pays, in row
+/// groups of `group_rows` rows.
+///
+/// Parquet starts every column chunk with a dictionary and falls back to plain
+/// encoding once the dictionary outgrows its page limit, but keeps the dictionary
+/// page: every later read of the chunk, a point lookup included, decompresses and
+/// decodes that page for nothing. So the distinct values are counted in the first
+/// and the whole sample, their growth `D(n) ∝ n^α` (α = 0: a few values repeating;
+/// α = 1: every value new, or a sorted column) is extrapolated to a row group, and the
+/// dictionary is kept only if it would then still fit in [`DICTIONARY_PAGE_BYTES`].
+pub fn dictionary_pays(sample: &dyn Array, group_rows: usize) -> bool {
+    let n = sample.len();
+    if n < DICTIONARY_SAMPLE_MIN_ROWS {
+        return true;
+    }
+    let Some((half, all, bytes)) = distinct_values(sample) else {
+        return true;
+    };
+    if all == 0 {
+        return true;
+    }
+    let growth = if group_rows <= n {
+        1.0
+    } else {
+        let alpha = (all as f64 / half.max(1) as f64).log2().clamp(0.0, 1.0);
+        (group_rows as f64 / n as f64).powf(alpha)
+    };
+    bytes as f64 * growth <= DICTIONARY_PAGE_BYTES as f64
+}
+
+/// Distinct non-null values of `a`: (in its first half, in all of it, their plain
+/// encoded bytes). `None` for a type Parquet does not dictionary-encode.
+fn distinct_values(a: &dyn Array) -> Option<(usize, usize, usize)> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::DataType as A;
+    use std::collections::HashSet;
+    let half = a.len() / 2;
+    let mut at_half = 0;
+    match a.data_type() {
+        A::Utf8 | A::Binary => {
+            let values = |i| match a.data_type() {
+                A::Utf8 => a.as_string::<i32>().value(i).as_bytes(),
+                _ => a.as_binary::<i32>().value(i),
+            };
+            let mut seen: HashSet<&[u8]> = HashSet::new();
+            let mut bytes = 0;
+            for i in 0..a.len() {
+                if i == half {
+                    at_half = seen.len();
+                }
+                if a.is_valid(i) && seen.insert(values(i)) {
+                    bytes += 4 + values(i).len();
+                }
+            }
+            Some((at_half, seen.len(), bytes))
+        }
+        t => {
+            let width = t.primitive_width()?;
+            let data = a.to_data();
+            let buf = data.buffers().first()?.as_slice();
+            let mut seen: HashSet<&[u8]> = HashSet::new();
+            for i in 0..a.len() {
+                if i == half {
+                    at_half = seen.len();
+                }
+                let at = (data.offset() + i) * width;
+                if a.is_valid(i) {
+                    seen.insert(buf.get(at..at + width)?);
+                }
+            }
+            Some((at_half, seen.len(), seen.len() * width))
+        }
+    }
 }
 
 /// The Arrow schema of a base file holding `ids` (Parquet columns are named by id).
@@ -172,8 +294,8 @@ impl<R> RowsChunk<R> {
     /// An empty chunk.
     pub fn new() -> Self {
         RowsChunk {
-            keys: Vec::with_capacity(BLOCK_ROWS),
-            rows: Vec::with_capacity(BLOCK_ROWS),
+            keys: Vec::with_capacity(CHUNK_ROWS),
+            rows: Vec::with_capacity(CHUNK_ROWS),
             undos: vec![],
             redos: vec![],
         }
@@ -317,13 +439,18 @@ impl<'a> RowSetWriter<'a> {
         self.arrow_schema.clone()
     }
 
-    fn start(&mut self) -> Result<()> {
+    /// Opens a new rowset whose first rows are `first`.
+    fn start(&mut self, first: &RecordBatch) -> Result<()> {
         let id = (self.alloc_id)();
         let dir = self.rowsets_dir.join(format!("rs-{id:08}"));
         std::fs::create_dir_all(&dir).map_err(|e| TabletError::io(&dir, e))?;
         let path = dir.join("base-0.parquet");
         let f = File::create(&path).map_err(|e| TabletError::io(&path, e))?;
-        let props = writer_properties(self.config.codec, self.config.rows_per_row_group);
+        let props = writer_properties(
+            self.config.codec,
+            self.config.rows_per_row_group,
+            Some(first),
+        );
         let writer = ArrowWriter::try_new(f, self.arrow_schema.clone(), Some(props))
             .map_err(|e| TabletError::parquet(&path, e))?;
         self.open = Some(Open {
@@ -353,7 +480,7 @@ impl<'a> RowSetWriter<'a> {
                 batch.num_rows()
             )));
         }
-        let chunk = BLOCK_ROWS.min(self.config.rows_per_row_group.max(1));
+        let chunk = CHUNK_ROWS.min(self.config.rows_per_row_group.max(1));
         let mut keys = keys.into_iter();
         let (inserted_at, undos, redos) = match deltas {
             BatchDeltas::None => (None, vec![], vec![]),
@@ -364,14 +491,14 @@ impl<'a> RowSetWriter<'a> {
         let mut redos = redos.into_iter().peekable();
         let mut off = 0;
         while off < batch.num_rows() {
-            if self.open.is_none() {
-                self.start()?;
-            }
             let len = chunk.min(batch.num_rows() - off);
             let slice = RecordBatch::try_new(
                 self.arrow_schema.clone(),
                 batch.slice(off, len).columns().to_vec(),
             )?;
+            if self.open.is_none() {
+                self.start(&slice)?;
+            }
             let Some(o) = &mut self.open else {
                 return Ok(());
             };
@@ -460,5 +587,141 @@ impl<'a> RowSetWriter<'a> {
         self.finish_open()?;
         sync_dir(&self.rowsets_dir)?;
         Ok(self.done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{
+        ArrayRef, BooleanArray, Date32Array, Decimal128Array, Float64Array, Int32Array, Int64Array,
+        StringArray, TimestampMicrosecondArray,
+    };
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use rand::{Rng, SeedableRng};
+
+    const GROUP: usize = 65536;
+
+    #[test]
+    fn dictionaries_are_kept_for_repeating_values_and_dropped_for_growing_ones() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let n = 4096;
+        let few = Int64Array::from_iter_values((0..n).map(|_| rng.random_range(0..50)));
+        let dates = Int32Array::from_iter_values((0..n).map(|_| rng.random_range(0..2500)));
+        let sorted = Int64Array::from_iter_values((0..n as i64).map(|i| 1000 + i / 4));
+        let random = Int64Array::from_iter_values((0..n).map(|_| rng.random_range(0..1 << 40)));
+        let modes = StringArray::from_iter_values((0..n).map(|i| ["AIR", "RAIL", "SHIP"][i % 3]));
+        let comments =
+            StringArray::from_iter_values((0..n).map(|i| format!("comment number {i:08}")));
+        assert!(dictionary_pays(&few, GROUP));
+        assert!(dictionary_pays(&dates, GROUP));
+        assert!(dictionary_pays(&modes, GROUP));
+        assert!(
+            !dictionary_pays(&sorted, GROUP),
+            "a sorted key grows linearly"
+        );
+        assert!(!dictionary_pays(&random, GROUP));
+        assert!(!dictionary_pays(&comments, GROUP));
+        // A group no larger than the sample: judged by the sample alone.
+        assert!(dictionary_pays(&sorted, n));
+        // Too few rows to judge, and types Parquet never dictionary-encodes.
+        assert!(dictionary_pays(&random.slice(0, 100), GROUP));
+        assert!(dictionary_pays(&BooleanArray::from(vec![true; n]), GROUP));
+        let nulls = Int64Array::from(vec![None::<i64>; n]);
+        assert!(dictionary_pays(&nulls, GROUP));
+    }
+
+    #[test]
+    fn chosen_encodings_round_trip_every_type_with_nulls() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let n = 5000;
+        let maybe = |rng: &mut rand::rngs::StdRng| rng.random_range(0..10) != 0;
+        let cols: Vec<(&str, ArrayRef)> = vec![
+            (
+                "key",
+                Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| i * 3))),
+            ),
+            (
+                "wide",
+                Arc::new(Int64Array::from_iter(
+                    (0..n).map(|_| maybe(&mut rng).then(|| rng.random::<i64>())),
+                )),
+            ),
+            (
+                "small",
+                Arc::new(Int32Array::from_iter(
+                    (0..n).map(|_| maybe(&mut rng).then(|| rng.random_range(-3..3))),
+                )),
+            ),
+            (
+                "price",
+                Arc::new(
+                    Decimal128Array::from_iter(
+                        (0..n).map(|_| maybe(&mut rng).then(|| rng.random_range(0..1i128 << 40))),
+                    )
+                    .with_precision_and_scale(15, 2)
+                    .unwrap(),
+                ),
+            ),
+            (
+                "day",
+                Arc::new(Date32Array::from_iter_values(
+                    (0..n).map(|_| rng.random_range(0..100_000)),
+                )),
+            ),
+            (
+                "at",
+                Arc::new(
+                    TimestampMicrosecondArray::from_iter_values(
+                        (0..n).map(|_| rng.random_range(0..i64::MAX / 2)),
+                    )
+                    .with_timezone("+00:00"),
+                ),
+            ),
+            (
+                "ratio",
+                Arc::new(Float64Array::from_iter(
+                    (0..n).map(|_| maybe(&mut rng).then(|| rng.random::<f64>())),
+                )),
+            ),
+            (
+                "note",
+                Arc::new(StringArray::from_iter((0..n).map(|i| {
+                    maybe(&mut rng).then(|| format!("note {i} {}", rng.random::<u32>()))
+                }))),
+            ),
+        ];
+        let batch = RecordBatch::try_from_iter(cols).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.parquet");
+        let props = writer_properties(Codec::Lz4, GROUP, Some(&batch));
+        let mut w = ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), Some(props))
+            .unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+            .unwrap()
+            .with_batch_size(n)
+            .build()
+            .unwrap();
+        let back: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>().unwrap();
+        let back = arrow::compute::concat_batches(&batch.schema(), &back).unwrap();
+        assert_eq!(back, batch);
+
+        let file = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        let group = file.metadata().row_group(0);
+        let encodings = |i: usize| group.column(i).encodings().collect::<Vec<_>>();
+        for (i, name) in [(0, "key"), (1, "wide"), (3, "price"), (4, "day"), (5, "at")] {
+            assert!(
+                encodings(i).contains(&Encoding::DELTA_BINARY_PACKED),
+                "{name}: {:?}",
+                encodings(i)
+            );
+        }
+        assert!(encodings(2).contains(&Encoding::RLE_DICTIONARY), "small");
+        assert!(encodings(6).contains(&Encoding::BYTE_STREAM_SPLIT), "ratio");
+        assert!(!encodings(7).contains(&Encoding::RLE_DICTIONARY), "note");
     }
 }

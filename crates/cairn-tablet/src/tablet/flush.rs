@@ -23,7 +23,7 @@ use cairn_common::{HybridTime, Schema, Value};
 use parking_lot::RwLockWriteGuard;
 
 use super::Tablet;
-use crate::cache::BLOCK_ROWS;
+
 use crate::delta::{DeltaMemStore, write_delta_file};
 use crate::diskrowset::DiskRowSet;
 use crate::error::{Result, TabletError};
@@ -32,7 +32,7 @@ use crate::memrowset::{MemRowSet, MrsRow};
 use crate::metadata::{FileMeta, RowSetMeta};
 use crate::ops::RowChange;
 use crate::rowsets::Components;
-use crate::writer::RowsChunk;
+use crate::writer::{CHUNK_ROWS, RowsChunk};
 
 /// How many key ranges a flush of `rows` rows writes in parallel: at most `threads`,
 /// each of at least `min_rows` rows (smaller parts would only make small rowsets).
@@ -212,7 +212,7 @@ impl Tablet {
             } else if let Some(f) = flush_row(schema, row.history(schema, key.clone(), snap), ahm) {
                 chunk.push_flushed(f);
             }
-            if chunk.len() >= BLOCK_ROWS {
+            if chunk.len() >= CHUNK_ROWS {
                 chunk.write_to(&mut w)?;
             }
         }
