@@ -59,6 +59,9 @@ pub(crate) type BoxResult<T> = Result<T, Box<dyn Error>>;
 const WRITE_BATCH: usize = 1000;
 /// Rows inserted with the log fsynced per batch (each batch waits for the disk).
 const FSYNC_INSERT_ROWS: usize = 200_000;
+/// Rows per batch, and writer threads, of the group-commit measurement.
+const SMALL_BATCH: usize = 100;
+const GROUP_COMMIT_WRITERS: usize = 4;
 /// Rows per Parquet row group, in the tablet and in the peer file alike.
 const ROWS_PER_ROW_GROUP: usize = 65536;
 /// Rows per data page of the Parquet peer file.
@@ -204,6 +207,72 @@ fn insert_rows(
         }
     }
     Ok(in_write)
+}
+
+/// Inserts the first `rows` rows of `data` in batches of `batch` from `writers`
+/// threads (batches dealt round-robin, their RowOps built before the clock starts);
+/// returns the wall time and the number of batches.
+fn insert_concurrently(
+    tablet: &Arc<LocalTablet>,
+    data: &Data,
+    rows: usize,
+    batch: usize,
+    writers: usize,
+) -> BoxResult<(Duration, usize)> {
+    let mut batches: Vec<Vec<RowOp>> = vec![];
+    let mut left = rows;
+    for b in &data.batches {
+        let mut start = 0;
+        while start < b.num_rows() && left > 0 {
+            let end = (start + batch).min(b.num_rows()).min(start + left);
+            batches.push(
+                (start..end)
+                    .map(|r| {
+                        b.columns()
+                            .iter()
+                            .zip(&data.types)
+                            .map(|(c, t)| Value::from_array(c.as_ref(), r, t))
+                            .collect::<cairn_common::Result<Vec<Value>>>()
+                            .map(RowOp::insert)
+                    })
+                    .collect::<cairn_common::Result<Vec<RowOp>>>()?,
+            );
+            left -= end - start;
+            start = end;
+        }
+    }
+    let count = batches.len();
+    let mut shares: Vec<Vec<Vec<RowOp>>> = (0..writers).map(|_| vec![]).collect();
+    for (i, b) in batches.into_iter().enumerate() {
+        shares[i % writers].push(b);
+    }
+    let t0 = Instant::now();
+    let outcome: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = shares
+            .into_iter()
+            .map(|share| {
+                s.spawn(move || -> Result<(), String> {
+                    for ops in share {
+                        let r = tablet.write(ops).map_err(|e| e.to_string())?;
+                        check_write(r).map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a writer thread panicked".into()))
+            })
+            .collect()
+    });
+    let elapsed = t0.elapsed();
+    for o in outcome {
+        o?;
+    }
+    Ok((elapsed, count))
 }
 
 fn check_write(r: WriteResult) -> BoxResult<()> {
@@ -519,6 +588,46 @@ pub fn storage(args: StorageArgs) -> BoxResult<()> {
         ),
         Figure::Rate(durable_rows as f64 / durable_secs),
     ));
+    // Small durable batches from one writer and from several: concurrent writers'
+    // records share fsyncs (LocalTablet's group commit).
+    let mut small = vec![];
+    for writers in [1, GROUP_COMMIT_WRITERS] {
+        let dir = work.path().join(format!("tablet-fsync-{writers}"));
+        let t = LocalTablet::create(
+            &dir,
+            data.schema.clone(),
+            TabletOptions {
+                fsync: FsyncPolicy::Always,
+                ..opts.clone()
+            },
+        )?;
+        let (took, batches) = insert_concurrently(&t, &data, durable_rows, SMALL_BATCH, writers)?;
+        small.push((
+            durable_rows as f64 / took.as_secs_f64(),
+            batches as f64 / t.group_syncs().max(1) as f64,
+        ));
+        t.shutdown()?;
+        drop(t);
+        std::fs::remove_dir_all(&dir)?;
+    }
+    results.push(
+        Measurement::new(
+            "insert_fsync_group_commit",
+            format!(
+                "insert, batches of {SMALL_BATCH}, log fsynced, {GROUP_COMMIT_WRITERS} writer \
+                 threads (group commit: {:.1} batches per fsync)",
+                small[1].1
+            ),
+            Figure::Rate(small[1].0),
+        )
+        .peer(
+            format!(
+                "Cairn, 1 writer thread ({:.1} batches per fsync)",
+                small[0].1
+            ),
+            Figure::Rate(small[0].0),
+        ),
+    );
 
     // ---- flush + compaction ----
     eprintln!("flushing the MemRowSet, then compacting rowsets");
@@ -888,7 +997,7 @@ pub fn storage(args: StorageArgs) -> BoxResult<()> {
     notes.push(format!(
         "Scans: one warm-up run (which also checks the row count and sum(l_quantity)), then \
          the best of {SCAN_RUNS}. Inserts and updates: single thread, FsyncPolicy::Never \
-         (except the fsync row: FsyncPolicy::Always, a separate tablet), one MemRowSet \
+         (except the fsync rows: FsyncPolicy::Always, tablets of their own), one MemRowSet \
          flush after the load. Updated-row scans are compared with the same \
          Parquet baseline (the file is not updated)."
     ));

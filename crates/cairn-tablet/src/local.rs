@@ -6,7 +6,17 @@
 //! replica's. Records are appended and applied one at a time under one lock, as a Raft
 //! state machine applies them in log order. Opening applies the log again from the
 //! tablet's durable index; maintenance also discards the log segments below it.
+//!
+//! **Group commit.** With [`FsyncPolicy::Always`] a write is not acknowledged, nor
+//! visible to readers, before its record is on disk, but it does not fsync under the
+//! log lock: it appends and applies its record there (so the next write's checks see
+//! it), keeps its timestamp in flight in MVCC, and leaves the lock. The first writer
+//! to find no fsync running then fsyncs the log once for every record appended so
+//! far — its own and those of writers queued behind it — and finishes their
+//! timestamps in log order; the others wait for that fsync. Concurrent writers thus
+//! share fsyncs, as a Raft leader's appends of queued entries do.
 
+use std::collections::VecDeque;
 use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
@@ -14,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use cairn_common::{HybridClock, HybridTime, Schema};
-use cairn_wal::{Log, LogOptions};
-use parking_lot::Mutex;
+use cairn_wal::{FsyncPolicy, Log, LogOptions};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{Result, TabletError};
 use crate::maintenance::MaintenanceManager;
@@ -31,6 +41,28 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct LocalTablet {
     tablet: Arc<Tablet>,
     log: Mutex<Log>,
+    /// When records must be durable: [`FsyncPolicy::Always`] group-commits them.
+    fsync: FsyncPolicy,
+    commit: GroupCommit,
+}
+
+/// Writes appended and applied but not yet known durable, and who is syncing.
+#[derive(Default)]
+struct GroupCommit {
+    state: Mutex<CommitState>,
+    synced: Condvar,
+}
+
+#[derive(Default)]
+struct CommitState {
+    /// Every record up to this log index is durable.
+    durable: u64,
+    /// (log index, timestamp to finish in MVCC once durable), in log order.
+    waiting: VecDeque<(u64, Option<HybridTime>)>,
+    /// A writer is fsyncing the log.
+    syncing: bool,
+    /// Group fsyncs done since the tablet opened.
+    syncs: u64,
 }
 
 impl std::fmt::Debug for LocalTablet {
@@ -55,17 +87,22 @@ impl LocalTablet {
 
     /// Opens the tablet in `dir` and applies its log from the durable index on.
     pub fn open(dir: &Path, opts: TabletOptions) -> Result<Arc<LocalTablet>> {
+        // The log never fsyncs on its own: under FsyncPolicy::Always, `commit` does,
+        // once for every write queued behind it.
         let log = Log::open(
             &dir.join("wal"),
             LogOptions {
                 segment_size: opts.wal_segment_bytes,
-                fsync: opts.fsync,
+                fsync: FsyncPolicy::Never,
             },
         )?;
+        let fsync = opts.fsync;
         let tablet = Tablet::open(dir, opts, Arc::new(HybridClock::new()))?;
         let t = Arc::new(LocalTablet {
             tablet,
             log: Mutex::new(log),
+            fsync,
+            commit: GroupCommit::default(),
         });
         t.replay()?;
         Ok(t)
@@ -97,10 +134,110 @@ impl LocalTablet {
         Ok(())
     }
 
-    /// Appends `record` and applies it. REQUIRES: the log lock (passed in).
-    fn log_and_apply(&self, log: &mut Log, record: &[u8]) -> Result<Vec<(usize, RowError)>> {
+    /// Appends `record` and applies it; returns its log index and row errors.
+    /// REQUIRES: the log lock (passed in).
+    fn log_and_apply(&self, log: &mut Log, record: &[u8]) -> Result<(u64, Vec<(usize, RowError)>)> {
         let index = self.append(log, record)?;
-        self.tablet.apply(index, record)
+        Ok((index, self.tablet.apply(index, record)?))
+    }
+
+    /// Releases the log lock and returns once the record at `index` is durable (at
+    /// once without fsync), having finished the write at `ts` in MVCC — so a write is
+    /// visible no earlier than it is durable. `index` `None`: the record was not
+    /// logged or not applied; `ts` is finished at once.
+    /// REQUIRES: the log lock (passed in), held since the record was appended.
+    fn commit(
+        &self,
+        log: MutexGuard<'_, Log>,
+        index: Option<u64>,
+        ts: Option<HybridTime>,
+    ) -> Result<()> {
+        let Some(index) = index.filter(|_| self.fsync == FsyncPolicy::Always) else {
+            drop(log);
+            if let Some(ts) = ts {
+                self.tablet.finish_write(ts);
+            }
+            return Ok(());
+        };
+        // Queued under the log lock, so the queue is in log order.
+        self.commit.state.lock().waiting.push_back((index, ts));
+        drop(log);
+        self.wait_durable(index)
+    }
+
+    /// Waits until the log is durable up to `index`, fsyncing it if no one else is.
+    fn wait_durable(&self, index: u64) -> Result<()> {
+        let mut st = self.commit.state.lock();
+        loop {
+            if st.durable >= index {
+                return Ok(());
+            }
+            if st.syncing {
+                self.commit.synced.wait(&mut st);
+                continue;
+            }
+            if let Some(why) = self.tablet.failure() {
+                // An earlier fsync failed: nothing queued can be acknowledged.
+                self.release_waiting(&mut st);
+                return Err(TabletError::Failed(why));
+            }
+            st.syncing = true;
+            drop(st);
+            // Everything appended so far, this write's record and those of writers
+            // queued behind it.
+            // (A statement of its own: the log lock is not held while fsyncing.)
+            let point = self.log.lock().sync_point();
+            let synced = point
+                .map_err(TabletError::from)
+                .and_then(|point| match point {
+                    None => Ok(index),
+                    Some((last, file)) => {
+                        fail::fail_point!("local::group_sync", |_| Err(TabletError::Failed(
+                            "injected fsync failure".into()
+                        )));
+                        file.sync_data()
+                            .map_err(|e| TabletError::io(self.tablet.dir().join("wal"), e))?;
+                        Ok(last)
+                    }
+                });
+            st = self.commit.state.lock();
+            st.syncing = false;
+            match synced {
+                Ok(upto) => {
+                    while let Some(&(i, ts)) = st.waiting.front() {
+                        if i > upto {
+                            break;
+                        }
+                        st.waiting.pop_front();
+                        if let Some(ts) = ts {
+                            self.tablet.finish_write(ts);
+                        }
+                    }
+                    st.durable = st.durable.max(upto);
+                    st.syncs += 1;
+                }
+                Err(e) => {
+                    // Nothing queued can be acknowledged: the tablet fails, and its
+                    // writes' timestamps are released so no reader waits on them.
+                    self.tablet.fail(format!("syncing the log failed: {e}"));
+                    self.release_waiting(&mut st);
+                    return Err(e);
+                }
+            }
+            self.commit.synced.notify_all();
+        }
+    }
+
+    /// Finishes the timestamps of every queued write, which will not be
+    /// acknowledged (the tablet has failed), so that no reader waits on them, and
+    /// wakes their writers. REQUIRES: the commit state lock (passed in).
+    fn release_waiting(&self, st: &mut CommitState) {
+        for (_, ts) in st.waiting.drain(..) {
+            if let Some(ts) = ts {
+                self.tablet.finish_write(ts);
+            }
+        }
+        self.commit.synced.notify_all();
     }
 
     /// Appends `record` at the log's next index and returns the index; a failed append
@@ -125,12 +262,22 @@ impl LocalTablet {
         ts: HybridTime,
         p: &mut crate::tablet::PreparedWrite,
         atomic: bool,
-    ) -> Result<Vec<(usize, RowError)>> {
+    ) -> Result<(u64, Vec<(usize, RowError)>)> {
         let index = self.append(log, record)?;
         let schema = p.schema.clone();
         let rows = p.take_rows();
-        self.tablet
+        // Applying finishes `ts`; `commit` finishes it for good once it is durable.
+        self.tablet.hold_write(ts);
+        match self
+            .tablet
             .apply_own_write(index, ts, &schema, rows, atomic)
+        {
+            Ok(errors) => Ok((index, errors)),
+            Err(e) => {
+                self.tablet.finish_write(ts);
+                Err(e)
+            }
+        }
     }
 
     /// Applies a batch of row ops, each atomic on its own row. Rows that fail
@@ -177,9 +324,9 @@ impl LocalTablet {
         } else {
             self.log_and_apply(&mut log, &rec)
         };
-        self.tablet.finish_write(ts);
+        self.commit(log, res.as_ref().ok().map(|r| r.0), Some(ts))?;
         let mut row_errors = p.row_errors.clone();
-        row_errors.extend(res?.into_iter().map(|(i, e)| (p.batch_position(i), e)));
+        row_errors.extend(res?.1.into_iter().map(|(i, e)| (p.batch_position(i), e)));
         row_errors.sort_by_key(|(i, _)| *i);
         Ok(WriteResult { ts, row_errors })
     }
@@ -199,7 +346,7 @@ impl LocalTablet {
         let mut log = self.log.lock();
         let (ts, rec) = self.tablet.start_begin_commit(txn, role)?;
         let res = self.log_and_apply(&mut log, &rec);
-        self.tablet.finish_write(ts);
+        self.commit(log, res.as_ref().ok().map(|r| r.0), Some(ts))?;
         res.map(|_| ts)
     }
 
@@ -213,9 +360,7 @@ impl LocalTablet {
             });
         };
         let res = self.log_and_apply(&mut log, &rec);
-        if let Some(ts) = ts {
-            self.tablet.finish_write(ts);
-        }
+        self.commit(log, res.as_ref().ok().map(|r| r.0), ts)?;
         res.map(|_| ts)
     }
 
@@ -235,9 +380,10 @@ impl LocalTablet {
         let mut log = self.log.lock();
         let (ts, rec) = self.tablet.start_bulk(&prepared, None);
         let res = self.log_and_apply(&mut log, &rec);
-        self.tablet.finish_write(ts);
+        self.commit(log, res.as_ref().ok().map(|r| r.0), Some(ts))?;
         row_errors.extend(
-            res?.into_iter()
+            res?.1
+                .into_iter()
                 .map(|(i, e)| (prepared.batch_position(i), e)),
         );
         row_errors.sort_by_key(|(i, _)| *i);
@@ -257,6 +403,12 @@ impl LocalTablet {
     pub fn gc_log(&self) -> Result<usize> {
         let keep_from = self.tablet.durable_index() + 1;
         Ok(self.log.lock().gc(keep_from)?)
+    }
+
+    /// Fsyncs the group commit has done since the tablet opened (each covers every
+    /// write queued behind it; none under [`FsyncPolicy::Never`]).
+    pub fn group_syncs(&self) -> u64 {
+        self.commit.state.lock().syncs
     }
 
     /// Bytes and segments of the log.

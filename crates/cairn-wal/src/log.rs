@@ -308,6 +308,26 @@ impl Log {
         self.sync_active()
     }
 
+    /// What a caller that group-commits needs to make everything appended so far
+    /// durable without holding the log: the index of the last entry and a handle to
+    /// the active segment, whose `sync_data` then covers every entry up to that index
+    /// (older segments were fsynced when the log rolled past them). `None` for a log
+    /// with no entries.
+    pub fn sync_point(&self) -> Result<Option<(u64, File)>, WalError> {
+        self.check_poisoned()?;
+        let Some(active) = self.segments.last() else {
+            return Ok(None);
+        };
+        let Some(last) = self.last_index() else {
+            return Ok(None);
+        };
+        let file = active.file.try_clone().map_err(|source| WalError::Io {
+            path: active.path.clone(),
+            source,
+        })?;
+        Ok(Some((last, file)))
+    }
+
     /// Index of the first entry, or `None` if the log holds no entries.
     pub fn first_index(&self) -> Option<u64> {
         let first = self.segments.first()?.first_index;

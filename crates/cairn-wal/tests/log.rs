@@ -392,3 +392,28 @@ fn other_files_in_the_directory_are_ignored() {
     let log = Log::open(tmp.path(), LogOptions::default()).unwrap();
     assert_contents(&log, 1..3);
 }
+
+#[test]
+fn sync_point_names_the_last_entry_and_the_active_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), opts(300, FsyncPolicy::Never)).unwrap();
+    assert!(log.sync_point().unwrap().is_none(), "nothing to sync yet");
+    append_range(&mut log, 1..4);
+    let (last, file) = log.sync_point().unwrap().unwrap();
+    assert_eq!(last, 3);
+    file.sync_data().unwrap();
+    // Past a roll, the handle is the new active segment's.
+    append_range(&mut log, 4..40);
+    assert!(segment_files(dir.path()).len() > 1);
+    let (last, file) = log.sync_point().unwrap().unwrap();
+    assert_eq!(last, 39);
+    let active = segment_files(dir.path()).pop().unwrap();
+    assert_eq!(
+        file.metadata().unwrap().len(),
+        std::fs::metadata(active).unwrap().len()
+    );
+    file.sync_data().unwrap();
+    drop(log);
+    let log = Log::open(dir.path(), opts(300, FsyncPolicy::Never)).unwrap();
+    assert_contents(&log, 1..40);
+}

@@ -358,6 +358,14 @@ impl Tablet {
         (ts, rec)
     }
 
+    /// Keeps `ts` in flight once more: a [`Tablet::finish_write`] more is then
+    /// needed before snapshots include it. A log owner that applies its own write
+    /// ([`Tablet::apply_own_write`] finishes the timestamp) but acknowledges it only
+    /// once durable holds it over the wait.
+    pub fn hold_write(&self, ts: HybridTime) {
+        self.mvcc.start_at(&self.clock, ts);
+    }
+
     /// Marks a leader's write at `ts` finished (applied, or abandoned).
     pub fn finish_write(&self, ts: HybridTime) {
         self.mvcc.finish(ts);
