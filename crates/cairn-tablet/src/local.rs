@@ -153,10 +153,12 @@ impl LocalTablet {
         ts: Option<HybridTime>,
     ) -> Result<()> {
         let Some(index) = index.filter(|_| self.fsync == FsyncPolicy::Always) else {
-            drop(log);
+            // Finished under the log lock, before any later write can finish: a writer
+            // that reads after its write returns sees it.
             if let Some(ts) = ts {
                 self.tablet.finish_write(ts);
             }
+            drop(log);
             return Ok(());
         };
         // Queued under the log lock, so the queue is in log order.
@@ -183,9 +185,9 @@ impl LocalTablet {
             }
             st.syncing = true;
             drop(st);
-            // Everything appended so far, this write's record and those of writers
-            // queued behind it.
-            // (A statement of its own: the log lock is not held while fsyncing.)
+            // Everything appended so far: this write's record and those of writers
+            // queued behind it. (A statement of its own, so that the log lock is not
+            // held while fsyncing.)
             let point = self.log.lock().sync_point();
             let synced = point
                 .map_err(TabletError::from)
