@@ -292,9 +292,10 @@ def ycsb_section(records, lines):
     head = ["workload"] + [f"{s} (ops/s)" for s in systems] + [
         f"{c} / postgres" for c in CAIRNS if c in systems]
     md += ["\nThroughput (higher is better):\n\n", table(head, rows)]
-    x0 = lines[0]
-    md.append(f"\n{x0.get('operations')} operations per workload, {x0.get('threads')} "
-              "client threads.\n")
+    # The load line counts records, not operations.
+    x0 = next((x for x in lines if not x.get("load")), lines[0])
+    md.append(f"\n{x0.get('records'):,} records loaded, {x0.get('operations'):,} operations "
+              f"per workload, {x0.get('threads')} client threads.\n")
     rows = [[w, op, s, f"{o['count']:,}", f"{o['avg_us']:.0f}", f"{o['p50_us']:.0f}",
              f"{o['p99_us']:.0f}"]
             for (s, w), x in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0]))

@@ -21,6 +21,8 @@ fn schema() -> Schema {
             ColumnSpec::new("k", DataType::Int64),
             ColumnSpec::new("a", DataType::Int32),
             ColumnSpec::new("b", DataType::Int64),
+            // Distinct strings: plain-encoded, so its pages reach PAGE_BYTES and end
+            // before BLOCK_ROWS rows, at other rows than the other columns' pages.
             ColumnSpec::new("s", DataType::String),
         ],
         &["k"],
