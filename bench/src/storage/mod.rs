@@ -182,11 +182,31 @@ fn insert_rows(
     bar: &ProgressBar,
 ) -> BoxResult<Duration> {
     let mut in_write = Duration::ZERO;
+    insert_batches(data, rows, WRITE_BATCH, |ops| {
+        let n = ops.len() as u64;
+        let tw = Instant::now();
+        let r = tablet.write(ops)?;
+        in_write += tw.elapsed();
+        check_write(r)?;
+        bar.inc(n);
+        Ok(())
+    })?;
+    Ok(in_write)
+}
+
+/// Calls `f` with the first `rows` rows of `data` as insert ops, `batch` rows at a
+/// time.
+fn insert_batches(
+    data: &Data,
+    rows: usize,
+    batch: usize,
+    mut f: impl FnMut(Vec<RowOp>) -> BoxResult<()>,
+) -> BoxResult<()> {
     let mut left = rows;
     for b in &data.batches {
         let mut start = 0;
         while start < b.num_rows() && left > 0 {
-            let end = (start + WRITE_BATCH).min(b.num_rows()).min(start + left);
+            let end = (start + batch).min(b.num_rows()).min(start + left);
             let ops = (start..end)
                 .map(|r| {
                     b.columns()
@@ -197,16 +217,12 @@ fn insert_rows(
                         .map(RowOp::insert)
                 })
                 .collect::<cairn_common::Result<Vec<RowOp>>>()?;
-            let tw = Instant::now();
-            let r = tablet.write(ops)?;
-            in_write += tw.elapsed();
-            check_write(r)?;
-            bar.inc((end - start) as u64);
+            f(ops)?;
             left -= end - start;
             start = end;
         }
     }
-    Ok(in_write)
+    Ok(())
 }
 
 /// Inserts the first `rows` rows of `data` in batches of `batch` from `writers`
@@ -220,27 +236,10 @@ fn insert_concurrently(
     writers: usize,
 ) -> BoxResult<(Duration, usize)> {
     let mut batches: Vec<Vec<RowOp>> = vec![];
-    let mut left = rows;
-    for b in &data.batches {
-        let mut start = 0;
-        while start < b.num_rows() && left > 0 {
-            let end = (start + batch).min(b.num_rows()).min(start + left);
-            batches.push(
-                (start..end)
-                    .map(|r| {
-                        b.columns()
-                            .iter()
-                            .zip(&data.types)
-                            .map(|(c, t)| Value::from_array(c.as_ref(), r, t))
-                            .collect::<cairn_common::Result<Vec<Value>>>()
-                            .map(RowOp::insert)
-                    })
-                    .collect::<cairn_common::Result<Vec<RowOp>>>()?,
-            );
-            left -= end - start;
-            start = end;
-        }
-    }
+    insert_batches(data, rows, batch, |ops| {
+        batches.push(ops);
+        Ok(())
+    })?;
     let count = batches.len();
     let mut shares: Vec<Vec<Vec<RowOp>>> = (0..writers).map(|_| vec![]).collect();
     for (i, b) in batches.into_iter().enumerate() {

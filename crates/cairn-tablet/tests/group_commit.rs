@@ -48,6 +48,27 @@ fn wait_for_append(t: &LocalTablet, bytes: u64) {
     }
 }
 
+/// Open or closed, and its change.
+type Gate = Arc<(Mutex<bool>, Condvar)>;
+
+/// Makes every group fsync wait, before it syncs, until `gate` is open.
+fn hold_fsyncs(gate: &Gate) {
+    let gate = gate.clone();
+    fail::cfg_callback("local::group_sync", move || {
+        let (open, cv) = &*gate;
+        let mut open = open.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+    })
+    .unwrap();
+}
+
+fn open(gate: &Gate) {
+    *gate.0.lock().unwrap() = true;
+    gate.1.notify_all();
+}
+
 #[test]
 fn writers_share_fsyncs_and_see_only_durable_writes() {
     let dir = tempfile::tempdir().unwrap();
@@ -82,18 +103,8 @@ fn writers_share_fsyncs_and_see_only_durable_writes() {
 
     // 1b. Writes that arrive while an fsync runs share the next one: hold the first
     // fsync until five more writes are appended; the six take two fsyncs.
-    let gate = Arc::new((Mutex::new(false), Condvar::new()));
-    {
-        let gate = gate.clone();
-        fail::cfg_callback("local::group_sync", move || {
-            let (open, cv) = &*gate;
-            let mut open = open.lock().unwrap();
-            while !*open {
-                open = cv.wait(open).unwrap();
-            }
-        })
-        .unwrap();
-    }
+    let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
+    hold_fsyncs(&gate);
     let syncs = t.group_syncs();
     let before = t.log_size().0;
     let mut writers = vec![{
@@ -109,8 +120,7 @@ fn writers_share_fsyncs_and_see_only_durable_writes() {
         }));
     }
     wait_for_append(&t, before + 6 * record - 1);
-    *gate.0.lock().unwrap() = true;
-    gate.1.notify_all();
+    open(&gate);
     for h in writers {
         h.join().unwrap();
     }
@@ -142,17 +152,7 @@ fn writers_share_fsyncs_and_see_only_durable_writes() {
     // not left waiting on their timestamps. The first fsync (of one write) is held
     // until two more writes queue behind it, and the next one fails.
     *gate.0.lock().unwrap() = false;
-    {
-        let gate = gate.clone();
-        fail::cfg_callback("local::group_sync", move || {
-            let (open, cv) = &*gate;
-            let mut open = open.lock().unwrap();
-            while !*open {
-                open = cv.wait(open).unwrap();
-            }
-        })
-        .unwrap();
-    }
+    hold_fsyncs(&gate);
     let before = t.log_size().0;
     let write = |k: i64| {
         let t = t.clone();
@@ -164,8 +164,7 @@ fn writers_share_fsyncs_and_see_only_durable_writes() {
     let queued = [write(60_001), write(60_002)];
     wait_for_append(&t, before + 3 * record - 1);
     fail::cfg("local::group_sync", "return").unwrap();
-    *gate.0.lock().unwrap() = true;
-    gate.1.notify_all();
+    open(&gate);
     first.join().unwrap().unwrap();
     for h in queued {
         let err = h.join().unwrap().unwrap_err();
