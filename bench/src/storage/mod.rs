@@ -47,6 +47,7 @@ use rand::{Rng, SeedableRng};
 use tpchgen::generators::LineItemGenerator;
 use tpchgen_arrow::LineItemArrow;
 
+mod keys;
 pub(crate) mod report;
 use report::{
     Env, Figure, Measurement, fs_type, git_revision, json_line, markdown_table, proc_field,
@@ -950,6 +951,23 @@ pub fn storage(args: StorageArgs) -> BoxResult<()> {
         "hot point lookup p50, one column (l_extendedprice)",
         Figure::Micros(p50),
     ));
+    // What the key index buys: key → row ordinal through it, and through the Parquet
+    // key columns alone, with no cache either way.
+    let ((by_index, by_index_99), (by_columns, _)) =
+        keys::key_to_ordinal_costs(&tablet, &data.schema, &keys, &order[..order.len() / 10])?;
+    results.push(
+        Measurement::new(
+            "key_to_ordinal",
+            format!(
+                "key → row ordinal through the key index, no cache (p50; p99 {by_index_99:.1} µs)"
+            ),
+            Figure::Micros(by_index),
+        )
+        .peer(
+            "Parquet key columns alone: statistics, column index, decode the key pages",
+            Figure::Micros(by_columns),
+        ),
+    );
     // Cold: the same lookups with the block cache off, so each one decodes a page of
     // every column (the base files stay in the OS page cache).
     tablet.shutdown()?;
