@@ -206,15 +206,7 @@ impl LocalTablet {
             st.syncing = false;
             match synced {
                 Ok(upto) => {
-                    while let Some(&(i, ts)) = st.waiting.front() {
-                        if i > upto {
-                            break;
-                        }
-                        st.waiting.pop_front();
-                        if let Some(ts) = ts {
-                            self.tablet.finish_write(ts);
-                        }
-                    }
+                    self.finish_queued(&mut st, upto);
                     st.durable = st.durable.max(upto);
                     st.syncs += 1;
                 }
@@ -234,12 +226,18 @@ impl LocalTablet {
     /// acknowledged (the tablet has failed), so that no reader waits on them, and
     /// wakes their writers. REQUIRES: the commit state lock (passed in).
     fn release_waiting(&self, st: &mut CommitState) {
-        for (_, ts) in st.waiting.drain(..) {
+        self.finish_queued(st, u64::MAX);
+        self.commit.synced.notify_all();
+    }
+
+    /// Dequeues the writes up to log index `upto` and finishes their timestamps, in
+    /// log order. REQUIRES: the commit state lock (passed in).
+    fn finish_queued(&self, st: &mut CommitState, upto: u64) {
+        while let Some((_, ts)) = st.waiting.pop_front_if(|(i, _)| *i <= upto) {
             if let Some(ts) = ts {
                 self.tablet.finish_write(ts);
             }
         }
-        self.commit.synced.notify_all();
     }
 
     /// Appends `record` at the log's next index and returns the index; a failed append

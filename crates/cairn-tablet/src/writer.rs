@@ -175,7 +175,7 @@ fn distinct_values(a: &dyn Array) -> Option<(usize, usize, usize)> {
     let mut at_half = 0;
     match a.data_type() {
         A::Utf8 | A::Binary => {
-            let values = |i| match a.data_type() {
+            let value = |i| match a.data_type() {
                 A::Utf8 => a.as_string::<i32>().value(i).as_bytes(),
                 _ => a.as_binary::<i32>().value(i),
             };
@@ -185,8 +185,11 @@ fn distinct_values(a: &dyn Array) -> Option<(usize, usize, usize)> {
                 if i == half {
                     at_half = seen.len();
                 }
-                if a.is_valid(i) && seen.insert(values(i)) {
-                    bytes += 4 + values(i).len();
+                if a.is_valid(i) {
+                    let v = value(i);
+                    if seen.insert(v) {
+                        bytes += 4 + v.len();
+                    }
                 }
             }
             Some((at_half, seen.len(), bytes))
