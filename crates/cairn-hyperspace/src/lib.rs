@@ -1,0 +1,38 @@
+//! # cairn-hyperspace — HyperDex's hyperspace hashing, as pure logic
+//!
+//! A query on a non-key attribute would otherwise scan every tablet of a table. HyperDex
+//! ("HyperDex: A Distributed, Searchable Key-Value Store", Escriva, Wong and Sirer,
+//! SIGCOMM 2012) keeps extra copies of each object in *subspaces*, each partitioned by
+//! the values of a few attributes, so a search asks only the *regions* its predicates
+//! intersect. This crate is the geometry and the ordering rules of that design, with no
+//! I/O, so that the master, the tablet servers, the client and SQL all compute them the
+//! same way and a test can check them exhaustively:
+//!
+//! - [`coord`]: attribute values → [`Coordinate`]s on an axis: hashed for strings and
+//!   binary values (equality only), order-preserving for numbers, dates and timestamps
+//!   (ranges). Paper §2.2–2.3.
+//! - [`grid`]: a [`Subspace`] cut into a grid of regions, about `N^(1/d)` intervals per
+//!   dimension, cut by default or at the quantiles of a sample of the data. Paper §2.2, §3.
+//! - [`plan`]: for a conjunction of predicates, the regions of each subspace that can
+//!   hold a match, and the subspace with the fewest ([`plan_search`]); the region groups
+//!   of a top-k search ([`sorted_groups`]). Paper §2.3, §3.
+//! - [`chain`]: the value-dependent chain of a change from an old to a new value
+//!   ([`build_chain`]), the predecessor each link waits for ([`KeyChains`]) and the rule
+//!   a region applies each arriving link by ([`admit`]). Paper §4.1.
+//!
+//! The key subspace of the paper (§3.1) is the table's own tablets and needs nothing
+//! here. Errors are one [`HyperspaceError`] enum.
+
+pub mod chain;
+pub mod coord;
+pub mod error;
+pub mod grid;
+pub mod plan;
+
+pub use chain::{
+    Admission, ChainLink, KeyChains, LinkAction, LinkMessage, Version, admit, build_chain,
+};
+pub use coord::{Axis, AxisKind, Coordinate, NULL_COORDINATE};
+pub use error::{HyperspaceError, Result};
+pub use grid::{Dimension, MAX_DIMENSIONS, MAX_REGIONS, RegionId, Subspace};
+pub use plan::{RegionSet, SearchPlan, plan_search, regions_for, sorted_groups};

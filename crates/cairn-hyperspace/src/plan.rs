@@ -1,0 +1,432 @@
+//! Search planning (HyperDex §2.3, §3): which regions of which subspace a search must ask.
+//!
+//! A search is a conjunction of [`ColumnPredicate`]s. On each dimension of a subspace the
+//! predicates on that attribute select a set of intervals:
+//!
+//! | predicate | hashed axis | ordered axis |
+//! |---|---|---|
+//! | `a = v` | the interval of `c(v)` | the interval of `c(v)` |
+//! | `a IN (v…)` | the intervals of each `c(v)` | the intervals of each `c(v)` |
+//! | `a > v`, `a BETWEEN …` | every interval | the intervals between the bounds' coordinates |
+//! | `a IS NULL` | interval 0 | interval 0 |
+//! | none, `IS NOT NULL` | every interval | every interval |
+//! | a contradiction | none | none |
+//!
+//! The search geometrically is the product of those sets (a hyperplane, or an extruded
+//! one for ranges), and only the regions in it can hold a matching row. The planner picks
+//! the subspace whose product is smallest, as HyperDex's clients do (§3: "clients select
+//! the subspace that contacts the fewest servers"). Pruning is conservative: every row
+//! that matches lies in a planned region (exclusive bounds are treated as inclusive,
+//! hashed ranges as unconstrained), and the regions are still scanned with the full
+//! predicate.
+
+use cairn_common::predicate::simplify_conjunction;
+use cairn_common::{ColumnPredicate, PredicateOp};
+
+use crate::coord::{AxisKind, Coordinate, NULL_COORDINATE};
+use crate::error::Result;
+use crate::grid::{Dimension, RegionId, Subspace};
+
+/// The intervals a search selects on each dimension of one subspace; the regions are
+/// their cross product.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionSet {
+    /// Per dimension, the selected intervals, ascending and distinct.
+    pub intervals: Vec<Vec<usize>>,
+    /// Per dimension, how many intervals it has.
+    radix: Vec<usize>,
+}
+
+impl RegionSet {
+    /// How many regions the set holds.
+    pub fn len(&self) -> usize {
+        self.intervals.iter().map(Vec::len).product()
+    }
+
+    /// Whether the set is empty (the predicates contradict each other or match only
+    /// NULLs where none can be).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The regions, ascending.
+    pub fn regions(&self) -> Vec<RegionId> {
+        let mut out: Vec<RegionId> = vec![0];
+        for (chosen, &n) in self.intervals.iter().zip(&self.radix) {
+            out = out
+                .iter()
+                .flat_map(|&prefix| chosen.iter().map(move |&i| prefix * n as u32 + i as u32))
+                .collect();
+        }
+        out
+    }
+}
+
+/// The regions of `subspace` that can hold a row matching every predicate of `preds`.
+/// Predicates on columns outside the subspace do not narrow it.
+pub fn regions_for(subspace: &Subspace, preds: &[ColumnPredicate]) -> Result<RegionSet> {
+    let preds = simplify_conjunction(preds);
+    let mut intervals = Vec::with_capacity(subspace.dimensions.len());
+    for d in &subspace.dimensions {
+        let chosen = match preds.iter().find(|p| p.column == d.axis.column) {
+            None => (0..d.intervals()).collect(),
+            Some(p) => intervals_for(d, &p.op)?,
+        };
+        intervals.push(chosen);
+    }
+    Ok(RegionSet {
+        intervals,
+        radix: subspace
+            .dimensions
+            .iter()
+            .map(Dimension::intervals)
+            .collect(),
+    })
+}
+
+/// The intervals of dimension `d` that can hold a value satisfying `op`.
+fn intervals_for(d: &Dimension, op: &PredicateOp) -> Result<Vec<usize>> {
+    let all = || (0..d.intervals()).collect::<Vec<_>>();
+    let points = |coords: Vec<Coordinate>| {
+        let mut v: Vec<usize> = coords.into_iter().map(|c| d.interval_of(c)).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    Ok(match op {
+        PredicateOp::None => vec![],
+        PredicateOp::IsNull => vec![d.interval_of(NULL_COORDINATE)],
+        PredicateOp::IsNotNull => all(),
+        // A NULL operand matches nothing (`a = NULL` is never true).
+        PredicateOp::Equality(v) if v.is_null() => vec![],
+        PredicateOp::Equality(v) => points(vec![d.axis.coordinate(v)?]),
+        PredicateOp::InList(vs) => points(
+            vs.iter()
+                .filter(|v| !v.is_null())
+                .map(|v| d.axis.coordinate(v))
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        PredicateOp::Range { lower, upper } => match d.axis.kind {
+            AxisKind::Hashed => {
+                // Type-check the bounds even though they cannot prune.
+                for (v, _) in lower.iter().chain(upper) {
+                    d.axis.coordinate(v)?;
+                }
+                all()
+            }
+            AxisKind::Ordered => {
+                // Ranges never match NULL, so the low end is the first non-null
+                // coordinate when unbounded.
+                let lo = match lower {
+                    Some((v, _)) => d.axis.coordinate(v)?.max(NULL_COORDINATE + 1),
+                    None => NULL_COORDINATE + 1,
+                };
+                let hi = match upper {
+                    Some((v, _)) => d.axis.coordinate(v)?,
+                    None => u64::MAX,
+                };
+                d.intervals_between(lo, hi).collect()
+            }
+        },
+    })
+}
+
+/// The plan of a search: the subspace to ask and its regions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SearchPlan {
+    /// The chosen subspace's position in the table's subspace list.
+    pub subspace: usize,
+    /// The regions to ask, ascending.
+    pub regions: Vec<RegionId>,
+    /// How many regions the subspace has (for `EXPLAIN`'s `regions=k/N`).
+    pub total_regions: u32,
+}
+
+/// Picks the subspace whose intersecting regions are fewest for the conjunction
+/// `preds`, among the subspaces that the predicates constrain at all. Ties go to the
+/// subspace that prunes the larger share of its grid, then to the first declared.
+/// `None` when no subspace is constrained: the search is no narrower in any subspace
+/// than a scan of the key subspace.
+pub fn plan_search(
+    subspaces: &[Subspace],
+    preds: &[ColumnPredicate],
+) -> Result<Option<SearchPlan>> {
+    let mut best: Option<(usize, RegionSet, u32)> = None;
+    for (i, s) in subspaces.iter().enumerate() {
+        let set = regions_for(s, preds)?;
+        let total = s.region_count();
+        let constrained = set.len() < total as usize
+            || preds
+                .iter()
+                .any(|p| s.dimensions.iter().any(|d| d.axis.column == p.column));
+        if !constrained {
+            continue;
+        }
+        let better = match &best {
+            None => true,
+            Some((_, b, b_total)) => {
+                let (n, bn) = (set.len() as u64, b.len() as u64);
+                // n / total < bn / b_total, compared without division.
+                n < bn || (n == bn && n * u64::from(*b_total) < bn * u64::from(total))
+            }
+        };
+        if better {
+            best = Some((i, set, total));
+        }
+    }
+    Ok(best.map(|(subspace, set, total_regions)| SearchPlan {
+        subspace,
+        regions: set.regions(),
+        total_regions,
+    }))
+}
+
+/// For a top-k search ordered by attribute `column` (HyperDex's `sorted_search`): the
+/// planned regions of `subspace` grouped by their interval on `column`, in the order the
+/// results are wanted. A caller asks the groups one after another and stops once it holds
+/// `k` rows and the next group's interval starts past its `k`-th value. `None` when
+/// `column` is not an ordered axis of the subspace.
+pub fn sorted_groups(
+    subspace: &Subspace,
+    preds: &[ColumnPredicate],
+    column: &str,
+    ascending: bool,
+) -> Result<Option<Vec<Vec<RegionId>>>> {
+    let Some(dim) = subspace
+        .dimensions
+        .iter()
+        .position(|d| d.axis.column == column && d.axis.kind == AxisKind::Ordered)
+    else {
+        return Ok(None);
+    };
+    let set = regions_for(subspace, preds)?;
+    let mut order = set.intervals[dim].clone();
+    if !ascending {
+        order.reverse();
+    }
+    let groups = order
+        .into_iter()
+        .map(|i| {
+            let mut one = set.clone();
+            one.intervals[dim] = vec![i];
+            one.regions()
+        })
+        .collect();
+    Ok(Some(groups))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coord::Axis;
+    use cairn_common::{DataType, Value};
+    use proptest::prelude::*;
+
+    fn space() -> Subspace {
+        Subspace::new(
+            "ab",
+            vec![
+                Axis::new("a", DataType::Int64),
+                Axis::new("b", DataType::String),
+            ],
+            16,
+        )
+        .unwrap()
+    }
+
+    fn int(v: i64) -> Value {
+        Value::Int64(v)
+    }
+
+    #[test]
+    fn equality_on_every_attribute_is_one_region() {
+        let s = space();
+        let preds = vec![
+            ColumnPredicate::eq("a", int(5)),
+            ColumnPredicate::eq("b", Value::String("x".into())),
+        ];
+        let set = regions_for(&s, &preds).unwrap();
+        assert_eq!(set.len(), 1);
+        let want = s
+            .region_of_values(&[&int(5), &Value::String("x".into())])
+            .unwrap();
+        assert_eq!(set.regions(), vec![want]);
+    }
+
+    #[test]
+    fn one_attribute_of_two_is_a_row_of_the_grid() {
+        let s = space();
+        let set = regions_for(&s, &[ColumnPredicate::eq("b", Value::String("x".into()))]).unwrap();
+        assert_eq!(set.len(), 4);
+        // A string range cannot prune; an integer range can.
+        let set = regions_for(
+            &s,
+            &[ColumnPredicate::range(
+                "b",
+                Value::String("a".into()),
+                Value::String("c".into()),
+            )],
+        )
+        .unwrap();
+        assert_eq!(set.len(), 16);
+        let set = regions_for(&s, &[ColumnPredicate::lt("a", int(0))]).unwrap();
+        assert_eq!(set.len(), 4);
+    }
+
+    #[test]
+    fn contradictions_and_null_operands_select_nothing() {
+        let s = space();
+        let preds = vec![
+            ColumnPredicate::eq("a", int(1)),
+            ColumnPredicate::eq("a", int(2)),
+        ];
+        assert!(regions_for(&s, &preds).unwrap().is_empty());
+        assert!(
+            regions_for(&s, &[ColumnPredicate::eq("a", Value::Null)])
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            regions_for(&s, &[ColumnPredicate::is_null("a")])
+                .unwrap()
+                .len(),
+            4
+        );
+    }
+
+    #[test]
+    fn wrong_typed_predicates_are_errors() {
+        let s = space();
+        assert!(regions_for(&s, &[ColumnPredicate::eq("a", Value::String("x".into()))]).is_err());
+    }
+
+    #[test]
+    fn the_narrowest_subspace_wins() {
+        let a = Subspace::new("a", vec![Axis::new("a", DataType::Int64)], 8).unwrap();
+        let bc = Subspace::new(
+            "bc",
+            vec![
+                Axis::new("b", DataType::Int64),
+                Axis::new("c", DataType::Int64),
+            ],
+            64,
+        )
+        .unwrap();
+        let subs = vec![a, bc];
+        // Only a: subspace 0, one region of 8.
+        let p = plan_search(&subs, &[ColumnPredicate::eq("a", int(3))])
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.subspace, p.regions.len(), p.total_regions), (0, 1, 8));
+        // b and c fixed: one region of 64 beats one of 8 on a share of the grid.
+        let preds = vec![
+            ColumnPredicate::eq("a", int(3)),
+            ColumnPredicate::eq("b", int(3)),
+            ColumnPredicate::eq("c", int(4)),
+        ];
+        let p = plan_search(&subs, &preds).unwrap().unwrap();
+        assert_eq!((p.subspace, p.regions.len()), (1, 1));
+        // Only b: 8 regions in bc against all 8 of a, which is not constrained.
+        let p = plan_search(&subs, &[ColumnPredicate::eq("b", int(3))])
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.subspace, p.regions.len()), (1, 8));
+        // Nothing on a subspace attribute: no plan.
+        assert!(
+            plan_search(&subs, &[ColumnPredicate::eq("z", int(3))])
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn sorted_groups_follow_the_axis() {
+        let s = space();
+        let asc = sorted_groups(&s, &[], "a", true).unwrap().unwrap();
+        assert_eq!(asc.len(), 4);
+        assert!(asc.iter().all(|g| g.len() == 4));
+        let desc = sorted_groups(&s, &[], "a", false).unwrap().unwrap();
+        assert_eq!(asc.first(), desc.last());
+        assert!(sorted_groups(&s, &[], "b", true).unwrap().is_none());
+    }
+
+    fn arb_value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            1 => Just(Value::Null),
+            8 => (-1000i64..1000).prop_map(Value::Int64),
+            1 => any::<i64>().prop_map(Value::Int64),
+        ]
+    }
+
+    fn arb_str() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            1 => Just(Value::Null),
+            6 => "[a-d]{0,2}".prop_map(Value::String),
+        ]
+    }
+
+    fn arb_pred_a() -> impl Strategy<Value = ColumnPredicate> {
+        let v = || -1200i64..1200;
+        prop_oneof![
+            v().prop_map(|x| ColumnPredicate::eq("a", Value::Int64(x))),
+            v().prop_map(|x| ColumnPredicate::lt("a", Value::Int64(x))),
+            v().prop_map(|x| ColumnPredicate::le("a", Value::Int64(x))),
+            v().prop_map(|x| ColumnPredicate::gt("a", Value::Int64(x))),
+            v().prop_map(|x| ColumnPredicate::ge("a", Value::Int64(x))),
+            (v(), v()).prop_map(|(x, y)| ColumnPredicate::range(
+                "a",
+                Value::Int64(x),
+                Value::Int64(y)
+            )),
+            proptest::collection::vec(v(), 0..4).prop_map(|xs| ColumnPredicate::in_list(
+                "a",
+                xs.into_iter().map(Value::Int64).collect()
+            )),
+            Just(ColumnPredicate::is_null("a")),
+            Just(ColumnPredicate::is_not_null("a")),
+        ]
+    }
+
+    fn arb_pred_b() -> impl Strategy<Value = ColumnPredicate> {
+        prop_oneof![
+            "[a-d]{0,2}".prop_map(|x| ColumnPredicate::eq("b", Value::String(x))),
+            ("[a-d]{0,2}", "[a-d]{0,2}").prop_map(|(x, y)| ColumnPredicate::range(
+                "b",
+                Value::String(x),
+                Value::String(y)
+            )),
+            proptest::collection::vec("[a-d]{0,2}", 0..3).prop_map(|xs| ColumnPredicate::in_list(
+                "b",
+                xs.into_iter().map(Value::String).collect()
+            )),
+            Just(ColumnPredicate::is_null("b")),
+        ]
+    }
+
+    proptest! {
+        /// Pruning is sound: every row that matches lies in a planned region, whatever
+        /// the grid (default or sampled) and the predicates.
+        #[test]
+        fn every_matching_row_is_in_a_planned_region(
+            rows in proptest::collection::vec((arb_value(), arb_str()), 1..80),
+            sample in proptest::collection::vec((arb_value(), arb_str()), 0..60),
+            preds in proptest::collection::vec(prop_oneof![arb_pred_a(), arb_pred_b()], 0..4),
+            n in 1u32..40,
+        ) {
+            let axes = vec![Axis::new("a", DataType::Int64), Axis::new("b", DataType::String)];
+            let sample: Vec<Vec<Value>> = sample.into_iter().map(|(a, b)| vec![a, b]).collect();
+            let s = Subspace::from_sample("ab", axes, n, &sample).unwrap();
+            let planned = regions_for(&s, &preds).unwrap().regions();
+            prop_assert!(planned.windows(2).all(|w| w[0] < w[1]));
+            for (a, b) in &rows {
+                let matches = preds.iter().all(|p| {
+                    p.matches_value(if p.column == "a" { a } else { b })
+                });
+                if matches {
+                    let r = s.region_of_values(&[a, b]).unwrap();
+                    prop_assert!(planned.contains(&r), "row ({a:?}, {b:?}) in region {r} not planned {planned:?} for {preds:?}");
+                }
+            }
+        }
+    }
+}
