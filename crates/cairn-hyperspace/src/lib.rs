@@ -19,6 +19,8 @@
 //! - [`chain`]: the value-dependent chain of a change from an old to a new value
 //!   ([`build_chain`]), the predecessor each link waits for ([`KeyChains`]) and the rule
 //!   a region applies each arriving link by ([`admit`]). Paper §4.1.
+//! - [`region`]: how a subspace is stored: a hidden region table, one tablet per region,
+//!   rows carrying their version and a tombstone flag ([`SubspaceEntry`]). Paper §3.2.
 //!
 //! The key subspace of the paper (§3.1) is the table's own tablets and needs nothing
 //! here. Errors are one [`HyperspaceError`] enum.
@@ -28,6 +30,7 @@ pub mod coord;
 pub mod error;
 pub mod grid;
 pub mod plan;
+pub mod region;
 
 pub use chain::{
     Admission, ChainLink, KeyChains, LinkAction, LinkMessage, Version, admit, build_chain,
@@ -36,3 +39,8 @@ pub use coord::{Axis, AxisKind, Coordinate, NULL_COORDINATE};
 pub use error::{HyperspaceError, Result};
 pub use grid::{Dimension, MAX_DIMENSIONS, MAX_REGIONS, RegionId, Subspace};
 pub use plan::{RegionSet, SearchPlan, plan_search, regions_for, sorted_groups};
+pub use region::{
+    DEFAULT_REGIONS, REGION_COLUMN, REMOVED_COLUMN, SubspaceEntry, SubspaceSpec, VERSION_COLUMN,
+    is_region_table_name, region_partitioning, region_row, region_table_name, region_table_schema,
+    split_region_row,
+};

@@ -79,6 +79,14 @@ pub struct TableEntry {
     /// created without a primary key; see [`CatalogOp::AllocateAutoIds`]).
     #[serde(default = "first_auto_id")]
     pub next_auto_id: i64,
+    /// The table's subspaces for hyperspace search, each with the hidden table holding
+    /// its regions (`cairn_hyperspace::region`).
+    #[serde(default)]
+    pub subspaces: Vec<cairn_hyperspace::SubspaceEntry>,
+    /// For a subspace's hidden region table: the id of the table it belongs to, whose
+    /// lifecycle and privileges it follows.
+    #[serde(default)]
+    pub subspace_of: Option<String>,
 }
 
 /// The first value of every table's auto-incrementing key.
@@ -103,12 +111,16 @@ pub struct TabletEntry {
 /// A catalog change.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum CatalogOp {
-    /// Adds a table (state `Creating`) and its tablets.
+    /// Adds a table (state `Creating`) and its tablets, with the region tables of its
+    /// subspaces.
     CreateTable {
         /// The table.
         table: TableEntry,
         /// Its tablets.
         tablets: Vec<TabletEntry>,
+        /// The hidden region table of each of its subspaces, with its tablets.
+        #[serde(default)]
+        regions: Vec<(TableEntry, Vec<TabletEntry>)>,
     },
     /// Sets a table's state.
     SetTableState {
@@ -240,20 +252,28 @@ impl Catalog {
     /// Applies one op; `Err` leaves the catalog unchanged.
     pub fn apply(&mut self, op: CatalogOp) -> Result<(), String> {
         match op {
-            CatalogOp::CreateTable { table, tablets } => {
-                if self.table_by_name(&table.name).is_some() {
-                    return Err(format!("table '{}' already exists", table.name));
-                }
-                if self.tables.contains_key(&table.id) {
-                    return Err(format!("table id {} is taken", table.id));
-                }
-                for t in tablets {
-                    self.tablets.insert(t.id.clone(), t);
+            CatalogOp::CreateTable {
+                table,
+                tablets,
+                regions,
+            } => {
+                for t in std::iter::once(&table).chain(regions.iter().map(|(t, _)| t)) {
+                    if self.table_by_name(&t.name).is_some() {
+                        return Err(format!("table '{}' already exists", t.name));
+                    }
+                    if self.tables.contains_key(&t.id) {
+                        return Err(format!("table id {} is taken", t.id));
+                    }
                 }
                 if let Some(u) = self.users.get_mut(&table.owner) {
                     u.grants.insert(table.id.clone(), Privileges::ALL);
                 }
-                self.tables.insert(table.id.clone(), table);
+                for (t, tablets) in std::iter::once((table, tablets)).chain(regions) {
+                    for tablet in tablets {
+                        self.tablets.insert(tablet.id.clone(), tablet);
+                    }
+                    self.tables.insert(t.id.clone(), t);
+                }
             }
             CatalogOp::SetTableState { id, state } => {
                 let t = self.tables.get_mut(&id).ok_or("no such table")?;
@@ -262,6 +282,17 @@ impl Catalog {
                     t.pending_steps.clear();
                 }
                 t.version += 1;
+                // A table's region tables are dropped with it.
+                if state == TableState::Deleting {
+                    let regions: Vec<String> =
+                        t.subspaces.iter().map(|s| s.table_id.clone()).collect();
+                    for r in regions {
+                        if let Some(rt) = self.tables.get_mut(&r) {
+                            rt.state = TableState::Deleting;
+                            rt.version += 1;
+                        }
+                    }
+                }
             }
             CatalogOp::AlterTable { id, schema, steps } => {
                 let t = self.tables.get_mut(&id).ok_or("no such table")?;
@@ -626,6 +657,8 @@ mod tests {
             pending_steps: vec![],
             owner: "ann".into(),
             next_auto_id: first_auto_id(),
+            subspaces: vec![],
+            subspace_of: None,
         }
     }
 
@@ -651,6 +684,7 @@ mod tests {
         c.apply(CatalogOp::CreateTable {
             table: table("a", "t"),
             tablets: vec![],
+            regions: vec![],
         })
         .unwrap();
         assert_eq!(
@@ -690,11 +724,60 @@ mod tests {
     }
 
     #[test]
+    fn region_tables_are_created_and_dropped_with_their_table() {
+        let mut c = Catalog::default();
+        let mut base = table("a", "t");
+        let mut region = table("r", "__subspace/a/x");
+        region.subspace_of = Some("a".into());
+        let schema = cairn_common::Schema::new(
+            vec![
+                cairn_common::ColumnSpec::new("k", cairn_common::DataType::Int64),
+                cairn_common::ColumnSpec::new("x", cairn_common::DataType::Int64),
+            ],
+            &["k"],
+        )
+        .unwrap();
+        base.subspaces = cairn_hyperspace::SubspaceEntry::for_new_table(
+            "a",
+            &schema,
+            &[cairn_hyperspace::SubspaceSpec::new(&["x"]).regions(2)],
+            &["r".to_string()],
+        )
+        .unwrap();
+        c.apply(CatalogOp::CreateTable {
+            table: base,
+            tablets: vec![],
+            regions: vec![(region.clone(), vec![])],
+        })
+        .unwrap();
+        assert_eq!(c.tables.len(), 2);
+        // A second table whose region table's name is taken is refused whole.
+        let mut other = table("b", "u");
+        other.subspaces = vec![];
+        assert!(
+            c.apply(CatalogOp::CreateTable {
+                table: other,
+                tablets: vec![],
+                regions: vec![(region, vec![])],
+            })
+            .is_err()
+        );
+        assert!(!c.tables.contains_key("b"));
+        c.apply(CatalogOp::SetTableState {
+            id: "a".into(),
+            state: TableState::Deleting,
+        })
+        .unwrap();
+        assert_eq!(c.tables["r"].state, TableState::Deleting);
+    }
+
+    #[test]
     fn auto_id_blocks_never_overlap() {
         let mut c = Catalog::default();
         c.apply(CatalogOp::CreateTable {
             table: table("a", "t"),
             tablets: vec![],
+            regions: vec![],
         })
         .unwrap();
         let alloc = |from, count| CatalogOp::AllocateAutoIds {
@@ -741,6 +824,7 @@ mod tests {
                 },
                 replicas: vec![],
             }],
+            regions: vec![],
         };
         let enc = |op: &CatalogOp| serde_json::to_vec(op).unwrap();
         let r: Result<(), String> =

@@ -45,6 +45,12 @@ fn create_request(
             })
             .collect(),
         learner,
+        subspaces_json: if t.subspaces.is_empty() {
+            Default::default()
+        } else {
+            serde_json::to_vec(&t.subspaces).unwrap_or_default().into()
+        },
+        privileges_of: t.subspace_of.clone().unwrap_or_default(),
     }
 }
 

@@ -307,6 +307,40 @@ impl MasterService {
             Principal::Internal if !req.owner.is_empty() => req.owner.clone(),
             p => p.name().to_string(),
         };
+        let specs: Vec<cairn_hyperspace::SubspaceSpec> =
+            parse_json_list(&req.subspaces_json, "subspaces")?;
+        let region_ids: Vec<String> = specs.iter().map(|_| new_id()).collect();
+        let subspaces =
+            cairn_hyperspace::SubspaceEntry::for_new_table(&table_id, &schema, &specs, &region_ids)
+                .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
+        let mut regions = Vec::with_capacity(subspaces.len());
+        if !subspaces.is_empty() {
+            let region_schema = cairn_hyperspace::region_table_schema(&schema)
+                .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
+            for s in &subspaces {
+                let (rps, bounds) = cairn_hyperspace::region_partitioning(s.layout.region_count())
+                    .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
+                check_tablet_limits(&st.opts, &rps, bounds.len())?;
+                let parts = rps.create_partitions(&bounds)?;
+                let rtablets = place_tablets(&s.table_id, parts, replicas, &live);
+                let entry = TableEntry {
+                    id: s.table_id.clone(),
+                    name: s.table_name.clone(),
+                    schema: SchemaMeta::from_schema(&region_schema),
+                    partition_schema: rps,
+                    replicas,
+                    state: TableState::Creating,
+                    tablets: rtablets.iter().map(|t| t.id.clone()).collect(),
+                    version: 0,
+                    pending_steps: vec![],
+                    owner: owner.clone(),
+                    next_auto_id: crate::catalog::first_auto_id(),
+                    subspaces: vec![],
+                    subspace_of: Some(table_id.clone()),
+                };
+                regions.push((entry, rtablets));
+            }
+        }
         let table = TableEntry {
             id: table_id.clone(),
             name: name.clone(),
@@ -319,11 +353,17 @@ impl MasterService {
             pending_steps: vec![],
             owner,
             next_auto_id: crate::catalog::first_auto_id(),
+            subspaces,
+            subspace_of: None,
         };
         st.propose_for(
             request.as_ref(),
             &table_id,
-            CatalogOp::CreateTable { table, tablets },
+            CatalogOp::CreateTable {
+                table,
+                tablets,
+                regions,
+            },
         )
         .await?
         .map_err(MasterError::InvalidArgument)?;
@@ -337,9 +377,14 @@ impl MasterService {
         let id2 = table_id.clone();
         let done = st
             .wait_catalog(st.opts.ddl_wait, |c| {
-                c.tables
-                    .get(&id2)
-                    .is_some_and(|t| t.state == TableState::Running)
+                c.tables.get(&id2).is_some_and(|t| {
+                    t.state == TableState::Running
+                        && t.subspaces.iter().all(|s| {
+                            c.tables
+                                .get(&s.table_id)
+                                .is_some_and(|r| r.state == TableState::Running)
+                        })
+                })
             })
             .await;
         if !done {
@@ -360,6 +405,21 @@ impl MasterService {
         if self.state.answered(request.as_ref()).is_some() {
             // A retry of a change that was applied.
             return Ok(());
+        }
+        if let Some(t) = self
+            .state
+            .catalog
+            .read(|c| c.table_by_name(&req.name).cloned())
+        {
+            refuse_region_table(&t, "altered")?;
+            if !t.subspaces.is_empty() && !steps.is_empty() {
+                return Err(MasterError::InvalidArgument(format!(
+                    "table '{}' has subspaces, and changing the columns of a table with \
+                     subspaces is not supported yet: create a new table with the columns \
+                     you need and copy the rows (INSERT INTO … SELECT)",
+                    t.name
+                )));
+            }
         }
         // Both parts of one request are answered under their own keys, so a retry
         // after the first part ran repeats only the second.
@@ -550,6 +610,7 @@ impl MasterService {
             }
             return Err(MasterError::TableNotFound(req.name));
         };
+        refuse_region_table(&t, "dropped")?;
         if t.state != TableState::Deleting {
             st.propose_for(
                 request.as_ref(),
@@ -618,6 +679,18 @@ impl MasterService {
             .read(|c| c.table_by_name(name).cloned())
             .filter(|t| t.state != TableState::Deleting)
             .ok_or_else(|| MasterError::TableNotFound(name.to_string()))
+    }
+}
+
+/// Refuses DDL on a subspace's hidden region table: it is changed only with its table.
+fn refuse_region_table(t: &TableEntry, what: &str) -> Result<()> {
+    match &t.subspace_of {
+        Some(base) => Err(MasterError::InvalidArgument(format!(
+            "'{}' holds the regions of a subspace of table {base} and cannot be {what} on \
+             its own: it follows its table",
+            t.name
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -783,7 +856,7 @@ impl pb::master_server::Master for MasterService {
             let mut v: Vec<_> = c
                 .tables
                 .values()
-                .filter(|t| t.state != TableState::Deleting)
+                .filter(|t| t.state != TableState::Deleting && t.subspace_of.is_none())
                 .map(|t| pb::TableSummary {
                     table_id: t.id.clone(),
                     name: t.name.clone(),
@@ -817,6 +890,11 @@ impl pb::master_server::Master for MasterService {
             replicas: t.replicas,
             state: t.state.name().into(),
             version: t.version,
+            subspaces_json: if t.subspaces.is_empty() {
+                Default::default()
+            } else {
+                serde_json::to_vec(&t.subspaces).unwrap_or_default().into()
+            },
         }))
     }
 

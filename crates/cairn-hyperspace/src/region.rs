@@ -1,0 +1,310 @@
+//! How a subspace is stored: a hidden *region table* whose tablets are the regions.
+//!
+//! A subspace holds a full copy of each object (HyperDex §3.2) in the region its values
+//! select. Cairn stores a subspace as a table of its own, hidden from users, so that
+//! regions are ordinary Raft-replicated tablets that the master places, re-replicates
+//! and deletes like any other:
+//!
+//! - its columns are [`REGION_COLUMN`] (the region, `INT`), every column of the base
+//!   table with the same name, type and nullability, then [`VERSION_COLUMN`] (the
+//!   object's version, `BIGINT`) and [`REMOVED_COLUMN`] (`BOOLEAN`, a tombstone);
+//! - its primary key is the region followed by the base table's key;
+//! - it is range-partitioned on the region column, one tablet per region
+//!   ([`region_partitioning`]).
+//!
+//! A [`LinkAction::Remove`](crate::LinkAction::Remove) does not delete the row: it marks
+//! it removed and keeps its version, so a late retransmission of an older change is
+//! recognised as a duplicate instead of bringing the object back ([`crate::admit`]).
+//! Searches skip removed rows.
+
+use cairn_common::{ColumnSpec, DataType, PartitionSchema, Schema, Value};
+
+use crate::chain::Version;
+use crate::error::{HyperspaceError, Result};
+use crate::grid::{RegionId, Subspace};
+
+/// The region column of a region table (its first key column).
+pub const REGION_COLUMN: &str = "__region";
+/// The version column of a region table: the version of the change that wrote the row.
+pub const VERSION_COLUMN: &str = "__version";
+/// The tombstone column of a region table: the object has left this region.
+pub const REMOVED_COLUMN: &str = "__removed";
+
+/// A subspace asked for when a table is created: its name, attributes and region count.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SubspaceSpec {
+    /// The subspace's name (unique within the table).
+    pub name: String,
+    /// Its attributes (column names), in order.
+    pub columns: Vec<String>,
+    /// About how many regions (tablets) it gets.
+    pub regions: u32,
+}
+
+impl SubspaceSpec {
+    /// A subspace over `columns` named after them ([`default_subspace_name`]) with
+    /// [`DEFAULT_REGIONS`] regions.
+    pub fn new(columns: &[&str]) -> SubspaceSpec {
+        let columns: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+        SubspaceSpec {
+            name: default_subspace_name(&columns),
+            columns,
+            regions: DEFAULT_REGIONS,
+        }
+    }
+
+    /// Sets the region count.
+    pub fn regions(mut self, n: u32) -> SubspaceSpec {
+        self.regions = n;
+        self
+    }
+
+    /// Sets the name.
+    pub fn named(mut self, name: impl Into<String>) -> SubspaceSpec {
+        self.name = name.into();
+        self
+    }
+}
+
+/// A subspace of a table as the catalog records it: its layout and the hidden table
+/// holding its regions.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SubspaceEntry {
+    /// The attributes and the region grid.
+    pub layout: Subspace,
+    /// The region table's id.
+    pub table_id: String,
+    /// The region table's name ([`region_table_name`]).
+    pub table_name: String,
+}
+
+/// The name of the region table of subspace `subspace` of the table with id `base_id`.
+/// It starts with `__subspace/`, which no SQL identifier produces unquoted.
+pub fn region_table_name(base_id: &str, subspace: &str) -> String {
+    format!("__subspace/{base_id}/{subspace}")
+}
+
+/// Whether `name` is a region table's name.
+pub fn is_region_table_name(name: &str) -> bool {
+    name.starts_with("__subspace/")
+}
+
+/// The schema of a region table for base schema `base`.
+pub fn region_table_schema(base: &Schema) -> Result<Schema> {
+    let mut cols = Vec::with_capacity(base.num_columns() + 3);
+    cols.push(ColumnSpec::new(REGION_COLUMN, DataType::Int32));
+    for c in base.columns() {
+        if [REGION_COLUMN, VERSION_COLUMN, REMOVED_COLUMN].contains(&c.name.as_str()) {
+            return Err(HyperspaceError::InvalidSubspace(format!(
+                "column '{}' has a name subspaces reserve: rename it to give the table subspaces",
+                c.name
+            )));
+        }
+        let mut spec = ColumnSpec::new(c.name.clone(), c.data_type.clone());
+        spec.nullable = c.nullable;
+        spec.default = c.default.clone();
+        cols.push(spec);
+    }
+    cols.push(ColumnSpec::new(VERSION_COLUMN, DataType::Int64));
+    cols.push(ColumnSpec::new(REMOVED_COLUMN, DataType::Bool));
+    let mut key: Vec<&str> = vec![REGION_COLUMN];
+    key.extend(
+        base.key_indexes()
+            .iter()
+            .map(|&i| base.column(i).name.as_str()),
+    );
+    Ok(Schema::new(cols, &key)?)
+}
+
+/// A range partition's `[lower, upper)` encoded range keys (empty: unbounded).
+pub type RangeBounds = (Vec<u8>, Vec<u8>);
+
+/// The partitioning of a region table with `regions` regions: range partitions on
+/// [`REGION_COLUMN`], region `r` in `[r, r + 1)` (the first unbounded below, the last
+/// above, so that every key has a tablet). Returns the partition schema and the range
+/// bounds, as `CreateTable` takes them.
+pub fn region_partitioning(regions: u32) -> Result<(PartitionSchema, Vec<RangeBounds>)> {
+    let ps = PartitionSchema {
+        hash_levels: vec![],
+        range_columns: vec![REGION_COLUMN.to_string()],
+    };
+    let key = |r: u32| -> Result<Vec<u8>> {
+        let r = i32::try_from(r)
+            .map_err(|_| HyperspaceError::InvalidSubspace(format!("region {r} is out of range")))?;
+        Ok(ps.encode_range_key(&[Value::Int32(r)])?)
+    };
+    let mut bounds = Vec::with_capacity(regions as usize);
+    for r in 0..regions.max(1) {
+        let lower = if r == 0 { vec![] } else { key(r)? };
+        let upper = if r + 1 >= regions.max(1) {
+            vec![]
+        } else {
+            key(r + 1)?
+        };
+        bounds.push((lower, upper));
+    }
+    Ok((ps, bounds))
+}
+
+/// The region-table row for a base row (schema order) stored in `region` at `version`;
+/// `removed` marks a tombstone.
+pub fn region_row(
+    base_row: &[Value],
+    region: RegionId,
+    version: Version,
+    removed: bool,
+) -> Vec<Value> {
+    let mut row = Vec::with_capacity(base_row.len() + 3);
+    row.push(Value::Int32(region as i32));
+    row.extend_from_slice(base_row);
+    row.push(Value::Int64(version as i64));
+    row.push(Value::Bool(removed));
+    row
+}
+
+/// The region-table row's parts: the region, the base row, the version and whether it is
+/// a tombstone. `None` when the row does not have a region table's shape.
+pub fn split_region_row(row: &[Value]) -> Option<(RegionId, &[Value], Version, bool)> {
+    let [
+        Value::Int32(r),
+        base @ ..,
+        Value::Int64(v),
+        Value::Bool(removed),
+    ] = row
+    else {
+        return None;
+    };
+    Some((*r as RegionId, base, *v as Version, *removed))
+}
+
+impl SubspaceEntry {
+    /// The entries of a table being created with `subspaces`, over base table `base_id` with schema `base`. `table_ids` gives each
+    /// region table's id, in order. The layouts use default cuts (the table is empty).
+    pub fn for_new_table(
+        base_id: &str,
+        base: &Schema,
+        subspaces: &[SubspaceSpec],
+        table_ids: &[String],
+    ) -> Result<Vec<SubspaceEntry>> {
+        let mut out: Vec<SubspaceEntry> = Vec::with_capacity(subspaces.len());
+        for (spec, id) in subspaces.iter().zip(table_ids) {
+            let (name, columns, regions) = (&spec.name, &spec.columns, &spec.regions);
+            if name.is_empty() || name.len() > 64 || name.contains('/') {
+                return Err(HyperspaceError::InvalidSubspace(format!(
+                    "subspace name '{name}' must have 1 to 64 characters and no '/'"
+                )));
+            }
+            if out.iter().any(|e| &e.layout.name == name) {
+                return Err(HyperspaceError::InvalidSubspace(format!(
+                    "two subspaces are named '{name}'"
+                )));
+            }
+            if let Some(prev) = out.iter().find(|e| e.layout.columns() == **columns) {
+                return Err(HyperspaceError::InvalidSubspace(format!(
+                    "subspaces '{}' and '{name}' have the same attributes",
+                    prev.layout.name
+                )));
+            }
+            let axes = Subspace::axes_of(base, columns)?;
+            out.push(SubspaceEntry {
+                layout: Subspace::new(name.clone(), axes, *regions)?,
+                table_id: id.clone(),
+                table_name: region_table_name(base_id, name),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// The default name of a subspace over `columns`: the names joined by `_`.
+pub fn default_subspace_name(columns: &[String]) -> String {
+    columns.join("_")
+}
+
+/// The default number of regions per subspace.
+pub const DEFAULT_REGIONS: u32 = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Schema {
+        Schema::new(
+            vec![
+                ColumnSpec::new("id", DataType::Int64),
+                ColumnSpec::new("a", DataType::Int32).nullable(),
+                ColumnSpec::new("b", DataType::String),
+            ],
+            &["id"],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn region_tables_wrap_the_base_schema() {
+        let s = region_table_schema(&base()).unwrap();
+        let names: Vec<_> = s.columns().iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            vec!["__region", "id", "a", "b", "__version", "__removed"]
+        );
+        let key: Vec<_> = s
+            .key_indexes()
+            .iter()
+            .map(|&i| s.column(i).name.as_str())
+            .collect();
+        assert_eq!(key, vec!["__region", "id"]);
+        assert!(s.column(2).nullable && !s.column(3).nullable);
+        let bad = Schema::new(
+            vec![ColumnSpec::new("__version", DataType::Int64)],
+            &["__version"],
+        )
+        .unwrap();
+        assert!(region_table_schema(&bad).is_err());
+    }
+
+    #[test]
+    fn one_tablet_per_region_and_every_key_has_one() {
+        let (ps, bounds) = region_partitioning(4).unwrap();
+        let parts = ps.create_partitions(&bounds).unwrap();
+        assert_eq!(parts.len(), 4);
+        let schema = region_table_schema(&base()).unwrap();
+        for r in 0..4u32 {
+            let row = region_row(
+                &[Value::Int64(1), Value::Null, Value::String("x".into())],
+                r,
+                7,
+                false,
+            );
+            let pk = ps.partition_key(&schema, &row).unwrap();
+            let holders: Vec<usize> = (0..4).filter(|&i| parts[i].contains(&pk)).collect();
+            assert_eq!(holders, vec![r as usize]);
+            let (region, b, v, removed) = split_region_row(&row).unwrap();
+            assert_eq!((region, b.len(), v, removed), (r, 3, 7, false));
+        }
+        let (_, one) = region_partitioning(1).unwrap();
+        assert_eq!(one, vec![(vec![], vec![])]);
+    }
+
+    #[test]
+    fn entries_refuse_duplicates() {
+        let ids = vec!["t1".to_string(), "t2".to_string()];
+        let same_name = vec![
+            SubspaceSpec::new(&["a"]).named("s").regions(4),
+            SubspaceSpec::new(&["b"]).named("s").regions(4),
+        ];
+        assert!(SubspaceEntry::for_new_table("base", &base(), &same_name, &ids).is_err());
+        let same_cols = vec![
+            SubspaceSpec::new(&["a"]).named("s1"),
+            SubspaceSpec::new(&["a"]).named("s2"),
+        ];
+        assert!(SubspaceEntry::for_new_table("base", &base(), &same_cols, &ids).is_err());
+        let ok = vec![SubspaceSpec::new(&["a", "b"]).regions(4)];
+        let bad_name = vec![SubspaceSpec::new(&["a"]).named("x/y")];
+        assert!(SubspaceEntry::for_new_table("base", &base(), &bad_name, &ids).is_err());
+        let e = SubspaceEntry::for_new_table("base", &base(), &ok, &ids).unwrap();
+        assert_eq!(e[0].table_name, "__subspace/base/a_b");
+        assert!(is_region_table_name(&e[0].table_name));
+        assert_eq!(e[0].layout.region_count(), 4);
+    }
+}
