@@ -294,6 +294,11 @@ impl Client {
             if_not_exists: spec.if_not_exists,
             request_id: Some(id.id()),
             owner: spec.owner.clone().unwrap_or_default(),
+            subspaces_json: if spec.subspaces.is_empty() {
+                Default::default()
+            } else {
+                to_json(&spec.subspaces)?.into()
+            },
         };
         let what = format!("creating table '{}'", spec.name);
         let resp = self

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use cairn_common::{Partition, PartitionSchema, Schema, SchemaMeta, Value};
+use cairn_hyperspace::{SubspaceEntry, SubspaceSpec};
 
 use crate::error::{ClientError, Result, normalize_addr};
 
@@ -27,6 +28,9 @@ pub struct CreateTableSpec {
     /// The user to own the table, for a Cairn server acting for one (the SQL front
     /// ends); `None`: the caller (a token's user).
     pub owner: Option<String>,
+    /// Subspaces for hyperspace search ([`Client::search`](crate::Client::search)): each
+    /// keeps a copy of every row partitioned by its attributes' values.
+    pub subspaces: Vec<SubspaceSpec>,
 }
 
 impl CreateTableSpec {
@@ -41,7 +45,14 @@ impl CreateTableSpec {
             replicas: 3,
             if_not_exists: false,
             owner: None,
+            subspaces: vec![],
         }
+    }
+    /// Adds a subspace (HyperDex's search on secondary attributes): e.g.
+    /// `SubspaceSpec::new(&["city", "age"])`.
+    pub fn subspace(mut self, s: SubspaceSpec) -> Self {
+        self.subspaces.push(s);
+        self
     }
     /// Sets the owner (honoured from Cairn servers only).
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
@@ -85,6 +96,8 @@ pub struct Table {
     pub partition_schema: PartitionSchema,
     /// Replication factor.
     pub replicas: u32,
+    /// The table's subspaces, each with the hidden table holding its regions.
+    pub subspaces: Vec<SubspaceEntry>,
 }
 
 impl Table {
@@ -101,12 +114,21 @@ impl Table {
                 what: "partition schema",
                 detail: e.to_string(),
             })?;
+        let subspaces: Vec<SubspaceEntry> = if resp.subspaces_json.is_empty() {
+            vec![]
+        } else {
+            serde_json::from_slice(&resp.subspaces_json).map_err(|e| ClientError::Decode {
+                what: "table subspaces",
+                detail: e.to_string(),
+            })?
+        };
         Ok(Table {
             id: resp.table_id,
             name: resp.name,
             schema: Arc::new(schema),
             partition_schema,
             replicas: resp.replicas,
+            subspaces,
         })
     }
 
@@ -285,6 +307,7 @@ mod tests {
             schema: Arc::new(schema),
             partition_schema: ps,
             replicas: 3,
+            subspaces: vec![],
         }
     }
 
@@ -461,6 +484,7 @@ mod tests {
                 range_columns: vec![],
             },
             replicas: 1,
+            subspaces: vec![],
         };
         assert!(t.partition_key(&[Some(Value::Int64(1)), None]).is_ok());
         assert!(t.partition_key(&[Some(Value::Int64(1))]).is_err());

@@ -201,6 +201,7 @@ impl Master for FakeMaster {
                 replicas: t.replicas,
                 state: "RUNNING".into(),
                 version: 0,
+                subspaces_json: Default::default(),
             })),
             None => Err(Status::not_found(format!("table {name}"))),
         }

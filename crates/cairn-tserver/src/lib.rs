@@ -16,8 +16,12 @@
 //! - [`store_service`]: the gRPC `ReadOnlyStore` service over [`stores`].
 //! - [`server`]: wiring — the RPC listener (tablet server + consensus services) and the
 //!   heartbeat to the master with incremental tablet reports.
+//! - [`chain`]: the point leader's side of hyperspace search (HyperDex §4.1) — a write
+//!   to a table with subspaces is chained through their region tables before it is
+//!   answered.
 //! - [`convert`]: Arrow IPC and error conversions at the RPC boundary.
 
+pub mod chain;
 pub mod convert;
 pub mod error;
 pub mod manager;

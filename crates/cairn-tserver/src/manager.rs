@@ -157,6 +157,17 @@ impl TabletManager {
             partition_schema,
             partition,
             initial_schema: schema_meta,
+            subspaces: if req.subspaces_json.is_empty() {
+                vec![]
+            } else {
+                serde_json::from_slice(&req.subspaces_json).map_err(|e| json_err("subspaces", e))?
+            },
+            privileges_of: if req.privileges_of.is_empty() {
+                None
+            } else {
+                validate_id(IdKind::Table, &req.privileges_of)?;
+                Some(req.privileges_of.clone())
+            },
         };
         let rdir = self.dir.join(&req.tablet_id);
         if rdir.exists() && !rdir.join(REPLICA_FILE).exists() {

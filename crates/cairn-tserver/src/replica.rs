@@ -64,6 +64,13 @@ pub struct ReplicaMeta {
     pub partition: Partition,
     /// The schema the tablet was created with.
     pub initial_schema: SchemaMeta,
+    /// The table's subspaces, which this tablet's leader chains every change into
+    /// ([`crate::chain`]); empty for most tables.
+    #[serde(default)]
+    pub subspaces: Vec<cairn_hyperspace::SubspaceEntry>,
+    /// Set on a subspace's region tablets: the table whose privileges govern them.
+    #[serde(default)]
+    pub privileges_of: Option<String>,
 }
 
 /// The tablet as a replicated state machine. Holds the tablet behind a lock because a

@@ -137,6 +137,14 @@ impl TabletServer {
         let (stop, stop_rx) = watch::channel(false);
         let gate = cairn_proto::auth::AuthGate::new(opts.tls.is_some());
         let service = TabletService::new(manager.clone(), opts.limits.clone(), gate.clone());
+        // The point leader's client for chaining writes into subspaces: it acts as this
+        // server (its cluster certificate on a TLS cluster).
+        match cairn_client::Client::connect(&opts.masters).await {
+            Ok(c) => service.set_chain_driver(Arc::new(crate::chain::ChainDriver::new(
+                c.with_tls(opts.tls.clone()),
+            ))),
+            Err(e) => tracing::warn!(error = %e, "no client for chaining writes into subspaces"),
+        }
         let mut tasks = Vec::new();
 
         let router = cairn_proto::tls::server_builder(opts.tls.as_deref())

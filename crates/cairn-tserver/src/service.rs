@@ -75,6 +75,8 @@ pub struct TabletService {
     scanners: Arc<Mutex<HashMap<String, OpenScanner>>>,
     limits: ServiceLimits,
     gate: Arc<AuthGate>,
+    /// Chains writes to tables with subspaces (set once the server has a client).
+    chains: Arc<std::sync::OnceLock<Arc<crate::chain::ChainDriver>>>,
 }
 
 /// The privileges a write's rows need: INSERT for inserts, UPDATE for updates,
@@ -104,7 +106,13 @@ impl TabletService {
             scanners: Arc::new(Mutex::new(HashMap::new())),
             limits,
             gate,
+            chains: Arc::new(std::sync::OnceLock::new()),
         }
+    }
+
+    /// Gives the service the driver that chains writes to tables with subspaces.
+    pub fn set_chain_driver(&self, d: Arc<crate::chain::ChainDriver>) {
+        let _ = self.chains.set(d);
     }
 
     /// The caller of `req`, which must be an administrator (`what` names the RPC).
@@ -123,7 +131,11 @@ impl TabletService {
         if let Principal::User(_) = who {
             let replica = self.manager.get(tablet_id)?;
             who.check(Action::Table {
-                id: &replica.meta.table_id,
+                id: replica
+                    .meta
+                    .privileges_of
+                    .as_deref()
+                    .unwrap_or(&replica.meta.table_id),
                 name: &replica.meta.table_name,
                 need,
             })?;
@@ -422,6 +434,13 @@ impl TabletService {
         self.observe(req.propagated_timestamp)?;
         crate::convert::check_row_sizes(&rows, self.limits.max_row_bytes)?;
         let replica = self.leader_replica(&req.tablet_id)?;
+        if !replica.meta.subspaces.is_empty() {
+            return Err(TserverError::InvalidArgument(format!(
+                "table {} has subspaces, which bulk loading does not update yet: insert \
+                 its rows with INSERT or a write session",
+                replica.meta.table_name
+            )));
+        }
         let request = request_id(req.request_id.as_ref())?;
         let (ts, errs) = replica.bulk_insert(rows, request, deadline).await?;
         Ok(pb::WriteResponse {
@@ -446,7 +465,11 @@ impl TabletService {
             deadline,
             txn: req.txn_id.map(cairn_tablet::TxnId),
         };
-        let (ts, errs) = replica.write(ops, wo).await?;
+        let (ts, errs) = if replica.meta.subspaces.is_empty() {
+            replica.write(ops, wo).await?
+        } else {
+            self.chained_write(&replica, &schema, ops, wo).await?
+        };
         Ok(pb::WriteResponse {
             row_errors: errs.iter().map(|(i, e)| row_error(*i, e)).collect(),
             timestamp: ts.0,
@@ -455,6 +478,81 @@ impl TabletService {
 }
 
 impl TabletService {
+    /// A write to a tablet of a table with subspaces, on its leader (the rows' point
+    /// leader): the write, then its chain through every subspace ([`crate::chain`]).
+    /// The answer's timestamp covers the region writes.
+    async fn chained_write(
+        &self,
+        replica: &Arc<TabletReplica>,
+        schema: &Arc<cairn_common::Schema>,
+        ops: Vec<cairn_tablet::RowOp>,
+        wo: WriteOptions,
+    ) -> Result<(HybridTime, Vec<(usize, cairn_tablet::RowError)>)> {
+        let driver = self.chains.get().cloned().ok_or_else(|| {
+            TserverError::Unavailable(
+                "this server is not ready to write tables with subspaces".into(),
+            )
+        })?;
+        if wo.txn.is_some() {
+            return Err(TserverError::InvalidArgument(format!(
+                "table {} has subspaces, which transactions do not update yet: write it \
+                 outside a transaction",
+                replica.meta.table_name
+            )));
+        }
+        let mut keys: Vec<Vec<Value>> = ops
+            .iter()
+            .map(|op| {
+                schema
+                    .key_indexes()
+                    .iter()
+                    .map(|&i| op.values[i].clone().unwrap_or(Value::Null))
+                    .collect()
+            })
+            .collect();
+        let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
+        for k in &keys {
+            let refs: Vec<&Value> = k.iter().collect();
+            encoded.push(cairn_common::key::encode_values(&refs)?);
+        }
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_by(|&a, &b| encoded[a].cmp(&encoded[b]));
+        order.dedup_by(|a, b| encoded[*a] == encoded[*b]);
+        keys = order.iter().map(|&i| keys[i].clone()).collect();
+        let deadline = wo.deadline;
+        let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
+        let (ts, errs) = replica.write(ops, wo).await?;
+        let tablet = replica.tablet();
+        let changes = tokio::task::spawn_blocking(move || {
+            let before = cairn_tablet::ReadMode::Snapshot(HybridTime(ts.0.saturating_sub(1)));
+            let after = cairn_tablet::ReadMode::Snapshot(ts);
+            let mut out = Vec::new();
+            for k in &keys {
+                let old = tablet.get(k, before)?;
+                let new = tablet.get(k, after)?;
+                if old != new {
+                    out.push(crate::chain::Change {
+                        version: ts.0,
+                        old,
+                        new,
+                    });
+                }
+            }
+            Ok::<_, TserverError>(out)
+        })
+        .await
+        .map_err(|e| TserverError::Internal(format!("reading a write's rows failed: {e}")))??;
+        if !changes.is_empty() {
+            let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+            driver
+                .propagate(schema, 1, &replica.meta.subspaces, &changes, timeout)
+                .await?;
+        }
+        let seen = HybridTime(driver.last_timestamp().max(ts.0));
+        self.observe(seen.0)?;
+        Ok((seen, errs))
+    }
+
     /// The `TxnControl` RPC after authorization: one step of a transaction on the
     /// tablet's leader.
     pub async fn txn_step(

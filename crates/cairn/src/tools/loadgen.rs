@@ -506,6 +506,7 @@ mod tests {
             schema: Arc::new(schema),
             partition_schema: PartitionSchema::default(),
             replicas: 1,
+            subspaces: vec![],
         };
         assert!(check_compatible(&mk(loadgen_schema())).is_ok());
         let other = Schema::new(vec![ColumnSpec::new("key", DataType::Int64)], &["key"]).unwrap();

@@ -735,6 +735,7 @@ mod tests {
             schema: Arc::new(schema),
             partition_schema: ps.clone(),
             replicas: 3,
+            subspaces: vec![],
         };
         let loc = TabletLocationInfo {
             tablet_id: "tab".into(),

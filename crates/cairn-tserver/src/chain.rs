@@ -1,0 +1,281 @@
+//! The point leader's side of value-dependent chaining (HyperDex §4.1).
+//!
+//! A tablet of a table with subspaces is the *key subspace* of its rows, and its leader
+//! is their *point leader*. A write to such a tablet goes through
+//! [`ChainDriver::chained_write`]:
+//!
+//! 1. The written keys' chain locks are taken ([`ChainDriver`] keeps a fixed set of
+//!    stripes), so the chains of one row never overlap: each change of a row is chained
+//!    after the previous one finished, and [`cairn_hyperspace::KeyChains`] has no
+//!    older chain in flight to name as a predecessor.
+//! 2. The write is replicated and applied as any other (exactly once per request id).
+//! 3. Each written row's value before and after the write is read from the tablet's
+//!    MVCC history at the write's timestamp: `ts - 1` and `ts`. Reading history rather
+//!    than remembering makes a retried request (answered from the result tracker, here
+//!    or at a new leader after a failover) chain the same change again.
+//! 4. The change is sent along its chain ([`cairn_hyperspace::build_chain`]): for each
+//!    subspace, the new value's region stores the row, then the old value's region marks
+//!    it removed. Each link is a conditional upsert into the subspace's region table
+//!    carrying the version (the write's timestamp), applied by the region only if its
+//!    copy is older ([`cairn_hyperspace::admit`]): a link applied before is acknowledged
+//!    as a duplicate.
+//! 5. Only then is the writer answered, with a timestamp at or after the region writes,
+//!    so that the writer's next search sees its change.
+//!
+//! A chain that cannot finish (a region unreachable past the deadline) fails the
+//! request with `UNAVAILABLE`; the client retries it with the same request id, which
+//! chains the change again. Not done yet: a point leader that dies while a chain is
+//! running leaves it to the client's retry; a change whose client gave up is not
+//! resumed (see the architecture guide, "Hyperspace search").
+
+use std::time::Duration;
+
+use cairn_client::{Client, Operation, RowErrorInfo, WriteSession};
+use cairn_common::predicate::ColumnPredicate;
+use cairn_common::{Schema, Value};
+use cairn_hyperspace::{
+    LinkAction, REMOVED_COLUMN, SubspaceEntry, VERSION_COLUMN, build_chain, region_row,
+};
+use cairn_proto::RowErrorKind;
+
+use crate::error::{Result, TserverError};
+
+/// How many chain-lock stripes a server keeps.
+const STRIPES: usize = 1024;
+
+/// How many times a link is tried again after racing another writer of its region row.
+const LINK_ATTEMPTS: usize = 8;
+
+/// One row's change, as the point leader chains it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// The write's timestamp: the row's new version.
+    pub version: u64,
+    /// The row before the write (`None`: it did not exist).
+    pub old: Option<Vec<Value>>,
+    /// The row after the write (`None`: deleted).
+    pub new: Option<Vec<Value>>,
+}
+
+/// Chains the changes of this server's point-leader tablets into their subspaces.
+pub struct ChainDriver {
+    client: Client,
+    stripes: Vec<tokio::sync::Mutex<()>>,
+}
+
+impl ChainDriver {
+    /// A driver writing through `client` (connected to the masters as this server, with
+    /// its cluster certificate when the cluster uses TLS).
+    pub fn new(client: Client) -> ChainDriver {
+        ChainDriver {
+            client,
+            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+        }
+    }
+
+    /// The highest timestamp the driver's writes have seen.
+    pub fn last_timestamp(&self) -> u64 {
+        self.client.last_timestamp()
+    }
+
+    /// Takes the chain locks of `keys` (encoded primary keys of tablet `tablet_id`), in
+    /// stripe order so that two writes never wait for each other crosswise.
+    pub async fn lock_keys(
+        &self,
+        tablet_id: &str,
+        keys: &[Vec<u8>],
+    ) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = keys
+            .iter()
+            .map(|k| {
+                let mut h = xxhash_rust::xxh64::Xxh64::new(0);
+                h.update(tablet_id.as_bytes());
+                h.update(k);
+                (h.digest() % STRIPES as u64) as usize
+            })
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for s in stripes {
+            guards.push(self.stripes[s].lock().await);
+        }
+        guards
+    }
+
+    /// Sends every change of `changes` (rows of `schema`) along its chain through
+    /// `subspaces`, returning once every link is applied.
+    ///
+    /// REQUIRES: the chain locks of the changed rows are held, and each row changes at
+    /// most once in `changes`.
+    pub async fn propagate(
+        &self,
+        schema: &Schema,
+        replicas: u32,
+        subspaces: &[SubspaceEntry],
+        changes: &[Change],
+        timeout: Duration,
+    ) -> Result<()> {
+        let layouts: Vec<_> = subspaces.iter().map(|s| s.layout.clone()).collect();
+        // Per subspace, the puts then the removes: each row's links in chain order, and
+        // the rows of one step written together.
+        let mut steps: Vec<Vec<Vec<Value>>> = vec![vec![]; subspaces.len() * 2];
+        for c in changes {
+            let links = build_chain(&layouts, schema, c.old.as_deref(), c.new.as_deref())
+                .map_err(|e| TserverError::Internal(format!("cannot chain a change: {e}")))?;
+            for l in links {
+                let (row, step) = match l.action {
+                    LinkAction::Put => (c.new.as_deref(), l.subspace * 2),
+                    LinkAction::Remove => (c.old.as_deref(), l.subspace * 2 + 1),
+                };
+                let row = row
+                    .ok_or_else(|| TserverError::Internal("a chain link without its row".into()))?;
+                steps[step].push(region_row(
+                    row,
+                    l.region,
+                    c.version,
+                    l.action == LinkAction::Remove,
+                ));
+            }
+        }
+        for (i, rows) in steps.into_iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let entry = &subspaces[i / 2];
+            let table = cairn_client::hyperspace::region_table(schema, replicas, entry)
+                .map_err(client_error)?;
+            self.apply_links(&table, rows, timeout).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes region rows (each carrying its version) into `table`, each only if the
+    /// region's copy is older; a copy at the same or a newer version means the link was
+    /// applied before.
+    async fn apply_links(
+        &self,
+        table: &cairn_client::Table,
+        rows: Vec<Vec<Value>>,
+        timeout: Duration,
+    ) -> Result<()> {
+        let schema = table.schema.clone();
+        let vi = schema.index_of(VERSION_COLUMN)?;
+        let version_of = |row: &[Value]| match row.get(vi) {
+            Some(Value::Int64(v)) => *v,
+            _ => i64::MAX,
+        };
+        let mut pending = rows;
+        for _ in 0..LINK_ATTEMPTS {
+            // 1. Overwrite older copies.
+            let mut session = self.session(table, timeout);
+            for row in &pending {
+                let op = Operation::upsert(row.clone()).if_matches(vec![ColumnPredicate::lt(
+                    VERSION_COLUMN,
+                    Value::Int64(version_of(row)),
+                )]);
+                session.apply(op).await.map_err(client_error)?;
+            }
+            let failed = check_row_errors(
+                session.flush().await.map_err(client_error)?,
+                &[RowErrorKind::ConditionFailed],
+            )?;
+            // 2. For each row whose condition failed: absent (insert it), or already at
+            // this version or newer (a duplicate: done).
+            let mut absent = Vec::new();
+            for row in failed {
+                let key: Vec<Value> = schema
+                    .key_indexes()
+                    .iter()
+                    .map(|&i| row[i].clone())
+                    .collect();
+                let current = self
+                    .client
+                    .get(
+                        table,
+                        &key,
+                        &[VERSION_COLUMN.to_string(), REMOVED_COLUMN.to_string()],
+                        cairn_client::ReadMode::Latest,
+                    )
+                    .await
+                    .map_err(client_error)?;
+                match current {
+                    None => absent.push(row),
+                    Some(cur) => match cur.first() {
+                        Some(Value::Int64(v)) if *v >= version_of(&row) => {}
+                        // Raced an older change of the same row (a retransmission):
+                        // try again.
+                        _ => absent.push(row),
+                    },
+                }
+            }
+            if absent.is_empty() {
+                return Ok(());
+            }
+            let mut session = self.session(table, timeout);
+            let mut retry = Vec::new();
+            let mut inserted = Vec::new();
+            for row in absent {
+                session
+                    .apply(Operation::insert(row.clone()))
+                    .await
+                    .map_err(client_error)?;
+                inserted.push(row);
+            }
+            let errs = session.flush().await.map_err(client_error)?;
+            for e in &errs {
+                if e.kind != RowErrorKind::AlreadyPresent {
+                    return Err(TserverError::Internal(format!(
+                        "a subspace region refused a row: {}",
+                        e.message
+                    )));
+                }
+                if let Some(r) = inserted.get(e.op_index) {
+                    retry.push(r.clone());
+                }
+            }
+            if retry.is_empty() {
+                return Ok(());
+            }
+            pending = retry;
+        }
+        Err(TserverError::Unavailable(format!(
+            "the regions of table {} kept changing under a chain; retry",
+            table.name
+        )))
+    }
+
+    fn session(&self, table: &cairn_client::Table, timeout: Duration) -> WriteSession {
+        let mut s = self.client.new_session(table);
+        s.set_flush_mode(cairn_client::FlushMode::Manual);
+        s.set_timeout(timeout);
+        s
+    }
+}
+
+/// The rows of the failed operations whose error is one of `expected`; any other row
+/// error fails the chain.
+fn check_row_errors(errs: Vec<RowErrorInfo>, expected: &[RowErrorKind]) -> Result<Vec<Vec<Value>>> {
+    let mut out = Vec::with_capacity(errs.len());
+    for e in errs {
+        if !expected.contains(&e.kind) {
+            return Err(TserverError::Internal(format!(
+                "a subspace region refused a row: {}",
+                e.message
+            )));
+        }
+        out.push(
+            e.op.values
+                .iter()
+                .map(|v| v.clone().unwrap_or(Value::Null))
+                .collect(),
+        );
+    }
+    Ok(out)
+}
+
+/// A client error of a chain: transient ones become `UNAVAILABLE` (the writer retries
+/// and the chain runs again), others are internal.
+fn client_error(e: cairn_client::ClientError) -> TserverError {
+    TserverError::Unavailable(format!("a subspace could not be updated yet: {e}"))
+}

@@ -1,0 +1,386 @@
+//! Hyperspace search on an in-process cluster: tables with subspaces, writes chained by
+//! their point leaders while several clients write the same rows and a tablet server
+//! stops, and searches, counts and sorted searches checked against the table itself.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use cairn_client::{Client, ClientError, Operation, ReadMode, SubspaceSpec, Table};
+use cairn_common::{
+    ColumnPredicate, ColumnSpec, DataType, HashLevel, PartitionSchema, Schema, Value,
+};
+use cairn_hyperspace::{REMOVED_COLUMN, split_region_row};
+use common::*;
+
+fn people_schema() -> Schema {
+    Schema::new(
+        vec![
+            ColumnSpec::new("id", DataType::Int64),
+            ColumnSpec::new("city", DataType::String).nullable(),
+            ColumnSpec::new("age", DataType::Int32).nullable(),
+            ColumnSpec::new("score", DataType::Double).nullable(),
+        ],
+        &["id"],
+    )
+    .unwrap()
+}
+
+fn people_spec(name: &str) -> cairn_client::CreateTableSpec {
+    cairn_client::CreateTableSpec::new(name, people_schema())
+        .partition(PartitionSchema {
+            hash_levels: vec![HashLevel {
+                columns: vec!["id".into()],
+                num_buckets: 2,
+                seed: 0,
+            }],
+            range_columns: vec![],
+        })
+        .replicas(3)
+        .subspace(SubspaceSpec::new(&["city", "age"]).regions(8))
+        .subspace(SubspaceSpec::new(&["age"]).regions(4))
+}
+
+const CITIES: [&str; 5] = ["oslo", "lima", "pune", "kyiv", "nome"];
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn person(id: i64, r: &mut Rng) -> Vec<Value> {
+    let city = match r.below(6) {
+        5 => Value::Null,
+        i => Value::String(CITIES[i as usize].into()),
+    };
+    // Ages spread over the default grid's intervals (powers of two up to 2^53).
+    let age = match r.below(8) {
+        7 => Value::Null,
+        i => Value::Int32([0, 3, 17, 40, 99, 5_000, 300_000][i as usize]),
+    };
+    vec![
+        Value::Int64(id),
+        city,
+        age,
+        Value::Double(r.below(1000) as f64),
+    ]
+}
+
+/// Every live row of `t` by id.
+async fn base_rows(c: &Client, t: &Table) -> BTreeMap<i64, Vec<Value>> {
+    let r = c
+        .scan(t)
+        .read_mode(ReadMode::ReadYourWrites)
+        .execute()
+        .await
+        .unwrap();
+    rows_of(&t.schema, &r.batches)
+}
+
+fn rows_of(schema: &Schema, batches: &[arrow::array::RecordBatch]) -> BTreeMap<i64, Vec<Value>> {
+    let mut out = BTreeMap::new();
+    for b in batches {
+        for i in 0..b.num_rows() {
+            let row: Vec<Value> = schema
+                .columns()
+                .iter()
+                .enumerate()
+                .map(|(c, col)| Value::from_array(b.column(c).as_ref(), i, &col.data_type).unwrap())
+                .collect();
+            let Value::Int64(id) = row[0] else {
+                panic!("id")
+            };
+            assert!(out.insert(id, row).is_none(), "id {id} twice");
+        }
+    }
+    out
+}
+
+/// `cairn cluster ksck --subspaces` in miniature: each subspace holds exactly the
+/// table's live rows, once each, in the region their values select.
+async fn check_subspaces(c: &Client, t: &Table) {
+    let base = base_rows(c, t).await;
+    for entry in &t.subspaces {
+        let region = cairn_client::hyperspace::region_table(&t.schema, 3, entry).unwrap();
+        let r = c
+            .scan(&region)
+            .read_mode(ReadMode::ReadYourWrites)
+            .execute()
+            .await
+            .unwrap();
+        let mut live: HashMap<i64, Vec<Value>> = HashMap::new();
+        for b in &r.batches {
+            for i in 0..b.num_rows() {
+                let row: Vec<Value> = region
+                    .schema
+                    .columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(c, col)| {
+                        Value::from_array(b.column(c).as_ref(), i, &col.data_type).unwrap()
+                    })
+                    .collect();
+                let (reg, values, _, removed) = split_region_row(&row).unwrap();
+                if removed {
+                    continue;
+                }
+                let Value::Int64(id) = values[0] else {
+                    panic!("id")
+                };
+                assert_eq!(
+                    entry.layout.region_of_row(&t.schema, values).unwrap(),
+                    reg,
+                    "subspace {} holds id {id} in the wrong region",
+                    entry.layout.name
+                );
+                assert!(
+                    live.insert(id, values.to_vec()).is_none(),
+                    "subspace {} holds id {id} twice",
+                    entry.layout.name
+                );
+            }
+        }
+        for (id, row) in &base {
+            assert_eq!(
+                live.remove(id).as_ref(),
+                Some(row),
+                "subspace {} disagrees with the table on id {id}",
+                entry.layout.name
+            );
+        }
+        assert!(
+            live.is_empty(),
+            "subspace {} holds rows the table does not: {:?}",
+            entry.layout.name,
+            live.keys().collect::<Vec<_>>()
+        );
+    }
+}
+
+fn ids(schema: &Schema, b: &arrow::array::RecordBatch) -> Vec<i64> {
+    rows_of(schema, std::slice::from_ref(b))
+        .into_keys()
+        .collect()
+}
+
+/// Searches `preds` and checks the answer against the table's rows.
+async fn check_search(
+    c: &Client,
+    t: &Table,
+    base: &BTreeMap<i64, Vec<Value>>,
+    preds: Vec<ColumnPredicate>,
+    want_subspace: bool,
+) {
+    let r = c.search(t, &preds).await.unwrap();
+    let got = ids(&t.schema, &r.batch);
+    let want: Vec<i64> = base
+        .iter()
+        .filter(|(_, row)| {
+            preds
+                .iter()
+                .all(|p| p.matches_value(&row[t.schema.index_of(&p.column).unwrap()]))
+        })
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(got, want, "search {preds:?} ({:?})", r.plan);
+    assert_eq!(r.plan.is_some(), want_subspace, "{preds:?}: {:?}", r.plan);
+    if let Some(p) = &r.plan {
+        assert!(p.regions as u32 <= p.total_regions);
+    }
+    assert_eq!(c.count(t, &preds).await.unwrap(), want.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn subspaces_follow_concurrent_writes_and_a_server_stop() {
+    let mut cl = InProc::start(3, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    c.create_table(people_spec("people")).await.unwrap();
+    let t = c.open_table("people").await.unwrap();
+    assert_eq!(t.subspaces.len(), 2);
+    assert_eq!(t.subspaces[0].layout.name, "city_age");
+    // The region tables are hidden from listings.
+    let names: Vec<String> = c
+        .list_tables()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, vec!["people".to_string()]);
+
+    // Four writers over the same 40 rows: inserts, moves, partial updates, deletes.
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..4u64 {
+        let c = cl.client().await;
+        let t = t.clone();
+        writers.spawn(async move {
+            let mut r = Rng(0x9e37_79b9_7f4a_7c15 ^ ((w + 1) * 0x1234_5678));
+            for _ in 0..120 {
+                let id = r.below(40) as i64;
+                let op = match r.below(10) {
+                    0..=5 => Operation::upsert(person(id, &mut r)),
+                    6 | 7 => Operation::update(
+                        &t.schema,
+                        &[Value::Int64(id)],
+                        &[("age", Value::Int32(r.below(70) as i32))],
+                    )
+                    .unwrap(),
+                    _ => Operation::delete(&t.schema, &[Value::Int64(id)]).unwrap(),
+                };
+                let mut s = c.new_session(&t);
+                match s.apply(op).await {
+                    Ok(()) | Err(ClientError::Row(_)) => {}
+                    Err(e) => panic!("write failed: {e}"),
+                }
+            }
+        });
+    }
+    // A tablet server stops while they write: point leaders and region leaders move.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    cl.stop_tserver(2).await;
+    while let Some(r) = writers.join_next().await {
+        r.unwrap();
+    }
+    check_subspaces(&c, &t).await;
+
+    let base = base_rows(&c, &t).await;
+    assert!(!base.is_empty());
+    let city = |s: &str| Value::String(s.into());
+    check_search(
+        &c,
+        &t,
+        &base,
+        vec![ColumnPredicate::eq("city", city("oslo"))],
+        true,
+    )
+    .await;
+    check_search(
+        &c,
+        &t,
+        &base,
+        vec![ColumnPredicate::eq("age", Value::Int32(17))],
+        true,
+    )
+    .await;
+    check_search(
+        &c,
+        &t,
+        &base,
+        vec![
+            ColumnPredicate::eq("city", city("lima")),
+            ColumnPredicate::eq("age", Value::Int32(40)),
+        ],
+        true,
+    )
+    .await;
+    check_search(
+        &c,
+        &t,
+        &base,
+        vec![ColumnPredicate::range(
+            "age",
+            Value::Int32(10),
+            Value::Int32(100),
+        )],
+        true,
+    )
+    .await;
+    check_search(&c, &t, &base, vec![ColumnPredicate::is_null("age")], true).await;
+    check_search(
+        &c,
+        &t,
+        &base,
+        vec![
+            ColumnPredicate::in_list("city", vec![city("pune"), city("nome")]),
+            ColumnPredicate::gt("score", Value::Double(500.0)),
+        ],
+        true,
+    )
+    .await;
+    // Nothing on a subspace attribute: the table itself is scanned.
+    check_search(
+        &c,
+        &t,
+        &base,
+        vec![ColumnPredicate::lt("score", Value::Double(100.0))],
+        false,
+    )
+    .await;
+
+    // One attribute of a two-attribute subspace: a row of its grid, not all of it.
+    let r = c
+        .search(&t, &[ColumnPredicate::eq("city", city("kyiv"))])
+        .await
+        .unwrap();
+    let p = r.plan.unwrap();
+    assert_eq!(p.subspace, "city_age");
+    assert!((p.regions as u32) < p.total_regions, "{p}");
+
+    // Sorted search: the youngest five with an age, in order.
+    let r = c.sorted_search(&t, &[], "age", 5, true).await.unwrap();
+    let mut want: Vec<(i32, i64)> = base
+        .iter()
+        .filter_map(|(id, row)| match row[2] {
+            Value::Int32(a) => Some((a, *id)),
+            _ => None,
+        })
+        .collect();
+    want.sort();
+    let got: Vec<i32> = rows_of(&t.schema, std::slice::from_ref(&r.batch))
+        .values()
+        .map(|row| match row[2] {
+            Value::Int32(a) => a,
+            _ => panic!("a NULL age among the youngest"),
+        })
+        .collect();
+    let mut got_sorted = got.clone();
+    got_sorted.sort();
+    let want_ages: Vec<i32> = want.iter().take(5).map(|(a, _)| *a).collect();
+    assert_eq!(got_sorted, want_ages);
+
+    // What subspaces do not support yet is refused clearly, and changes nothing.
+    let e = c
+        .alter_table(
+            "people",
+            vec![cairn_common::AlterOp::AddColumn(
+                ColumnSpec::new("x", DataType::Int64).nullable(),
+            )],
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("subspaces"), "{e}");
+    let txn = c.begin_transaction();
+    let mut s = txn.session(&t);
+    let e = s
+        .apply(Operation::upsert(person(1000, &mut Rng(7))))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("subspaces"), "{e}");
+    drop(s);
+    let _ = txn.rollback().await;
+    check_subspaces(&c, &t).await;
+
+    // Dropping the table drops its region tables.
+    let region_name = t.subspaces[0].table_name.clone();
+    c.drop_table("people", false).await.unwrap();
+    wait_for(Duration::from_secs(20), "region tables dropped", || {
+        let c = c.clone();
+        let n = region_name.clone();
+        async move { c.open_table(&n).await.is_err() }
+    })
+    .await;
+    let _ = REMOVED_COLUMN;
+}
