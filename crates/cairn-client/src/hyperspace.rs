@@ -65,6 +65,8 @@ pub struct SearchResult {
     pub batch: RecordBatch,
     /// The subspace used; `None`: the table itself was scanned.
     pub plan: Option<SearchPlanInfo>,
+    /// The snapshot (HybridTime) every region was read at (0: nothing was read).
+    pub snapshot_timestamp: u64,
 }
 
 /// The handle of the region table of subspace `entry` of a table with schema `base`
@@ -81,6 +83,14 @@ pub fn region_table(base: &Schema, replicas: u32, entry: &SubspaceEntry) -> Resu
         replicas,
         subspaces: vec![],
     })
+}
+
+/// The snapshot a read mode names (0: none yet).
+fn snapshot_of(mode: ReadMode) -> u64 {
+    match mode {
+        ReadMode::Snapshot(ts) => ts,
+        ReadMode::Latest | ReadMode::ReadYourWrites => 0,
+    }
 }
 
 fn hs_error(e: cairn_hyperspace::HyperspaceError) -> ClientError {
@@ -162,9 +172,116 @@ fn to_batch(schema: &Schema, rows: &[Vec<Value>]) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema.to_arrow(), b.finish()?)?)
 }
 
+/// Every row of a scan of `schema`'s columns (first `schema.num_columns()` columns of
+/// each batch), keyed by its encoded primary key.
+fn rows_by_key(schema: &Schema, batches: &[RecordBatch]) -> Result<HashMap<Vec<u8>, Vec<Value>>> {
+    let mut out = HashMap::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            let mut row = Vec::with_capacity(schema.num_columns());
+            for (i, c) in schema.columns().iter().enumerate() {
+                row.push(Value::from_array(b.column(i).as_ref(), r, &c.data_type)?);
+            }
+            out.insert(cairn_common::key::encode_row_key(schema, &row)?, row);
+        }
+    }
+    Ok(out)
+}
+
 impl Client {
+    /// Checks that every subspace of `table` holds exactly the table's rows: each live
+    /// row once, with the table's values, in the region its values select, and no
+    /// other (`cairn cluster ksck --subspaces`). The table is read first, then each
+    /// subspace at a snapshot at or after it, so a check while writes are being chained
+    /// may report their rows; with writes stopped, any problem is real. Returns the
+    /// number of rows checked and the problems found (at most `max_problems`).
+    pub async fn check_subspaces(
+        &self,
+        table: &Table,
+        max_problems: usize,
+    ) -> Result<(u64, Vec<String>)> {
+        let base_scan = self
+            .scan(table)
+            .read_mode(ReadMode::ReadYourWrites)
+            .execute()
+            .await?;
+        let base = rows_by_key(&table.schema, &base_scan.batches)?;
+        let mut problems = Vec::new();
+        let mut note = |p: String| {
+            if problems.len() < max_problems {
+                problems.push(p);
+            }
+        };
+        for entry in &table.subspaces {
+            let name = &entry.layout.name;
+            let region = region_table(&table.schema, table.replicas, entry)?;
+            let scan = self
+                .scan(&region)
+                .read_mode(ReadMode::ReadYourWrites)
+                .predicate(ColumnPredicate::eq(REMOVED_COLUMN, Value::Bool(false)))
+                .execute()
+                .await?;
+            let mut seen: HashMap<Vec<u8>, ()> = HashMap::new();
+            for b in &scan.batches {
+                for r in 0..b.num_rows() {
+                    let mut row = Vec::with_capacity(region.schema.num_columns());
+                    for (i, c) in region.schema.columns().iter().enumerate() {
+                        row.push(Value::from_array(b.column(i).as_ref(), r, &c.data_type)?);
+                    }
+                    let Some((reg, values, _, _)) = cairn_hyperspace::split_region_row(&row) else {
+                        note(format!("subspace {name}: a row of the wrong shape"));
+                        continue;
+                    };
+                    let key = cairn_common::key::encode_row_key(&table.schema, values)?;
+                    let shown = |v: &[Value]| {
+                        table
+                            .schema
+                            .key_indexes()
+                            .iter()
+                            .map(|&i| v[i].to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    if seen.insert(key.clone(), ()).is_some() {
+                        note(format!(
+                            "subspace {name}: key ({}) is held twice",
+                            shown(values)
+                        ));
+                    }
+                    match base.get(&key) {
+                        None => note(format!(
+                            "subspace {name}: key ({}) is not in the table",
+                            shown(values)
+                        )),
+                        Some(b) if b.as_slice() != values => note(format!(
+                            "subspace {name}: key ({}) holds other values than the table",
+                            shown(values)
+                        )),
+                        Some(_) => {}
+                    }
+                    match entry.layout.region_of_row(&table.schema, values) {
+                        Ok(want) if want == reg => {}
+                        _ => note(format!(
+                            "subspace {name}: key ({}) is in region {reg}, not the region its values select",
+                            shown(values)
+                        )),
+                    }
+                }
+            }
+            let missing = base.keys().filter(|k| !seen.contains_key(*k)).count();
+            if missing > 0 {
+                note(format!(
+                    "subspace {name}: {missing} of the table's {} rows are missing",
+                    base.len()
+                ));
+            }
+        }
+        Ok((base.len() as u64, problems))
+    }
+
     /// Scans `regions` of the subspace `entry` of `table` for rows matching `preds`,
-    /// adding them to `found`.
+    /// adding them to `found`, at `mode`; a mode that lets the server pick the snapshot
+    /// becomes that snapshot, so that every later scan of the search reads the same.
     async fn scan_regions(
         &self,
         table: &Table,
@@ -172,6 +289,7 @@ impl Client {
         regions: &[RegionId],
         preds: &[ColumnPredicate],
         found: &mut Found,
+        mode: &mut ReadMode,
     ) -> Result<()> {
         if regions.is_empty() {
             return Ok(());
@@ -187,7 +305,7 @@ impl Client {
         let mut scan = self
             .scan(&region)
             .projection(projection)
-            .read_mode(ReadMode::ReadYourWrites)
+            .read_mode(*mode)
             .predicate(ColumnPredicate::in_list(
                 REGION_COLUMN,
                 regions.iter().map(|&r| Value::Int32(r as i32)).collect(),
@@ -196,7 +314,11 @@ impl Client {
         for p in preds {
             scan = scan.predicate(p.clone());
         }
-        for b in &scan.execute().await?.batches {
+        let result = scan.execute().await?;
+        if result.snapshot_timestamp != 0 {
+            *mode = ReadMode::Snapshot(result.snapshot_timestamp);
+        }
+        for b in &result.batches {
             found.add(b)?;
         }
         Ok(())
@@ -206,12 +328,23 @@ impl Client {
     /// read from the subspace that needs the fewest regions (the table itself when no
     /// subspace attribute is constrained). See the module docs for what it returns.
     pub async fn search(&self, table: &Table, preds: &[ColumnPredicate]) -> Result<SearchResult> {
+        self.search_at(table, preds, ReadMode::ReadYourWrites).await
+    }
+
+    /// [`Client::search`] at a chosen snapshot (`ReadMode::Snapshot`), or one the
+    /// servers pick ([`SearchResult::snapshot_timestamp`] says which).
+    pub async fn search_at(
+        &self,
+        table: &Table,
+        preds: &[ColumnPredicate],
+        mut mode: ReadMode,
+    ) -> Result<SearchResult> {
         for p in preds {
             p.validate(&table.schema)?;
         }
         let layouts: Vec<_> = table.subspaces.iter().map(|s| s.layout.clone()).collect();
         let Some(plan) = plan_search(&layouts, preds).map_err(hs_error)? else {
-            let mut scan = self.scan(table).read_mode(ReadMode::ReadYourWrites);
+            let mut scan = self.scan(table).read_mode(mode);
             for p in preds {
                 scan = scan.predicate(p.clone());
             }
@@ -219,11 +352,12 @@ impl Client {
             return Ok(SearchResult {
                 batch: result.concat()?,
                 plan: None,
+                snapshot_timestamp: result.snapshot_timestamp,
             });
         };
         let entry = &table.subspaces[plan.subspace];
         let mut found = Found::new(table.schema.clone());
-        self.scan_regions(table, entry, &plan.regions, preds, &mut found)
+        self.scan_regions(table, entry, &plan.regions, preds, &mut found, &mut mode)
             .await?;
         let info = SearchPlanInfo {
             subspace: entry.layout.name.clone(),
@@ -239,6 +373,7 @@ impl Client {
         Ok(SearchResult {
             batch: to_batch(&table.schema, &found.into_rows())?,
             plan: Some(info),
+            snapshot_timestamp: snapshot_of(mode),
         })
     }
 
@@ -273,9 +408,11 @@ impl Client {
                 }
             }
         }
+        let mut mode = ReadMode::ReadYourWrites;
         let (mut rows, plan) = match chosen {
             None => {
                 let r = self.search(table, preds).await?;
+                mode = ReadMode::Snapshot(r.snapshot_timestamp);
                 let mut rows = Vec::with_capacity(r.batch.num_rows());
                 for i in 0..r.batch.num_rows() {
                     let mut row = Vec::with_capacity(table.schema.num_columns());
@@ -295,7 +432,7 @@ impl Client {
                 let mut found = Found::new(table.schema.clone());
                 let mut asked = 0;
                 for g in &groups {
-                    self.scan_regions(table, entry, g, preds, &mut found)
+                    self.scan_regions(table, entry, g, preds, &mut found, &mut mode)
                         .await?;
                     asked += g.len();
                     // NULLs sort last, so only rows with a value count towards the
@@ -334,6 +471,7 @@ impl Client {
         Ok(SearchResult {
             batch: to_batch(&table.schema, &rows)?,
             plan,
+            snapshot_timestamp: snapshot_of(mode),
         })
     }
 }

@@ -547,6 +547,8 @@ pub struct TableDef {
     pub replicas: Option<u32>,
     /// `IF NOT EXISTS`.
     pub if_not_exists: bool,
+    /// `SUBSPACE (…)` clauses: hyperspace search subspaces.
+    pub subspaces: Vec<cairn_hyperspace::SubspaceSpec>,
 }
 
 fn common(e: CommonError) -> ParseError {
@@ -700,6 +702,33 @@ pub fn table_def(
         partition.create_partitions(&range_bounds).map_err(common)?;
     }
 
+    let mut subspaces: Vec<cairn_hyperspace::SubspaceSpec> = Vec::with_capacity(ct.subspaces.len());
+    for (columns, regions) in &ct.subspaces {
+        for c in columns {
+            if schema.index_of(c).is_err() {
+                return Err(ParseError::invalid_with(
+                    "42703",
+                    format!(
+                        "column \"{c}\" named in SUBSPACE ({}) does not exist",
+                        columns.join(", ")
+                    ),
+                ));
+            }
+        }
+        let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
+        let mut spec = cairn_hyperspace::SubspaceSpec::new(&refs);
+        if let Some(n) = regions {
+            spec = spec.regions(*n);
+        }
+        if subspaces.iter().any(|s| s.columns == spec.columns) {
+            return Err(ParseError::invalid_definition(format!(
+                "SUBSPACE ({}) is declared twice",
+                columns.join(", ")
+            )));
+        }
+        subspaces.push(spec);
+    }
+
     Ok(TableDef {
         name: ct.name.clone(),
         schema,
@@ -707,6 +736,7 @@ pub fn table_def(
         range_bounds,
         replicas: ct.replicas,
         if_not_exists: ct.if_not_exists,
+        subspaces,
     })
 }
 

@@ -9,6 +9,8 @@
 //! - [`provider`] / [`scan`] / [`pushdown`]: a `TableProvider` per table with exact
 //!   predicate, projection and limit pushdown, partition pruning, one DataFusion
 //!   partition per tablet, and one snapshot per statement.
+//! - [`search`]: a scan whose predicates narrow a subspace of the table (hyperspace
+//!   search) reads only the regions they intersect.
 //! - [`store_table`]: a read-only store as a table (key lookups and `IN` lists
 //!   pushed down to the store's servers, full scans otherwise; writes refused).
 //! - [`write`] / [`copy`]: INSERT, UPSERT, UPDATE, DELETE and COPY FROM as batched
@@ -44,6 +46,7 @@ mod point;
 pub mod provider;
 pub mod pushdown;
 pub mod scan;
+pub mod search;
 pub mod session;
 pub mod store_table;
 pub mod system;

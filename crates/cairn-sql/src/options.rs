@@ -37,6 +37,10 @@ extensions_options! {
         /// keyed reads and writes instead of DataFusion plans. Takes effect for
         /// statements prepared after it is set; off is for comparison only.
         pub keyed_fast_path: bool, default = true
+        /// Answer scans whose WHERE clause narrows a subspace of the table by reading
+        /// only that subspace's matching regions (hyperspace search). Off scans the
+        /// table's own tablets, for comparison.
+        pub subspace_search: bool, default = true
     }
 }
 

@@ -369,6 +369,9 @@ pub struct CreateTable {
     pub replicas: Option<u32>,
     /// The query of `CREATE TABLE … AS SELECT`.
     pub query: Option<Box<Query>>,
+    /// `SUBSPACE (a, b) [REGIONS n]` clauses: hyperspace search subspaces, each its
+    /// attributes and region count (default when not given).
+    pub subspaces: Vec<(Vec<String>, Option<u32>)>,
 }
 
 /// One hash level of `PARTITION BY HASH (cols) PARTITIONS n`: the columns (empty for
@@ -950,6 +953,7 @@ fn parse_create_table(p: &mut Parser<'_>) -> Result<CreateTable, ParseError> {
     let mut replicas = None;
     let mut with_seen = false;
     let mut query = None;
+    let mut subspaces = Vec::new();
     loop {
         let t = p.peek_token().token;
         if t == Token::EOF || t == Token::SemiColon {
@@ -976,6 +980,24 @@ fn parse_create_table(p: &mut Parser<'_>) -> Result<CreateTable, ParseError> {
             }
             with_seen = true;
             replicas = parse_table_options(p)?;
+        } else if is_word(&t, "SUBSPACE") {
+            p.next_token();
+            let columns = parse_column_list(p)?;
+            let regions = if is_word(&p.peek_token().token, "REGIONS") {
+                p.next_token();
+                let n = p.parse_literal_uint()?;
+                match u32::try_from(n) {
+                    Ok(n) if n >= 1 => Some(n),
+                    _ => {
+                        return Err(ParseError::invalid(format!(
+                            "SUBSPACE (...) REGIONS {n} is invalid: give a positive number of regions"
+                        )));
+                    }
+                }
+            } else {
+                None
+            };
+            subspaces.push((columns, regions));
         } else if p.parse_keyword(Keyword::AS) || is_keyword(&t, Keyword::SELECT) {
             let mut q = p.parse_query()?;
             check_ctas_query(&mut q)?;
@@ -990,7 +1012,7 @@ fn parse_create_table(p: &mut Parser<'_>) -> Result<CreateTable, ParseError> {
             break;
         } else {
             return Err(ParseError::syntax(format!(
-                "unexpected {} in CREATE TABLE {name}: expected PRIMARY KEY (...), PARTITION BY ..., WITH (...) or AS SELECT ...",
+                "unexpected {} in CREATE TABLE {name}: expected PRIMARY KEY (...), PARTITION BY ..., SUBSPACE (...), WITH (...) or AS SELECT ...",
                 found(p)
             )));
         }
@@ -1076,6 +1098,7 @@ fn parse_create_table(p: &mut Parser<'_>) -> Result<CreateTable, ParseError> {
         range,
         replicas,
         query,
+        subspaces,
     })
 }
 

@@ -28,6 +28,7 @@ use crate::options::{CairnOptions, InsertMode, StatementContext, parse_read_time
 use crate::partitioning::HashIdentity;
 use crate::pushdown::{pushdown_kind, translate};
 use crate::scan::{CairnScanExec, ScanSpec};
+use crate::search::{SearchSpec, SubspaceSearchExec};
 use crate::types::value_to_scalar;
 use crate::write::{CairnWriteExec, Requery, WriteKind};
 
@@ -124,6 +125,55 @@ impl CairnTable {
     }
 
     /// The statement's context, or a fresh one for plans made outside a Cairn session.
+    /// A [`SubspaceSearchExec`] for a scan of `indexes` (table columns) under
+    /// `predicates`, when the table has a subspace whose regions the predicates narrow
+    /// (hyperspace search); `None`: scan the table's own tablets. Statements of a
+    /// transaction scan the tablets, which know the transaction's writes.
+    fn subspace_search(
+        &self,
+        state: &dyn Session,
+        indexes: &[usize],
+        predicates: &[ColumnPredicate],
+        limit: Option<usize>,
+        schema: &SchemaRef,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        if self.table.subspaces.is_empty() || !Self::options(state).subspace_search {
+            return Ok(None);
+        }
+        let statement = Self::statement(state)?;
+        if statement.txn.is_some() {
+            return Ok(None);
+        }
+        let layouts: Vec<_> = self
+            .table
+            .subspaces
+            .iter()
+            .map(|s| s.layout.clone())
+            .collect();
+        let plan = cairn_hyperspace::plan_search(&layouts, predicates)
+            .map_err(|e| datafusion::error::DataFusionError::Plan(e.to_string()))?;
+        let Some(plan) = plan.filter(|p| (p.regions.len() as u32) < p.total_regions) else {
+            return Ok(None);
+        };
+        let entry = &self.table.subspaces[plan.subspace];
+        let desc = format!(
+            "subspace=({}) regions={}/{}",
+            entry.layout.columns().join(","),
+            plan.regions.len(),
+            plan.total_regions
+        );
+        Ok(Some(Arc::new(SubspaceSearchExec::new(SearchSpec {
+            client: self.client.clone(),
+            table: self.table.clone(),
+            columns: indexes.to_vec(),
+            predicates: predicates.to_vec(),
+            limit,
+            plan: desc,
+            statement,
+            schema: schema.clone(),
+        }))))
+    }
+
     fn statement(state: &dyn Session) -> Result<Arc<StatementContext>> {
         if let Some(ctx) = state.config().get_extension::<StatementContext>() {
             return Ok(ctx);
@@ -307,6 +357,11 @@ impl TableProvider for CairnTable {
             if let Some(t) = translate(f, schema) {
                 predicates.extend(t.predicates);
             }
+        }
+        if let Some(search) =
+            self.subspace_search(state, &indexes, &predicates, limit, &out_schema)?
+        {
+            return Ok(search);
         }
         let locations = self
             .client

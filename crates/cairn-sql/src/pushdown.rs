@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use cairn_common::{ColumnPredicate, DataType, Schema, Value};
+use cairn_common::{ColumnPredicate, DataType, PredicateOp, Schema, Value};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions as phys;
@@ -50,6 +50,34 @@ pub fn translate(expr: &Expr, schema: &Schema) -> Option<Translated> {
                 }
                 (None, None) => None,
             }
+        }
+        // `a = x OR a = y OR a IN (…)` (DataFusion writes short IN lists this way):
+        // one IN list on `a`.
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Or,
+            right,
+        }) => {
+            let (l, r) = (translate(left, schema)?, translate(right, schema)?);
+            let values = |t: &Translated| -> Option<(String, Vec<Value>)> {
+                match t.predicates.as_slice() {
+                    [p] if t.exact => match &p.op {
+                        PredicateOp::Equality(v) => Some((p.column.clone(), vec![v.clone()])),
+                        PredicateOp::InList(vs) => Some((p.column.clone(), vs.clone())),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            };
+            let ((lc, mut lv), (rc, rv)) = (values(&l)?, values(&r)?);
+            if lc != rc {
+                return None;
+            }
+            lv.extend(rv);
+            Some(Translated {
+                predicates: vec![ColumnPredicate::in_list(lc, lv)],
+                exact: true,
+            })
         }
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             let (col, lit, op) = match (left.as_ref(), right.as_ref()) {
@@ -299,6 +327,24 @@ mod tests {
     }
 
     #[test]
+    fn equalities_on_one_column_or_ed_are_an_in_list() {
+        let s = schema();
+        let e = col("k")
+            .eq(lit(1i64))
+            .or(col("k").eq(lit(2i64)))
+            .or(col("k").in_list(vec![lit(3i64), lit(4i64)], false));
+        let t = translate(&e, &s).unwrap();
+        assert!(t.exact);
+        assert_eq!(
+            t.predicates,
+            vec![ColumnPredicate::in_list(
+                "k",
+                (1..=4).map(Value::Int64).collect()
+            )]
+        );
+    }
+
+    #[test]
     fn inexact_and_unsupported_forms() {
         let s = schema();
         // Floats are checked again by DataFusion.
@@ -307,8 +353,10 @@ mod tests {
         let t = translate(&col("k").eq(lit(1i64)).and(col("s").like(lit("a%"))), &s).unwrap();
         assert!(!t.exact);
         assert_eq!(t.predicates.len(), 1);
-        // OR, NOT IN, expressions on columns, lossy literals: not pushed down.
-        assert!(translate(&col("k").eq(lit(1i64)).or(col("k").eq(lit(2i64))), &s).is_none());
+        // OR across columns or of ranges, NOT IN, expressions on columns, lossy
+        // literals: not pushed down.
+        assert!(translate(&col("k").eq(lit(1i64)).or(col("s").eq(lit("x"))), &s).is_none());
+        assert!(translate(&col("k").lt(lit(1i64)).or(col("k").eq(lit(2i64))), &s).is_none());
         assert!(translate(&col("k").in_list(vec![lit(1i64)], true), &s).is_none());
         assert!(translate(&(col("k") + lit(1i64)).eq(lit(2i64)), &s).is_none());
         assert!(translate(&col("k").eq(lit(1.5f64)), &s).is_none());

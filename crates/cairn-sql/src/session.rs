@@ -1171,10 +1171,15 @@ impl SqlSession {
                 Some(o) => spec.owner(o.clone()),
                 None => spec,
             };
-            spec.partition(def.partition)
+            let mut spec = spec
+                .partition(def.partition)
                 .range_bounds(def.range_bounds)
                 .replicas(replicas)
-                .if_not_exists(def.if_not_exists)
+                .if_not_exists(def.if_not_exists);
+            for s in def.subspaces {
+                spec = spec.subspace(s);
+            }
+            spec
         };
         let Some(query) = ct.query.clone() else {
             let def = ddl::table_def(&ct, None, buckets)?;

@@ -22,6 +22,10 @@
 //! 5. Only then is the writer answered, with a timestamp at or after the region writes,
 //!    so that the writer's next search sees its change.
 //!
+//! A transaction's writes are provisional and chain nothing; its commit on each tablet
+//! (`TxnFinish`) chains the rows the transaction committed there, at the commit
+//! timestamp, before the commit is answered.
+//!
 //! A chain that cannot finish (a region unreachable past the deadline) fails the
 //! request with `UNAVAILABLE`; the client retries it with the same request id, which
 //! chains the change again. Not done yet: a point leader that dies while a chain is

@@ -488,19 +488,12 @@ impl TabletService {
         ops: Vec<cairn_tablet::RowOp>,
         wo: WriteOptions,
     ) -> Result<(HybridTime, Vec<(usize, cairn_tablet::RowError)>)> {
-        let driver = self.chains.get().cloned().ok_or_else(|| {
-            TserverError::Unavailable(
-                "this server is not ready to write tables with subspaces".into(),
-            )
-        })?;
+        // A transaction's writes are provisional: its commit is chained instead.
         if wo.txn.is_some() {
-            return Err(TserverError::InvalidArgument(format!(
-                "table {} has subspaces, which transactions do not update yet: write it \
-                 outside a transaction",
-                replica.meta.table_name
-            )));
+            return replica.write(ops, wo).await;
         }
-        let mut keys: Vec<Vec<Value>> = ops
+        let driver = self.chain_driver()?;
+        let keys: Vec<Vec<Value>> = ops
             .iter()
             .map(|op| {
                 schema
@@ -515,13 +508,48 @@ impl TabletService {
             let refs: Vec<&Value> = k.iter().collect();
             encoded.push(cairn_common::key::encode_values(&refs)?);
         }
-        let mut order: Vec<usize> = (0..keys.len()).collect();
-        order.sort_by(|&a, &b| encoded[a].cmp(&encoded[b]));
-        order.dedup_by(|a, b| encoded[*a] == encoded[*b]);
-        keys = order.iter().map(|&i| keys[i].clone()).collect();
         let deadline = wo.deadline;
         let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
         let (ts, errs) = replica.write(ops, wo).await?;
+        let seen = self
+            .chain_rows(&driver, replica, schema, keys, ts, deadline)
+            .await?;
+        Ok((seen, errs))
+    }
+
+    /// The driver of chains into subspaces.
+    fn chain_driver(&self) -> Result<Arc<crate::chain::ChainDriver>> {
+        self.chains.get().cloned().ok_or_else(|| {
+            TserverError::Unavailable(
+                "this server is not ready to write tables with subspaces yet; retry".into(),
+            )
+        })
+    }
+
+    /// Chains the change that the write at `ts` made to each row of `keys` (key
+    /// values) into the replica's subspaces: the row before (`ts - 1`) and after
+    /// (`ts`), read from the tablet's history. Returns a timestamp at or after the
+    /// region writes.
+    ///
+    /// REQUIRES: the chain locks of `keys` are held, or no other write of these rows
+    /// can be chained meanwhile.
+    async fn chain_rows(
+        &self,
+        driver: &crate::chain::ChainDriver,
+        replica: &Arc<TabletReplica>,
+        schema: &Arc<cairn_common::Schema>,
+        mut keys: Vec<Vec<Value>>,
+        ts: HybridTime,
+        deadline: tokio::time::Instant,
+    ) -> Result<HybridTime> {
+        keys.sort_by(|a, b| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| x.partial_cmp_same(y).unwrap_or(std::cmp::Ordering::Equal))
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        keys.dedup();
         let tablet = replica.tablet();
         let changes = tokio::task::spawn_blocking(move || {
             let before = cairn_tablet::ReadMode::Snapshot(HybridTime(ts.0.saturating_sub(1)));
@@ -550,7 +578,7 @@ impl TabletService {
         }
         let seen = HybridTime(driver.last_timestamp().max(ts.0));
         self.observe(seen.0)?;
-        Ok((seen, errs))
+        Ok(seen)
     }
 
     /// The `TxnControl` RPC after authorization: one step of a transaction on the
@@ -606,9 +634,57 @@ impl TabletService {
         if let TxnStep::Finish(TxnDecision::Commit(Some(ts))) = step {
             self.observe(ts.0)?;
         }
+        let commits = matches!(step, TxnStep::Finish(TxnDecision::Commit(_)));
+        if commits && !replica.meta.subspaces.is_empty() {
+            return self.commit_chained(&replica, txn, step, deadline).await;
+        }
         let ts = replica.txn_control(txn, step, deadline).await?;
         Ok(pb::TxnControlResponse {
             timestamp: ts.map_or(0, |t| t.0),
+            state: pb::TxnState::Pending as i32,
+        })
+    }
+}
+
+impl TabletService {
+    /// Commits transaction `txn` on a tablet of a table with subspaces, then chains the
+    /// rows it committed here into them. The chain locks are taken after the commit:
+    /// until then the transaction owns its rows, and a plain write holding a chain
+    /// lock may be waiting for them. A write chained in between carries a newer
+    /// version, which the regions keep (see [`crate::chain`]).
+    async fn commit_chained(
+        &self,
+        replica: &Arc<TabletReplica>,
+        txn: cairn_tablet::TxnId,
+        step: TxnStep,
+        deadline: tokio::time::Instant,
+    ) -> Result<pb::TxnControlResponse> {
+        let driver = self.chain_driver()?;
+        let tablet = replica.tablet();
+        let schema = tablet.schema();
+        let keys = tablet
+            .txn_keys(txn)
+            .iter()
+            .map(|k| cairn_common::key::decode_row_key(&schema, k))
+            .collect::<cairn_common::Result<Vec<_>>>()?;
+        let ts = replica.txn_control(txn, step, deadline).await?;
+        let timestamp = match ts {
+            Some(ts) if !keys.is_empty() => {
+                let mut enc = Vec::with_capacity(keys.len());
+                for k in &keys {
+                    let refs: Vec<&Value> = k.iter().collect();
+                    enc.push(cairn_common::key::encode_values(&refs)?);
+                }
+                let _locks = driver.lock_keys(&replica.meta.tablet_id, &enc).await;
+                self.chain_rows(&driver, replica, &schema, keys, ts, deadline)
+                    .await?
+                    .0
+            }
+            Some(ts) => ts.0,
+            None => 0,
+        };
+        Ok(pb::TxnControlResponse {
+            timestamp,
             state: pb::TxnState::Pending as i32,
         })
     }

@@ -24,8 +24,10 @@ use clap::{Args, Subcommand};
 mod fmt;
 pub mod insert;
 pub mod ksck;
+pub mod ksck_subspaces;
 pub mod loadgen;
 pub mod parse;
+pub mod search;
 pub mod sql;
 pub mod store;
 pub mod store_catalog;
@@ -188,6 +190,9 @@ pub enum TableCommand {
     Drop(table::DropArgs),
     /// Read rows (with a projection, filters and a limit) or count them.
     Scan(table::ScanArgs),
+    /// Find rows by secondary attributes through the table's subspaces (hyperspace
+    /// search): only the regions the filters intersect are read.
+    Search(search::SearchArgs),
     /// Load rows from a CSV or Parquet file.
     Insert(insert::InsertArgs),
 }
@@ -285,6 +290,7 @@ pub async fn run_table(cmd: TableCommand) -> ToolResult<()> {
         TableCommand::Alter(a) => table::alter(a).await,
         TableCommand::Drop(a) => table::drop(a).await,
         TableCommand::Scan(a) => table::scan(a).await,
+        TableCommand::Search(a) => search::search(a).await,
         TableCommand::Insert(a) => insert::insert(a).await,
     };
     r.map_err(explain)

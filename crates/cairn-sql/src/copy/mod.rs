@@ -198,8 +198,18 @@ pub async fn copy_from(
         }
         Ok(())
     });
-    if let Some(t) = in_txn {
-        let written = load_in_transaction(&client, &table, rx, t).await;
+    // A table with subspaces takes its rows through the write path, whose point
+    // leaders chain them into the subspaces (bulk loads do not).
+    let in_txn = match in_txn {
+        None if !table.subspaces.is_empty() => {
+            let defaults = crate::options::CairnOptions::default();
+            Some((None, defaults.write_batch_rows, defaults.max_atomic_rows))
+        }
+        None => None,
+        Some(t) => Some((Some(t.txn), t.batch_rows, t.max_atomic_rows)),
+    };
+    if let Some((txn, batch_rows, max_atomic_rows)) = in_txn {
+        let written = load_by_rows(&client, &table, rx, txn, batch_rows, max_atomic_rows).await;
         reader
             .await
             .map_err(|e| SqlError::other("XX000", format!("COPY reader failed: {e}")))??;
@@ -264,11 +274,15 @@ pub async fn copy_from(
 /// Writes the batches `rx` receives (shaped like the whole table) as INSERT rows of
 /// the transaction `t`; the rows of a table without a primary key get fresh hidden
 /// keys on the way (`crate::write`).
-async fn load_in_transaction(
+/// Writes the input's rows as INSERT does (in transaction `txn`, if any), `batch_rows`
+/// per request.
+async fn load_by_rows(
     client: &Client,
     table: &Table,
     mut rx: mpsc::Receiver<Result<RecordBatch>>,
-    t: InTransaction,
+    txn: Option<Arc<SessionTxn>>,
+    batch_rows: usize,
+    max_atomic_rows: usize,
 ) -> Result<u64> {
     let visible = table.schema.visible_indexes();
     let out = Arc::new(table.schema.to_arrow().project(&visible)?);
@@ -281,10 +295,10 @@ async fn load_in_transaction(
         table.clone(),
         WriteKind::Insert(InsertMode::Insert),
         Box::pin(RecordBatchStreamAdapter::new(out, batches)),
-        t.batch_rows,
-        t.max_atomic_rows,
+        batch_rows,
+        max_atomic_rows,
         Arc::new(TaskContext::default()),
-        Some(t.txn),
+        txn,
     )
     .await
 }

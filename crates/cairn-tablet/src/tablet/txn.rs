@@ -31,6 +31,13 @@ pub enum TxnDecision {
 }
 
 impl Tablet {
+    /// The encoded primary keys transaction `txn` has written on this tablet, in key
+    /// order (empty when it is not open here). A point leader reads them before the
+    /// commit, to chain the committed rows into the table's subspaces.
+    pub fn txn_keys(&self, txn: TxnId) -> Vec<Vec<u8>> {
+        self.txns.keys_of(txn)
+    }
+
     /// The tablet's open transactions.
     pub fn txns(&self) -> &TxnTable {
         &self.txns

@@ -55,6 +55,10 @@ pub struct KsckArgs {
     /// List every tablet, not only the unhealthy ones.
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Also check that every subspace of every table holds exactly the table's rows
+    /// (reads all rows; run it with writes stopped, or in-flight writes show up).
+    #[arg(long)]
+    pub subspaces: bool,
 }
 
 /// The outcome of a check.
@@ -699,12 +703,31 @@ pub async fn ksck(args: &KsckArgs) -> ToolResult<KsckReport> {
             .iter()
             .map(|t| check_tablet(t, table.replicas, &states))
             .collect();
+        // A subspace's regions are tablets of a hidden table: check them too.
+        let regions = super::ksck_subspaces::region_tables(&client, &table, &mut report).await;
         checked.push(Checked {
             table,
             locs,
             checks,
             rows: None,
         });
+        for (region, locs) in regions {
+            let checks = locs
+                .iter()
+                .map(|t| check_tablet(t, region.replicas, &states))
+                .collect();
+            checked.push(Checked {
+                table: region,
+                locs,
+                checks,
+                rows: None,
+            });
+        }
+    }
+    if args.subspaces {
+        for c in &checked {
+            super::ksck_subspaces::check_contents(&client, &c.table, &mut report).await;
+        }
     }
 
     if args.checksum {

@@ -59,6 +59,43 @@ pub struct CreateArgs {
     /// Succeed without changes if a table of that name exists already.
     #[arg(long)]
     pub if_not_exists: bool,
+    /// A subspace for hyperspace search (`cairn table search`): columns joined with
+    /// '+', optionally ':' and the number of regions (default 16), e.g. "city+age:16".
+    /// Repeatable.
+    #[arg(long, value_name = "COLS[:REGIONS]")]
+    pub subspace: Vec<String>,
+}
+
+/// Reads a `--subspace` value: `a+b[:REGIONS]`.
+pub(crate) fn parse_subspace(s: &str) -> Result<cairn_client::SubspaceSpec, String> {
+    let (cols, regions) = match s.split_once(':') {
+        Some((c, r)) => (
+            c,
+            Some(
+                r.trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| {
+                        format!(
+                            "--subspace {s}: the region count after ':' must be a positive number"
+                        )
+                    })?,
+            ),
+        ),
+        None => (s, None),
+    };
+    let columns: Vec<&str> = cols.split('+').map(str::trim).collect();
+    if columns.iter().any(|c| c.is_empty()) {
+        return Err(format!(
+            "--subspace {s}: name the columns joined with '+', e.g. city+age:16"
+        ));
+    }
+    let spec = cairn_client::SubspaceSpec::new(&columns);
+    Ok(match regions {
+        Some(n) => spec.regions(n),
+        None => spec,
+    })
 }
 
 /// `cairn table list`
@@ -210,11 +247,14 @@ pub async fn create(a: CreateArgs) -> ToolResult<()> {
     // Without --replicas the master's default applies (`cairn local --replicas`).
     let replicas = a.replicas.unwrap_or(0);
     check_enough_servers(&client, replicas).await?;
-    let spec = CreateTableSpec::new(&a.name, schema)
+    let mut spec = CreateTableSpec::new(&a.name, schema)
         .partition(partition.clone())
         .range_bounds(bounds)
         .replicas(replicas)
         .if_not_exists(a.if_not_exists);
+    for s in &a.subspace {
+        spec = spec.subspace(parse_subspace(s)?);
+    }
     let id = client.create_table(spec).await.map_err(|e| match e {
         ClientError::AlreadyExists(_) => format!(
             "table '{}' exists already (drop it first, or pass --if-not-exists)",
@@ -439,6 +479,14 @@ pub async fn describe(a: DescribeArgs) -> ToolResult<()> {
         describe_partitioning(&table.partition_schema)
     );
     println!("  replicas:      {}", table.replicas);
+    for s in &table.subspaces {
+        println!(
+            "  subspace:      {} ({}): {} regions",
+            s.layout.name,
+            s.layout.columns().join(", "),
+            s.layout.region_count()
+        );
+    }
     println!();
     print_columns(&table.schema);
     if a.no_tablets {
@@ -682,6 +730,23 @@ mod tests {
     use arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema};
     use cairn_client::ReplicaInfo;
     use cairn_common::{HashLevel, Partition};
+
+    #[test]
+    fn subspace_flags_parse() {
+        let s = parse_subspace("city+age:8").unwrap();
+        assert_eq!(
+            (s.columns.clone(), s.regions),
+            (vec!["city".to_string(), "age".to_string()], 8)
+        );
+        assert_eq!(s.name, "city_age");
+        assert_eq!(
+            parse_subspace("age").unwrap().regions,
+            cairn_hyperspace::DEFAULT_REGIONS
+        );
+        assert!(parse_subspace("a+:4").is_err());
+        assert!(parse_subspace("a:0").is_err());
+        assert!(parse_subspace("a:x").is_err());
+    }
 
     #[test]
     fn not_equal_filters_drop_equal_and_null_rows() {

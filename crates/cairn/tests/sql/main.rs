@@ -5,7 +5,7 @@
 //! clients (`clients`); and concurrent read-modify-write statements, pgbench included
 //! (`concurrency`); tables without a primary key (`keyless`); transaction blocks
 //! (`transactions`) and randomized ones against a snapshot-isolation oracle
-//! (`si_model`).
+//! (`si_model`); hyperspace search through subspaces (`search`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -19,6 +19,7 @@ mod hostile;
 mod keyless;
 mod limits;
 mod point;
+mod search;
 mod security;
 mod si_model;
 mod slt;
