@@ -26,12 +26,17 @@
 //! (`TxnFinish`) chains the rows the transaction committed there, at the commit
 //! timestamp, before the commit is answered.
 //!
+//! The write and its chain run on a task of their own, which the caller awaits: a
+//! caller that goes away (its RPC timed out or was cancelled) does not stop the chain,
+//! which finishes as long as the point leader lives.
+//!
 //! A chain that cannot finish (a region unreachable past the deadline) fails the
 //! request with `UNAVAILABLE`; the client retries it with the same request id, which
 //! chains the change again. Not done yet: a point leader that dies while a chain is
-//! running leaves it to the client's retry; a change whose client gave up is not
-//! resumed (see the architecture guide, "Hyperspace search").
+//! running leaves it to the client's retry; if the client gave up too, the change is
+//! not resumed (see the architecture guide, chapter 12).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_client::{Client, Operation, RowErrorInfo, WriteSession};
@@ -43,6 +48,10 @@ use cairn_hyperspace::{
 use cairn_proto::RowErrorKind;
 
 use crate::error::{Result, TserverError};
+
+/// The least time a chain is given to finish, whatever its caller's deadline: a chain
+/// left unfinished may leave a subspace behind (see the module docs).
+pub const MIN_CHAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How many chain-lock stripes a server keeps.
 const STRIPES: usize = 1024;
@@ -64,7 +73,7 @@ pub struct Change {
 /// Chains the changes of this server's point-leader tablets into their subspaces.
 pub struct ChainDriver {
     client: Client,
-    stripes: Vec<tokio::sync::Mutex<()>>,
+    stripes: Vec<Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl ChainDriver {
@@ -73,7 +82,9 @@ impl ChainDriver {
     pub fn new(client: Client) -> ChainDriver {
         ChainDriver {
             client,
-            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            stripes: (0..STRIPES)
+                .map(|_| Arc::new(tokio::sync::Mutex::new(())))
+                .collect(),
         }
     }
 
@@ -88,7 +99,7 @@ impl ChainDriver {
         &self,
         tablet_id: &str,
         keys: &[Vec<u8>],
-    ) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+    ) -> Vec<tokio::sync::OwnedMutexGuard<()>> {
         let mut stripes: Vec<usize> = keys
             .iter()
             .map(|k| {
@@ -102,7 +113,7 @@ impl ChainDriver {
         stripes.dedup();
         let mut guards = Vec::with_capacity(stripes.len());
         for s in stripes {
-            guards.push(self.stripes[s].lock().await);
+            guards.push(self.stripes[s].clone().lock_owned().await);
         }
         guards
     }

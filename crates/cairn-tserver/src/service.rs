@@ -509,12 +509,18 @@ impl TabletService {
             encoded.push(cairn_common::key::encode_values(&refs)?);
         }
         let deadline = wo.deadline;
-        let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
-        let (ts, errs) = replica.write(ops, wo).await?;
-        let seen = self
-            .chain_rows(&driver, replica, schema, keys, ts, deadline)
-            .await?;
-        Ok((seen, errs))
+        // On a task of its own: a caller that goes away does not stop the chain.
+        let (svc, replica, schema) = (self.clone(), replica.clone(), schema.clone());
+        tokio::spawn(async move {
+            let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
+            let (ts, errs) = replica.write(ops, wo).await?;
+            let seen = svc
+                .chain_rows(&driver, &replica, &schema, keys, ts, deadline)
+                .await?;
+            Ok((seen, errs))
+        })
+        .await
+        .map_err(|e| TserverError::Internal(format!("a chained write failed: {e}")))?
     }
 
     /// The driver of chains into subspaces.
@@ -571,7 +577,10 @@ impl TabletService {
         .await
         .map_err(|e| TserverError::Internal(format!("reading a write's rows failed: {e}")))??;
         if !changes.is_empty() {
-            let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+            // A chain outlives its caller's deadline if need be (see `crate::chain`).
+            let timeout = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .max(crate::chain::MIN_CHAIN_TIMEOUT);
             driver
                 .propagate(schema, 1, &replica.meta.subspaces, &changes, timeout)
                 .await?;
@@ -667,22 +676,28 @@ impl TabletService {
             .iter()
             .map(|k| cairn_common::key::decode_row_key(&schema, k))
             .collect::<cairn_common::Result<Vec<_>>>()?;
-        let ts = replica.txn_control(txn, step, deadline).await?;
-        let timestamp = match ts {
-            Some(ts) if !keys.is_empty() => {
-                let mut enc = Vec::with_capacity(keys.len());
-                for k in &keys {
-                    let refs: Vec<&Value> = k.iter().collect();
-                    enc.push(cairn_common::key::encode_values(&refs)?);
+        // On a task of its own: a caller that goes away does not stop the chain.
+        let (svc, replica) = (self.clone(), replica.clone());
+        let timestamp = tokio::spawn(async move {
+            let ts = replica.txn_control(txn, step, deadline).await?;
+            Ok::<_, TserverError>(match ts {
+                Some(ts) if !keys.is_empty() => {
+                    let mut enc = Vec::with_capacity(keys.len());
+                    for k in &keys {
+                        let refs: Vec<&Value> = k.iter().collect();
+                        enc.push(cairn_common::key::encode_values(&refs)?);
+                    }
+                    let _locks = driver.lock_keys(&replica.meta.tablet_id, &enc).await;
+                    svc.chain_rows(&driver, &replica, &schema, keys, ts, deadline)
+                        .await?
+                        .0
                 }
-                let _locks = driver.lock_keys(&replica.meta.tablet_id, &enc).await;
-                self.chain_rows(&driver, replica, &schema, keys, ts, deadline)
-                    .await?
-                    .0
-            }
-            Some(ts) => ts.0,
-            None => 0,
-        };
+                Some(ts) => ts.0,
+                None => 0,
+            })
+        })
+        .await
+        .map_err(|e| TserverError::Internal(format!("a chained commit failed: {e}")))??;
         Ok(pb::TxnControlResponse {
             timestamp,
             state: pb::TxnState::Pending as i32,

@@ -854,3 +854,116 @@ fn spark_job_writes_the_same_bytes_as_cairn_store_build() {
     let (ok, out) = cairn(&["store", "verify", &d("spark/node-2")]);
     assert!(ok, "{out}");
 }
+
+/// Hyperspace search on real processes: while two clients write, the point leader of
+/// the table's tablet and then the leader of a subspace region are killed with
+/// SIGKILL and restarted. Every acknowledged write is in the table, and every subspace
+/// ends holding exactly the table's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn subspaces_survive_kill9_of_point_and_region_leaders() {
+    use cairn_client::{CreateTableSpec, Operation, SubspaceSpec};
+    use cairn_common::{ColumnSpec, DataType, Schema, Value};
+
+    let mut cl = start_cluster(1, 3);
+    let c = connect(&cl, 3).await;
+    let schema = Schema::new(
+        vec![
+            ColumnSpec::new("id", DataType::Int64),
+            ColumnSpec::new("tag", DataType::String).nullable(),
+            ColumnSpec::new("n", DataType::Int64).nullable(),
+        ],
+        &["id"],
+    )
+    .unwrap();
+    let spec = CreateTableSpec::new("hs", schema)
+        .replicas(3)
+        .subspace(SubspaceSpec::new(&["tag"]).regions(4))
+        .subspace(SubspaceSpec::new(&["n"]).regions(4));
+    c.create_table(spec).await.unwrap();
+    let t = c.open_table("hs").await.unwrap();
+
+    // Two writers on their own ids: upserts that move rows, and deletes; each keeps
+    // the last acknowledged state of its rows.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut writers = Vec::new();
+    for w in 0..2i64 {
+        let (c, t, stop) = (c.clone(), t.clone(), stop_rx.clone());
+        writers.push(tokio::spawn(async move {
+            let mut state: std::collections::BTreeMap<i64, Option<(String, i64)>> =
+                Default::default();
+            let mut s = c.new_session(&t);
+            s.set_timeout(Duration::from_secs(60));
+            let mut i = 0i64;
+            while !*stop.borrow() {
+                i += 1;
+                let id = w * 1000 + (i * 7) % 40;
+                let op = if i % 5 == 0 {
+                    state.insert(id, None);
+                    Operation::delete(&t.schema, &[Value::Int64(id)]).unwrap()
+                } else {
+                    let tag = ["a", "b", "c", "d"][(i % 4) as usize].to_string();
+                    let n = (i * 37) % 5000 * 1000;
+                    state.insert(id, Some((tag.clone(), n)));
+                    Operation::upsert(vec![Value::Int64(id), Value::String(tag), Value::Int64(n)])
+                };
+                match s.apply(op).await {
+                    Ok(()) | Err(cairn_client::ClientError::Row(_)) => {}
+                    Err(e) => panic!("a write gave up: {e}"),
+                }
+            }
+            state
+        }));
+    }
+    let region = cairn_client::hyperspace::region_table(&t.schema, 3, &t.subspaces[0]).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The point leader of the table's rows.
+    let leader = current_leader(&c, &t, 0).await;
+    let victim = cl.tservers.iter().position(|p| p.addr == leader).unwrap();
+    cl.tservers[victim].kill9();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cl.tservers[victim].start();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A region's leader.
+    let leader = current_leader(&c, &region, 1).await;
+    let victim = cl.tservers.iter().position(|p| p.addr == leader).unwrap();
+    cl.tservers[victim].kill9();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cl.tservers[victim].start();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop_tx.send(true).unwrap();
+    let mut expected = std::collections::BTreeMap::new();
+    for w in writers {
+        expected.extend(w.await.unwrap());
+    }
+
+    // Every acknowledged write is the table's state.
+    let r = c
+        .scan(&t)
+        .read_mode(cairn_client::ReadMode::ReadYourWrites)
+        .execute()
+        .await
+        .unwrap();
+    let mut got = std::collections::BTreeMap::new();
+    for b in &r.batches {
+        for i in 0..b.num_rows() {
+            let v = |c: usize, t: &DataType| Value::from_array(b.column(c).as_ref(), i, t).unwrap();
+            let (Value::Int64(id), Value::String(tag), Value::Int64(n)) = (
+                v(0, &DataType::Int64),
+                v(1, &DataType::String),
+                v(2, &DataType::Int64),
+            ) else {
+                panic!("unexpected row");
+            };
+            got.insert(id, (tag, n));
+        }
+    }
+    let want: std::collections::BTreeMap<i64, (String, i64)> = expected
+        .into_iter()
+        .filter_map(|(id, s)| s.map(|s| (id, s)))
+        .collect();
+    assert_eq!(got, want, "the table differs from the acknowledged writes");
+    // And every subspace agrees with the table.
+    let (rows, problems) = c.check_subspaces(&t, 20).await.unwrap();
+    assert!(problems.is_empty(), "{rows} rows: {problems:#?}");
+    assert_eq!(rows as usize, want.len());
+}
