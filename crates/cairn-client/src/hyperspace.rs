@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
 use cairn_common::types::RowsToColumns;
-use cairn_common::{ColumnPredicate, Schema, Value};
+use cairn_common::{ColumnPredicate, ColumnSchema, Schema, Value};
 use cairn_hyperspace::{
     REGION_COLUMN, REMOVED_COLUMN, RegionId, SubspaceEntry, VERSION_COLUMN, plan_search,
     region_partitioning, region_table_schema, sorted_groups,
@@ -44,6 +44,22 @@ pub struct SearchPlanInfo {
     pub regions: usize,
     /// How many regions it has.
     pub total_regions: u32,
+}
+
+impl SearchPlanInfo {
+    fn new(entry: &SubspaceEntry, regions: usize, total_regions: u32) -> SearchPlanInfo {
+        SearchPlanInfo {
+            subspace: entry.layout.name.clone(),
+            columns: entry
+                .layout
+                .columns()
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
+            regions,
+            total_regions,
+        }
+    }
 }
 
 impl std::fmt::Display for SearchPlanInfo {
@@ -116,14 +132,7 @@ impl Found {
     fn add(&mut self, batch: &RecordBatch) -> Result<()> {
         let n = self.schema.num_columns();
         for r in 0..batch.num_rows() {
-            let mut row = Vec::with_capacity(n);
-            for (i, c) in self.schema.columns().iter().enumerate() {
-                row.push(Value::from_array(
-                    batch.column(i).as_ref(),
-                    r,
-                    &c.data_type,
-                )?);
-            }
+            let row = row_at(batch, r, self.schema.columns())?;
             let version = match Value::from_array(
                 batch.column(n).as_ref(),
                 r,
@@ -158,6 +167,21 @@ impl Found {
     }
 }
 
+/// Row `r` of `batch`, whose first columns are `columns` (in order).
+fn row_at(batch: &RecordBatch, r: usize, columns: &[ColumnSchema]) -> Result<Vec<Value>> {
+    columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            Ok(Value::from_array(
+                batch.column(i).as_ref(),
+                r,
+                &c.data_type,
+            )?)
+        })
+        .collect()
+}
+
 /// Builds a batch of `schema`'s columns from rows.
 fn to_batch(schema: &Schema, rows: &[Vec<Value>]) -> Result<RecordBatch> {
     let types: Vec<_> = schema
@@ -178,10 +202,7 @@ fn rows_by_key(schema: &Schema, batches: &[RecordBatch]) -> Result<HashMap<Vec<u
     let mut out = HashMap::new();
     for b in batches {
         for r in 0..b.num_rows() {
-            let mut row = Vec::with_capacity(schema.num_columns());
-            for (i, c) in schema.columns().iter().enumerate() {
-                row.push(Value::from_array(b.column(i).as_ref(), r, &c.data_type)?);
-            }
+            let row = row_at(b, r, schema.columns())?;
             out.insert(cairn_common::key::encode_row_key(schema, &row)?, row);
         }
     }
@@ -224,10 +245,7 @@ impl Client {
             let mut seen: HashMap<Vec<u8>, ()> = HashMap::new();
             for b in &scan.batches {
                 for r in 0..b.num_rows() {
-                    let mut row = Vec::with_capacity(region.schema.num_columns());
-                    for (i, c) in region.schema.columns().iter().enumerate() {
-                        row.push(Value::from_array(b.column(i).as_ref(), r, &c.data_type)?);
-                    }
+                    let row = row_at(b, r, region.schema.columns())?;
                     let Some((reg, values, _, _)) = cairn_hyperspace::split_region_row(&row) else {
                         note(format!("subspace {name}: a row of the wrong shape"));
                         continue;
@@ -359,17 +377,7 @@ impl Client {
         let mut found = Found::new(table.schema.clone());
         self.scan_regions(table, entry, &plan.regions, preds, &mut found, &mut mode)
             .await?;
-        let info = SearchPlanInfo {
-            subspace: entry.layout.name.clone(),
-            columns: entry
-                .layout
-                .columns()
-                .iter()
-                .map(|c| c.to_string())
-                .collect(),
-            regions: plan.regions.len(),
-            total_regions: plan.total_regions,
-        };
+        let info = SearchPlanInfo::new(entry, plan.regions.len(), plan.total_regions);
         Ok(SearchResult {
             batch: to_batch(&table.schema, &found.into_rows())?,
             plan: Some(info),
@@ -413,18 +421,9 @@ impl Client {
             None => {
                 let r = self.search(table, preds).await?;
                 mode = ReadMode::Snapshot(r.snapshot_timestamp);
-                let mut rows = Vec::with_capacity(r.batch.num_rows());
-                for i in 0..r.batch.num_rows() {
-                    let mut row = Vec::with_capacity(table.schema.num_columns());
-                    for (c, col) in table.schema.columns().iter().enumerate() {
-                        row.push(Value::from_array(
-                            r.batch.column(c).as_ref(),
-                            i,
-                            &col.data_type,
-                        )?);
-                    }
-                    rows.push(row);
-                }
+                let rows = (0..r.batch.num_rows())
+                    .map(|i| row_at(&r.batch, i, table.schema.columns()))
+                    .collect::<Result<Vec<_>>>()?;
                 (rows, r.plan)
             }
             Some((i, groups, _)) => {
@@ -441,17 +440,7 @@ impl Client {
                         break;
                     }
                 }
-                let info = SearchPlanInfo {
-                    subspace: entry.layout.name.clone(),
-                    columns: entry
-                        .layout
-                        .columns()
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect(),
-                    regions: asked,
-                    total_regions: entry.layout.region_count(),
-                };
+                let info = SearchPlanInfo::new(entry, asked, entry.layout.region_count());
                 (found.into_rows(), Some(info))
             }
         };

@@ -42,9 +42,7 @@ use std::time::Duration;
 use cairn_client::{Client, Operation, RowErrorInfo, WriteSession};
 use cairn_common::predicate::ColumnPredicate;
 use cairn_common::{Schema, Value};
-use cairn_hyperspace::{
-    LinkAction, REMOVED_COLUMN, SubspaceEntry, VERSION_COLUMN, build_chain, region_row,
-};
+use cairn_hyperspace::{LinkAction, SubspaceEntry, VERSION_COLUMN, build_chain, region_row};
 use cairn_proto::RowErrorKind;
 
 use crate::error::{Result, TserverError};
@@ -195,10 +193,27 @@ impl ChainDriver {
                 session.flush().await.map_err(client_error)?,
                 &[RowErrorKind::ConditionFailed],
             )?;
-            // 2. For each row whose condition failed: absent (insert it), or already at
-            // this version or newer (a duplicate: done).
-            let mut absent = Vec::new();
-            for row in failed {
+            if failed.is_empty() {
+                return Ok(());
+            }
+            // 2. A row whose condition failed is absent (the usual case: the row is new
+            // in this region) or already at this version or newer: insert it.
+            let mut session = self.session(table, timeout);
+            for row in &failed {
+                session
+                    .apply(Operation::insert(row.clone()))
+                    .await
+                    .map_err(client_error)?;
+            }
+            let present = check_row_errors(
+                session.flush().await.map_err(client_error)?,
+                &[RowErrorKind::AlreadyPresent],
+            )?;
+            // 3. A row present after all is a duplicate if it is at this version or
+            // newer; otherwise an older copy arrived in between (a retransmission):
+            // try again.
+            let mut retry = Vec::new();
+            for row in present {
                 let key: Vec<Value> = schema
                     .key_indexes()
                     .iter()
@@ -209,44 +224,14 @@ impl ChainDriver {
                     .get(
                         table,
                         &key,
-                        &[VERSION_COLUMN.to_string(), REMOVED_COLUMN.to_string()],
+                        &[VERSION_COLUMN.to_string()],
                         cairn_client::ReadMode::Latest,
                     )
                     .await
                     .map_err(client_error)?;
-                match current {
-                    None => absent.push(row),
-                    Some(cur) => match cur.first() {
-                        Some(Value::Int64(v)) if *v >= version_of(&row) => {}
-                        // Raced an older change of the same row (a retransmission):
-                        // try again.
-                        _ => absent.push(row),
-                    },
-                }
-            }
-            if absent.is_empty() {
-                return Ok(());
-            }
-            let mut session = self.session(table, timeout);
-            let mut retry = Vec::new();
-            let mut inserted = Vec::new();
-            for row in absent {
-                session
-                    .apply(Operation::insert(row.clone()))
-                    .await
-                    .map_err(client_error)?;
-                inserted.push(row);
-            }
-            let errs = session.flush().await.map_err(client_error)?;
-            for e in &errs {
-                if e.kind != RowErrorKind::AlreadyPresent {
-                    return Err(TserverError::Internal(format!(
-                        "a subspace region refused a row: {}",
-                        e.message
-                    )));
-                }
-                if let Some(r) = inserted.get(e.op_index) {
-                    retry.push(r.clone());
+                match current.as_deref() {
+                    Some([Value::Int64(v)]) if *v >= version_of(&row) => {}
+                    _ => retry.push(row),
                 }
             }
             if retry.is_empty() {

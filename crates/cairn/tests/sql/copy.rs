@@ -9,7 +9,6 @@
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt, pin_mut};
-use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use crate::{count, q, sql_cluster};
@@ -24,17 +23,6 @@ async fn serve_pg(engine: &cairn_sql::SqlEngine) -> u16 {
         std::future::pending(),
     ));
     port
-}
-
-async fn connect(port: u16) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={port} user=cairn dbname=cairn"),
-        NoTls,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
-    client
 }
 
 /// Streams rows `from..to` as `k<TAB>name k<TAB>k` lines in chunks of `chunk` bytes.
@@ -71,7 +59,7 @@ async fn concurrent_copies_into_a_replicated_table_lose_nothing() {
     let mut tasks = vec![];
     for w in 0..LOADERS {
         tasks.push(tokio::spawn(async move {
-            let c = connect(port).await;
+            let c = crate::pg_connect(port).await;
             // Odd chunk sizes split lines across CopyData messages.
             load(&c, w * EACH, (w + 1) * EACH, 1000 + 77 * w as usize).await
         }));
@@ -107,7 +95,7 @@ async fn concurrent_copies_into_a_replicated_table_lose_nothing() {
         vec![vec!["30".to_string()]]
     );
     // And back out, in key order, through COPY TO STDOUT.
-    let c = connect(port).await;
+    let c = crate::pg_connect(port).await;
     let out = c
         .copy_out("COPY (SELECT k, name FROM loaded WHERE k >= 0 ORDER BY k) TO STDOUT")
         .await
@@ -134,7 +122,7 @@ async fn a_failed_copy_reports_its_error_and_the_connection_goes_on() {
     )
     .await;
     let port = serve_pg(&engine).await;
-    let c = connect(port).await;
+    let c = crate::pg_connect(port).await;
     let sink = c
         .copy_in::<_, Bytes>("COPY loaded (k, name, v) FROM STDIN")
         .await
@@ -159,7 +147,7 @@ async fn a_failed_copy_reports_its_error_and_the_connection_goes_on() {
     assert_eq!(e.code(), Some(&SqlState::UNDEFINED_COLUMN), "{e:?}");
     // A COPY that fails to start leaves tokio-postgres's connection out of step (it
     // pipelines two Syncs, each answered): a new connection loads.
-    let c = connect(port).await;
+    let c = crate::pg_connect(port).await;
     assert_eq!(load_one(&c).await, 1);
 }
 

@@ -53,6 +53,18 @@ pub async fn serve_pg(engine: SqlEngine, opts: cairn_sql::pg::PgOptions) -> u16 
     port
 }
 
+/// A tokio-postgres client of the server on `port` (user `cairn`, no TLS).
+pub async fn pg_connect(port: u16) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=cairn dbname=cairn"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
 /// Rows as strings (NULL for nulls).
 pub fn strings(batches: &[RecordBatch]) -> Vec<Vec<String>> {
     let opts = FormatOptions::default().with_null("NULL");

@@ -6,7 +6,6 @@
 
 use bytes::Bytes;
 use futures::{SinkExt, pin_mut};
-use tokio_postgres::NoTls;
 
 use crate::{err, q, serve_pg, sql_cluster};
 
@@ -69,13 +68,7 @@ async fn where_clauses_on_subspace_attributes_read_only_their_regions() {
 
     // COPY goes through the chained write path too.
     let port = serve_pg(engine.clone(), cairn_sql::pg::PgOptions::default()).await;
-    let (client, conn) = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={port} user=cairn dbname=cairn"),
-        NoTls,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let client = crate::pg_connect(port).await;
     let sink = client
         .copy_in::<_, Bytes>("COPY people (id, city, age, score) FROM STDIN")
         .await
