@@ -671,8 +671,9 @@ impl TabletService {
         let driver = self.chain_driver()?;
         let tablet = replica.tablet();
         let schema = tablet.schema();
-        let keys = tablet
-            .txn_keys(txn)
+        // Encoded as the chain locks of plain writes are (the key columns in key order).
+        let encoded = tablet.txn_keys(txn);
+        let keys = encoded
             .iter()
             .map(|k| cairn_common::key::decode_row_key(&schema, k))
             .collect::<cairn_common::Result<Vec<_>>>()?;
@@ -682,12 +683,7 @@ impl TabletService {
             let ts = replica.txn_control(txn, step, deadline).await?;
             Ok::<_, TserverError>(match ts {
                 Some(ts) if !keys.is_empty() => {
-                    let mut enc = Vec::with_capacity(keys.len());
-                    for k in &keys {
-                        let refs: Vec<&Value> = k.iter().collect();
-                        enc.push(cairn_common::key::encode_values(&refs)?);
-                    }
-                    let _locks = driver.lock_keys(&replica.meta.tablet_id, &enc).await;
+                    let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
                     svc.chain_rows(&driver, &replica, &schema, keys, ts, deadline)
                         .await?
                         .0
