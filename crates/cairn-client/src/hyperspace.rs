@@ -24,14 +24,21 @@ use arrow::record_batch::RecordBatch;
 use cairn_common::types::RowsToColumns;
 use cairn_common::{ColumnPredicate, ColumnSchema, Schema, Value};
 use cairn_hyperspace::{
-    REGION_COLUMN, REMOVED_COLUMN, RegionId, SubspaceEntry, VERSION_COLUMN, plan_search,
-    region_partitioning, region_table_schema, sorted_groups,
+    REGION_COLUMN, REMOVED_COLUMN, RegionId, RegionRun, SubspaceEntry, VERSION_COLUMN, plan_search,
+    region_partitioning, region_runs, region_table_schema, sorted_groups,
 };
 
 use crate::client::Client;
 use crate::error::{ClientError, Result};
 use crate::scan::ReadMode;
 use crate::table::Table;
+
+/// At most this many key-range scans read one search's regions (nearby runs of
+/// regions merge beyond it).
+const MAX_REGION_SCANS: usize = 32;
+
+/// How many of a search's region scans run at once.
+const CONCURRENT_REGION_SCANS: usize = 8;
 
 /// How a search was answered (for `EXPLAIN` and the CLI).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,7 +97,7 @@ pub struct SearchResult {
 pub fn region_table(base: &Schema, replicas: u32, entry: &SubspaceEntry) -> Result<Table> {
     let schema = region_table_schema(base).map_err(hs_error)?;
     let (partition_schema, _) =
-        region_partitioning(entry.layout.region_count()).map_err(hs_error)?;
+        region_partitioning(entry.layout.region_count(), entry.tablet_count()).map_err(hs_error)?;
     Ok(Table {
         id: entry.table_id.clone(),
         name: entry.table_name.clone(),
@@ -300,6 +307,8 @@ impl Client {
     /// Scans `regions` of the subspace `entry` of `table` for rows matching `preds`,
     /// adding them to `found`, at `mode`; a mode that lets the server pick the snapshot
     /// becomes that snapshot, so that every later scan of the search reads the same.
+    /// Each run of regions ([`region_runs`]) is one key-range scan; the first fixes the
+    /// snapshot, the rest run concurrently at it.
     async fn scan_regions(
         &self,
         table: &Table,
@@ -309,6 +318,7 @@ impl Client {
         found: &mut Found,
         mode: &mut ReadMode,
     ) -> Result<()> {
+        use futures::StreamExt as _;
         if regions.is_empty() {
             return Ok(());
         }
@@ -320,24 +330,50 @@ impl Client {
             .map(|c| c.name.clone())
             .collect();
         projection.push(VERSION_COLUMN.to_string());
-        let mut scan = self
-            .scan(&region)
-            .projection(projection)
-            .read_mode(*mode)
-            .predicate(ColumnPredicate::in_list(
-                REGION_COLUMN,
-                regions.iter().map(|&r| Value::Int32(r as i32)).collect(),
-            ))
-            .predicate(ColumnPredicate::eq(REMOVED_COLUMN, Value::Bool(false)));
-        for p in preds {
-            scan = scan.predicate(p.clone());
+        let scan_of = |run: RegionRun, mode: ReadMode| {
+            let region_pred = if run.dense {
+                ColumnPredicate::range(
+                    REGION_COLUMN,
+                    Value::Int32(run.first as i32),
+                    Value::Int32(run.last as i32 + 1),
+                )
+            } else {
+                ColumnPredicate::in_list(
+                    REGION_COLUMN,
+                    regions
+                        .iter()
+                        .filter(|&&r| run.first <= r && r <= run.last)
+                        .map(|&r| Value::Int32(r as i32))
+                        .collect(),
+                )
+            };
+            let mut scan = self
+                .scan(&region)
+                .projection(projection.clone())
+                .read_mode(mode)
+                .predicate(region_pred)
+                .predicate(ColumnPredicate::eq(REMOVED_COLUMN, Value::Bool(false)));
+            for p in preds {
+                scan = scan.predicate(p.clone());
+            }
+            scan.execute()
+        };
+        let runs = region_runs(regions, MAX_REGION_SCANS);
+        let first = scan_of(runs[0], *mode).await?;
+        if first.snapshot_timestamp != 0 {
+            *mode = ReadMode::Snapshot(first.snapshot_timestamp);
         }
-        let result = scan.execute().await?;
-        if result.snapshot_timestamp != 0 {
-            *mode = ReadMode::Snapshot(result.snapshot_timestamp);
-        }
-        for b in &result.batches {
+        for b in &first.batches {
             found.add(b)?;
+        }
+        let at = *mode;
+        // Built up front: a lazily mapped iterator makes the future not provably `Send`.
+        let scans: Vec<_> = runs[1..].iter().map(|&run| scan_of(run, at)).collect();
+        let mut rest = futures::stream::iter(scans).buffer_unordered(CONCURRENT_REGION_SCANS);
+        while let Some(result) = rest.next().await {
+            for b in &result?.batches {
+                found.add(b)?;
+            }
         }
         Ok(())
     }

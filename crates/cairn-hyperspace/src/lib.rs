@@ -38,9 +38,11 @@ pub use chain::{
 pub use coord::{Axis, AxisKind, Coordinate, NULL_COORDINATE};
 pub use error::{HyperspaceError, Result};
 pub use grid::{Dimension, MAX_DIMENSIONS, MAX_REGIONS, RegionId, Subspace};
-pub use plan::{RegionSet, SearchPlan, plan_search, regions_for, sorted_groups};
+pub use plan::{
+    RegionRun, RegionSet, SearchPlan, plan_search, region_runs, regions_for, sorted_groups,
+};
 pub use region::{
-    DEFAULT_REGIONS, REGION_COLUMN, REMOVED_COLUMN, SubspaceEntry, SubspaceSpec, VERSION_COLUMN,
-    is_region_table_name, region_partitioning, region_row, region_table_name, region_table_schema,
-    split_region_row,
+    DEFAULT_REGION_TABLETS, DEFAULT_REGIONS, REGION_COLUMN, REMOVED_COLUMN, SubspaceEntry,
+    SubspaceSpec, VERSION_COLUMN, default_region_tablets, is_region_table_name,
+    region_partitioning, region_row, region_table_name, region_table_schema, split_region_row,
 };

@@ -181,6 +181,61 @@ pub fn plan_search(
     }))
 }
 
+/// A run of regions `[first, last]` that one key-range scan of a region table reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionRun {
+    /// The first region of the run.
+    pub first: RegionId,
+    /// The last region of the run (inclusive).
+    pub last: RegionId,
+    /// Whether every region in `[first, last]` was asked for (otherwise the scan must
+    /// also filter on the region list).
+    pub dense: bool,
+}
+
+/// Groups ascending, distinct `regions` into at most `max_runs` runs for key-range scans:
+/// contiguous regions form one run, and while there are too many runs the two with the
+/// smallest gap between them merge (the merged run then reads the gap too, and is not
+/// dense). Every region asked for lies in exactly one run.
+pub fn region_runs(regions: &[RegionId], max_runs: usize) -> Vec<RegionRun> {
+    let mut runs: Vec<RegionRun> = Vec::new();
+    for &r in regions {
+        match runs.last_mut() {
+            Some(run) if run.last.checked_add(1) == Some(r) => run.last = r,
+            _ => runs.push(RegionRun {
+                first: r,
+                last: r,
+                dense: true,
+            }),
+        }
+    }
+    let max_runs = max_runs.max(1);
+    if runs.len() > max_runs {
+        // Merge across the largest-but-needed number of the smallest gaps: keep the
+        // `max_runs - 1` widest gaps as boundaries.
+        let mut gaps: Vec<(u32, usize)> = runs
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| (w[1].first - w[0].last, i))
+            .collect();
+        gaps.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut keep: Vec<usize> = gaps[..max_runs - 1].iter().map(|&(_, i)| i).collect();
+        keep.sort_unstable();
+        let mut merged = Vec::with_capacity(max_runs);
+        let mut start = 0;
+        for end in keep.into_iter().chain(std::iter::once(runs.len() - 1)) {
+            merged.push(RegionRun {
+                first: runs[start].first,
+                last: runs[end].last,
+                dense: start == end,
+            });
+            start = end + 1;
+        }
+        runs = merged;
+    }
+    runs
+}
+
 /// For a top-k search ordered by attribute `column` (HyperDex's `sorted_search`): the
 /// planned regions of `subspace` grouped by their interval on `column`, in the order the
 /// results are wanted. A caller asks the groups one after another and stops once it holds
@@ -426,6 +481,45 @@ mod tests {
                     let r = s.region_of_values(&[a, b]).unwrap();
                     prop_assert!(planned.contains(&r), "row ({a:?}, {b:?}) in region {r} not planned {planned:?} for {preds:?}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn region_runs_cover_every_region_within_the_limit() {
+        assert_eq!(region_runs(&[], 4), vec![]);
+        let run = |first, last, dense| RegionRun { first, last, dense };
+        assert_eq!(
+            region_runs(&[1, 2, 3, 7, 8, 20], 8),
+            vec![run(1, 3, true), run(7, 8, true), run(20, 20, true)]
+        );
+        assert_eq!(
+            region_runs(&[1, 2, 3, 7, 8, 20], 2),
+            vec![run(1, 8, false), run(20, 20, true)]
+        );
+        assert_eq!(region_runs(&[1, 5, 9], 1), vec![run(1, 9, false)]);
+    }
+
+    proptest! {
+        #[test]
+        fn region_runs_are_sound(
+            mut regions in proptest::collection::vec(0u32..500, 0..200),
+            max_runs in 1usize..20,
+        ) {
+            regions.sort_unstable();
+            regions.dedup();
+            let runs = region_runs(&regions, max_runs);
+            prop_assert!(runs.len() <= max_runs);
+            for w in runs.windows(2) {
+                prop_assert!(w[0].last < w[1].first);
+            }
+            for &r in &regions {
+                prop_assert_eq!(runs.iter().filter(|x| x.first <= r && r <= x.last).count(), 1);
+            }
+            for x in &runs {
+                let inside = regions.iter().filter(|&&r| x.first <= r && r <= x.last).count();
+                prop_assert!(inside > 0);
+                prop_assert_eq!(x.dense, inside as u32 == x.last - x.first + 1);
             }
         }
     }

@@ -1,16 +1,20 @@
-//! How a subspace is stored: a hidden *region table* whose tablets are the regions.
+//! How a subspace is stored: a hidden *region table* whose tablets hold its regions.
 //!
 //! A subspace holds a full copy of each object (HyperDex §3.2) in the region its values
 //! select. Cairn stores a subspace as a table of its own, hidden from users, so that
-//! regions are ordinary Raft-replicated tablets that the master places, re-replicates
-//! and deletes like any other:
+//! regions live in ordinary Raft-replicated tablets that the master places,
+//! re-replicates and deletes like any other:
 //!
 //! - its columns are [`REGION_COLUMN`] (the region, `INT`), every column of the base
 //!   table with the same name, type and nullability, then [`VERSION_COLUMN`] (the
 //!   object's version, `BIGINT`) and [`REMOVED_COLUMN`] (`BOOLEAN`, a tombstone);
 //! - its primary key is the region followed by the base table's key;
-//! - it is range-partitioned on the region column, one tablet per region
-//!   ([`region_partitioning`]).
+//! - it is range-partitioned on the region column into a few tablets, each holding a
+//!   contiguous run of regions ([`region_partitioning`]). A region is a key range of its
+//!   tablet, so a search reads a region with one key-range scan, however many regions
+//!   share the tablet. Many small regions make searches narrow (HyperDex cuts each
+//!   subspace finely and places many regions on every server, §3.1); few tablets keep
+//!   the Raft groups a subspace costs small.
 //!
 //! A [`LinkAction::Remove`](crate::LinkAction::Remove) does not delete the row: it marks
 //! it removed and keeps its version, so a late retransmission of an older change is
@@ -21,7 +25,7 @@ use cairn_common::{ColumnSpec, DataType, PartitionSchema, Schema, Value};
 
 use crate::chain::Version;
 use crate::error::{HyperspaceError, Result};
-use crate::grid::{RegionId, Subspace};
+use crate::grid::{MAX_REGIONS, RegionId, Subspace};
 
 /// The region column of a region table (its first key column).
 pub const REGION_COLUMN: &str = "__region";
@@ -37,8 +41,11 @@ pub struct SubspaceSpec {
     pub name: String,
     /// Its attributes (column names), in order.
     pub columns: Vec<String>,
-    /// About how many regions (tablets) it gets.
+    /// About how many regions it gets.
     pub regions: u32,
+    /// How many tablets hold them (0: [`default_region_tablets`] of the region count).
+    #[serde(default)]
+    pub tablets: u32,
 }
 
 impl SubspaceSpec {
@@ -50,7 +57,14 @@ impl SubspaceSpec {
             name: default_subspace_name(&columns),
             columns,
             regions: DEFAULT_REGIONS,
+            tablets: 0,
         }
+    }
+
+    /// Sets the tablet count (0: the default for the region count).
+    pub fn tablets(mut self, n: u32) -> SubspaceSpec {
+        self.tablets = n;
+        self
     }
 
     /// Sets the region count.
@@ -76,6 +90,27 @@ pub struct SubspaceEntry {
     pub table_id: String,
     /// The region table's name ([`region_table_name`]).
     pub table_name: String,
+    /// How many tablets the region table has (0 in catalogs written before regions
+    /// shared tablets: one per region). Use [`SubspaceEntry::tablet_count`].
+    #[serde(default)]
+    pub tablets: u32,
+}
+
+impl SubspaceEntry {
+    /// How many tablets hold the regions.
+    pub fn tablet_count(&self) -> u32 {
+        if self.tablets == 0 {
+            self.layout.region_count()
+        } else {
+            self.tablets
+        }
+    }
+}
+
+/// The tablets a subspace of `regions` regions gets when none are asked for: one per
+/// region up to [`DEFAULT_REGION_TABLETS`].
+pub fn default_region_tablets(regions: u32) -> u32 {
+    regions.clamp(1, DEFAULT_REGION_TABLETS)
 }
 
 /// The name of the region table of subspace `subspace` of the table with id `base_id`.
@@ -119,27 +154,38 @@ pub fn region_table_schema(base: &Schema) -> Result<Schema> {
 /// A range partition's `[lower, upper)` encoded range keys (empty: unbounded).
 pub type RangeBounds = (Vec<u8>, Vec<u8>);
 
-/// The partitioning of a region table with `regions` regions: range partitions on
-/// [`REGION_COLUMN`], region `r` in `[r, r + 1)` (the first unbounded below, the last
-/// above, so that every key has a tablet). Returns the partition schema and the range
-/// bounds, as `CreateTable` takes them.
-pub fn region_partitioning(regions: u32) -> Result<(PartitionSchema, Vec<RangeBounds>)> {
+/// The partitioning of a region table with `regions` regions in `tablets` tablets: range
+/// partitions on [`REGION_COLUMN`], tablet `t` holding regions
+/// `[t * regions / tablets, (t + 1) * regions / tablets)` (the first unbounded below, the
+/// last above, so that every key has a tablet). Returns the partition schema and the
+/// range bounds, as `CreateTable` takes them. More tablets than regions are refused.
+pub fn region_partitioning(
+    regions: u32,
+    tablets: u32,
+) -> Result<(PartitionSchema, Vec<RangeBounds>)> {
+    let regions = regions.max(1);
+    if tablets == 0 || tablets > regions {
+        return Err(HyperspaceError::InvalidSubspace(format!(
+            "a subspace of {regions} regions can have 1 to {regions} tablets, not {tablets}"
+        )));
+    }
     let ps = PartitionSchema {
         hash_levels: vec![],
         range_columns: vec![REGION_COLUMN.to_string()],
     };
-    let key = |r: u32| -> Result<Vec<u8>> {
+    let key = |r: u64| -> Result<Vec<u8>> {
         let r = i32::try_from(r)
             .map_err(|_| HyperspaceError::InvalidSubspace(format!("region {r} is out of range")))?;
         Ok(ps.encode_range_key(&[Value::Int32(r)])?)
     };
-    let mut bounds = Vec::with_capacity(regions as usize);
-    for r in 0..regions.max(1) {
-        let lower = if r == 0 { vec![] } else { key(r)? };
-        let upper = if r + 1 >= regions.max(1) {
+    let first = |t: u32| u64::from(t) * u64::from(regions) / u64::from(tablets);
+    let mut bounds = Vec::with_capacity(tablets as usize);
+    for t in 0..tablets {
+        let lower = if t == 0 { vec![] } else { key(first(t))? };
+        let upper = if t + 1 == tablets {
             vec![]
         } else {
-            key(r + 1)?
+            key(first(t + 1))?
         };
         bounds.push((lower, upper));
     }
@@ -189,6 +235,11 @@ impl SubspaceEntry {
         let mut out: Vec<SubspaceEntry> = Vec::with_capacity(subspaces.len());
         for (spec, id) in subspaces.iter().zip(table_ids) {
             let (name, columns, regions) = (&spec.name, &spec.columns, &spec.regions);
+            if *regions == 0 || *regions > MAX_REGIONS {
+                return Err(HyperspaceError::InvalidSubspace(format!(
+                    "subspace '{name}' asks for {regions} regions: give 1 to {MAX_REGIONS}"
+                )));
+            }
             if name.is_empty() || name.len() > 64 || name.contains('/') {
                 return Err(HyperspaceError::InvalidSubspace(format!(
                     "subspace name '{name}' must have 1 to 64 characters and no '/'"
@@ -206,10 +257,19 @@ impl SubspaceEntry {
                 )));
             }
             let axes = Subspace::axes_of(base, columns)?;
+            let layout = Subspace::new(name.clone(), axes, *regions)?;
+            let tablets = if spec.tablets == 0 {
+                default_region_tablets(layout.region_count())
+            } else {
+                spec.tablets
+            };
+            // Refuses more tablets than the grid has regions.
+            region_partitioning(layout.region_count(), tablets)?;
             out.push(SubspaceEntry {
-                layout: Subspace::new(name.clone(), axes, *regions)?,
+                layout,
                 table_id: id.clone(),
                 table_name: region_table_name(base_id, name),
+                tablets,
             });
         }
         Ok(out)
@@ -222,7 +282,10 @@ pub fn default_subspace_name(columns: &[String]) -> String {
 }
 
 /// The default number of regions per subspace.
-pub const DEFAULT_REGIONS: u32 = 16;
+pub const DEFAULT_REGIONS: u32 = 4096;
+
+/// The most tablets a subspace gets by default.
+pub const DEFAULT_REGION_TABLETS: u32 = 8;
 
 #[cfg(test)]
 mod tests {
@@ -264,26 +327,37 @@ mod tests {
     }
 
     #[test]
-    fn one_tablet_per_region_and_every_key_has_one() {
-        let (ps, bounds) = region_partitioning(4).unwrap();
-        let parts = ps.create_partitions(&bounds).unwrap();
-        assert_eq!(parts.len(), 4);
+    fn tablets_hold_contiguous_regions_and_every_key_has_one() {
         let schema = region_table_schema(&base()).unwrap();
-        for r in 0..4u32 {
-            let row = region_row(
-                &[Value::Int64(1), Value::Null, Value::String("x".into())],
-                r,
-                7,
-                false,
-            );
-            let pk = ps.partition_key(&schema, &row).unwrap();
-            let holders: Vec<usize> = (0..4).filter(|&i| parts[i].contains(&pk)).collect();
-            assert_eq!(holders, vec![r as usize]);
-            let (region, b, v, removed) = split_region_row(&row).unwrap();
-            assert_eq!((region, b.len(), v, removed), (r, 3, 7, false));
+        for (regions, tablets) in [(4, 4), (10, 3), (4096, 8), (7, 1)] {
+            let (ps, bounds) = region_partitioning(regions, tablets).unwrap();
+            let parts = ps.create_partitions(&bounds).unwrap();
+            assert_eq!(parts.len(), tablets as usize);
+            let mut last_holder = 0;
+            for r in 0..regions {
+                let row = region_row(
+                    &[Value::Int64(1), Value::Null, Value::String("x".into())],
+                    r,
+                    7,
+                    false,
+                );
+                let pk = ps.partition_key(&schema, &row).unwrap();
+                let holders: Vec<usize> = (0..parts.len())
+                    .filter(|&i| parts[i].contains(&pk))
+                    .collect();
+                assert_eq!(holders.len(), 1, "region {r} of {regions}/{tablets}");
+                // Regions fill the tablets in order, evenly.
+                assert!(holders[0] == last_holder || holders[0] == last_holder + 1);
+                last_holder = holders[0];
+                let (region, b, v, removed) = split_region_row(&row).unwrap();
+                assert_eq!((region, b.len(), v, removed), (r, 3, 7, false));
+            }
+            assert_eq!(last_holder + 1, tablets as usize);
         }
-        let (_, one) = region_partitioning(1).unwrap();
+        let (_, one) = region_partitioning(1, 1).unwrap();
         assert_eq!(one, vec![(vec![], vec![])]);
+        assert!(region_partitioning(4, 5).is_err());
+        assert!(region_partitioning(4, 0).is_err());
     }
 
     #[test]
@@ -306,5 +380,14 @@ mod tests {
         assert_eq!(e[0].table_name, "__subspace/base/a_b");
         assert!(is_region_table_name(&e[0].table_name));
         assert_eq!(e[0].layout.region_count(), 4);
+        assert_eq!((e[0].tablets, e[0].tablet_count()), (4, 4));
+        let many = vec![SubspaceSpec::new(&["a"])];
+        let e = SubspaceEntry::for_new_table("base", &base(), &many, &ids).unwrap();
+        assert_eq!(e[0].layout.region_count(), DEFAULT_REGIONS);
+        assert_eq!(e[0].tablets, DEFAULT_REGION_TABLETS);
+        let too_many_tablets = vec![SubspaceSpec::new(&["a"]).regions(4).tablets(5)];
+        assert!(SubspaceEntry::for_new_table("base", &base(), &too_many_tablets, &ids).is_err());
+        let no_regions = vec![SubspaceSpec::new(&["a"]).regions(0)];
+        assert!(SubspaceEntry::for_new_table("base", &base(), &no_regions, &ids).is_err());
     }
 }

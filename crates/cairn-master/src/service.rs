@@ -318,8 +318,11 @@ impl MasterService {
             let region_schema = cairn_hyperspace::region_table_schema(&schema)
                 .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
             for s in &subspaces {
-                let (rps, bounds) = cairn_hyperspace::region_partitioning(s.layout.region_count())
-                    .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
+                let (rps, bounds) = cairn_hyperspace::region_partitioning(
+                    s.layout.region_count(),
+                    s.tablet_count(),
+                )
+                .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
                 check_tablet_limits(&st.opts, &rps, bounds.len())?;
                 let parts = rps.create_partitions(&bounds)?;
                 let rtablets = place_tablets(&s.table_id, parts, replicas, &live);

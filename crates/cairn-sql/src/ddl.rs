@@ -703,7 +703,7 @@ pub fn table_def(
     }
 
     let mut subspaces: Vec<cairn_hyperspace::SubspaceSpec> = Vec::with_capacity(ct.subspaces.len());
-    for (columns, regions) in &ct.subspaces {
+    for (columns, regions, tablets) in &ct.subspaces {
         for c in columns {
             if schema.index_of(c).is_err() {
                 return Err(ParseError::invalid_with(
@@ -719,6 +719,9 @@ pub fn table_def(
         let mut spec = cairn_hyperspace::SubspaceSpec::new(&refs);
         if let Some(n) = regions {
             spec = spec.regions(*n);
+        }
+        if let Some(n) = tablets {
+            spec = spec.tablets(*n);
         }
         if subspaces.iter().any(|s| s.columns == spec.columns) {
             return Err(ParseError::invalid_definition(format!(

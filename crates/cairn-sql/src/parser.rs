@@ -369,9 +369,9 @@ pub struct CreateTable {
     pub replicas: Option<u32>,
     /// The query of `CREATE TABLE … AS SELECT`.
     pub query: Option<Box<Query>>,
-    /// `SUBSPACE (a, b) [REGIONS n]` clauses: hyperspace search subspaces, each its
-    /// attributes and region count (default when not given).
-    pub subspaces: Vec<(Vec<String>, Option<u32>)>,
+    /// `SUBSPACE (a, b) [REGIONS n] [TABLETS t]` clauses: hyperspace search subspaces,
+    /// each its attributes, region count and tablet count (defaults when not given).
+    pub subspaces: Vec<(Vec<String>, Option<u32>, Option<u32>)>,
 }
 
 /// One hash level of `PARTITION BY HASH (cols) PARTITIONS n`: the columns (empty for
@@ -983,21 +983,22 @@ fn parse_create_table(p: &mut Parser<'_>) -> Result<CreateTable, ParseError> {
         } else if is_word(&t, "SUBSPACE") {
             p.next_token();
             let columns = parse_column_list(p)?;
-            let regions = if is_word(&p.peek_token().token, "REGIONS") {
+            let mut count = |word: &str, what: &str| -> Result<Option<u32>, ParseError> {
+                if !is_word(&p.peek_token().token, word) {
+                    return Ok(None);
+                }
                 p.next_token();
                 let n = p.parse_literal_uint()?;
                 match u32::try_from(n) {
-                    Ok(n) if n >= 1 => Some(n),
-                    _ => {
-                        return Err(ParseError::invalid(format!(
-                            "SUBSPACE (...) REGIONS {n} is invalid: give a positive number of regions"
-                        )));
-                    }
+                    Ok(n) if n >= 1 => Ok(Some(n)),
+                    _ => Err(ParseError::invalid(format!(
+                        "SUBSPACE (...) {word} {n} is invalid: give a positive number of {what}"
+                    ))),
                 }
-            } else {
-                None
             };
-            subspaces.push((columns, regions));
+            let regions = count("REGIONS", "regions")?;
+            let tablets = count("TABLETS", "tablets")?;
+            subspaces.push((columns, regions, tablets));
         } else if p.parse_keyword(Keyword::AS) || is_keyword(&t, Keyword::SELECT) {
             let mut q = p.parse_query()?;
             check_ctas_query(&mut q)?;

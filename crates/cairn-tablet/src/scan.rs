@@ -131,6 +131,39 @@ pub fn key_range_from_predicates(schema: &Schema, preds: &[ColumnPredicate]) -> 
                 };
                 return (lo.unwrap_or_default(), hi);
             }
+            PredicateOp::InList(vs) => {
+                // The list's smallest and largest values bound the keys (the predicate
+                // itself still filters what lies between them).
+                let mut vals = vs.iter().filter(|v| !v.is_null());
+                let Some(first) = vals.next() else { break };
+                let (mut min, mut max) = (first, first);
+                let mut comparable = true;
+                for v in vals {
+                    match (v.partial_cmp_same(min), v.partial_cmp_same(max)) {
+                        (Some(a), Some(b)) => {
+                            if a.is_lt() {
+                                min = v;
+                            }
+                            if b.is_gt() {
+                                max = v;
+                            }
+                        }
+                        _ => comparable = false,
+                    }
+                }
+                if !comparable {
+                    break;
+                }
+                let (Some(lo), Some(mut hi)) = (enc(min), enc(max)) else {
+                    break;
+                };
+                if last {
+                    hi.push(0);
+                } else {
+                    hi = prefix_successor(hi).unwrap_or_default();
+                }
+                return (lo, hi);
+            }
             _ => break,
         }
     }
@@ -645,4 +678,57 @@ pub fn key_successor(key: &[u8]) -> Vec<u8> {
     let mut k = key.to_vec();
     k.push(0);
     k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_common::key::encode_row_key;
+    use cairn_common::{ColumnSpec, DataType, Value};
+
+    fn schema() -> Schema {
+        Schema::new(
+            vec![
+                ColumnSpec::new("r", DataType::Int32),
+                ColumnSpec::new("id", DataType::Int64),
+            ],
+            &["r", "id"],
+        )
+        .unwrap()
+    }
+
+    fn inside(schema: &Schema, range: &(Vec<u8>, Vec<u8>), r: i32, id: i64) -> bool {
+        let k = encode_row_key(schema, &[Value::Int32(r), Value::Int64(id)]).unwrap();
+        k >= range.0 && (range.1.is_empty() || k < range.1)
+    }
+
+    #[test]
+    fn an_in_list_on_the_key_prefix_bounds_the_scan() {
+        let s = schema();
+        let list = |vs: Vec<Value>| vec![ColumnPredicate::in_list("r", vs)];
+        let range = key_range_from_predicates(
+            &s,
+            &list(vec![Value::Int32(7), Value::Int32(3), Value::Int32(5)]),
+        );
+        assert!(inside(&s, &range, 3, i64::MIN) && inside(&s, &range, 7, i64::MAX));
+        assert!(
+            inside(&s, &range, 4, 0),
+            "between the values: the predicate filters"
+        );
+        assert!(!inside(&s, &range, 2, i64::MAX) && !inside(&s, &range, 8, i64::MIN));
+        // A list on the last key column, after an equality on the first.
+        let preds = vec![
+            ColumnPredicate::eq("r", Value::Int32(1)),
+            ColumnPredicate::in_list("id", vec![Value::Int64(10), Value::Int64(-4)]),
+        ];
+        let range = key_range_from_predicates(&s, &preds);
+        assert!(inside(&s, &range, 1, -4) && inside(&s, &range, 1, 10));
+        assert!(!inside(&s, &range, 1, 11) && !inside(&s, &range, 1, -5));
+        assert!(!inside(&s, &range, 2, 0));
+        // Only NULLs, or none: no bound from the list.
+        assert_eq!(
+            key_range_from_predicates(&s, &list(vec![Value::Null])),
+            (vec![], vec![])
+        );
+    }
 }

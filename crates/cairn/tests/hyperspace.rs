@@ -373,3 +373,70 @@ async fn subspaces_follow_concurrent_writes_and_a_server_stop() {
     })
     .await;
 }
+
+/// A fine grid in few tablets: 4,096 regions of (age, city) in 3 tablets. Regions are key
+/// ranges of their tablet; a search on `city` alone selects one strided region per age
+/// interval, more runs than one search scans, so nearby runs merge and the merged scans
+/// filter on the region list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_regions_share_few_tablets() {
+    let cl = InProc::start(1, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    let spec = cairn_client::CreateTableSpec::new("fine", people_schema())
+        .replicas(1)
+        .subspace(SubspaceSpec::new(&["age", "city"]).regions(4096).tablets(3));
+    c.create_table(spec).await.unwrap();
+    let t = c.open_table("fine").await.unwrap();
+    assert_eq!(t.subspaces[0].layout.region_count(), 4096);
+    assert_eq!(t.subspaces[0].tablet_count(), 3);
+    assert_eq!(
+        c.table_locations(
+            &cairn_client::hyperspace::region_table(&t.schema, 1, &t.subspaces[0]).unwrap(),
+            false
+        )
+        .await
+        .unwrap()
+        .len(),
+        3
+    );
+    let mut r = Rng(77);
+    let mut s = c.new_session(&t);
+    for id in 0..300 {
+        s.apply(Operation::upsert(person(id, &mut r)))
+            .await
+            .unwrap();
+    }
+    // Some move: their copies leave one region for another.
+    for id in (0..300).step_by(7) {
+        s.apply(Operation::upsert(person(id, &mut r)))
+            .await
+            .unwrap();
+    }
+    s.apply(Operation::delete(&t.schema, &[Value::Int64(5)]).unwrap())
+        .await
+        .unwrap();
+    check_subspaces(&c, &t).await;
+    let base = base_rows(&c, &t).await;
+    let city = |s: &str| Value::String(s.into());
+    for preds in [
+        vec![ColumnPredicate::eq("city", city("pune"))],
+        vec![ColumnPredicate::eq("age", Value::Int32(99))],
+        vec![ColumnPredicate::range(
+            "age",
+            Value::Int32(1),
+            Value::Int32(50),
+        )],
+        vec![
+            ColumnPredicate::in_list("city", vec![city("oslo"), city("nome")]),
+            ColumnPredicate::ge("age", Value::Int32(17)),
+        ],
+        vec![ColumnPredicate::is_null("city")],
+    ] {
+        check_search(&c, &t, &base, preds, true).await;
+    }
+    let r = c
+        .search(&t, &[ColumnPredicate::eq("city", city("lima"))])
+        .await
+        .unwrap();
+    assert_eq!(r.plan.unwrap().regions, 64, "one region per age interval");
+}

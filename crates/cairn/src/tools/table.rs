@@ -481,10 +481,11 @@ pub async fn describe(a: DescribeArgs) -> ToolResult<()> {
     println!("  replicas:      {}", table.replicas);
     for s in &table.subspaces {
         println!(
-            "  subspace:      {} ({}): {} regions",
+            "  subspace:      {} ({}): {} regions in {} tablets",
             s.layout.name,
             s.layout.columns().join(", "),
-            s.layout.region_count()
+            s.layout.region_count(),
+            s.tablet_count()
         );
     }
     println!();

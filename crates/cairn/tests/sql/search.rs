@@ -36,7 +36,7 @@ async fn where_clauses_on_subspace_attributes_read_only_their_regions() {
     q(
         &s,
         "CREATE TABLE people (id BIGINT PRIMARY KEY, city TEXT, age INT, score DOUBLE PRECISION) \
-         SUBSPACE (city, age) REGIONS 8 SUBSPACE (age) WITH (replicas = 3)",
+         SUBSPACE (city, age) REGIONS 8 SUBSPACE (age) TABLETS 3 WITH (replicas = 3)",
     )
     .await;
     let values: Vec<String> = (0..60)
@@ -115,7 +115,7 @@ async fn where_clauses_on_subspace_attributes_read_only_their_regions() {
     let text = format!("{plan:?}");
     // Both subspaces need one region; the one whose region is the smaller share of it
     // wins the tie.
-    assert!(text.contains("subspace=(age) regions=1/16"), "{text}");
+    assert!(text.contains("subspace=(age) regions=1/4096"), "{text}");
 
     // Bad subspace definitions are refused with PostgreSQL's codes.
     let e = err(
