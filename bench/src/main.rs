@@ -1,11 +1,12 @@
 //! # cairn-bench — Cairn measured against its peers
 //!
-//! Four suites, each running its peer on the same data in the same run:
+//! The suites, each running its peer on the same data in the same run:
 //! - `storage` ([`storage`]): one tablet vs one Parquet file on TPC-H `lineitem`;
 //! - `cluster` ([`cluster`]): loadgen at replication 1 and 3, failover time;
 //! - `tpch` ([`tpch`]): the 22 TPC-H queries through Cairn's SQL engine vs DataFusion;
 //! - `readonly` ([`readonly`]): a read-only store's build, lookups, swap and rollback
-//!   vs LMDB.
+//!   vs LMDB;
+//! - `search` ([`search`]): hyperspace search vs a full scan and PostgreSQL's indexes.
 
 /// The allocator the `cairn` binary uses (mimalloc), so that Cairn's embedded SQL
 /// engine and DataFusion in this process run on the same one as the servers.
@@ -17,6 +18,7 @@ use clap::{Parser, Subcommand};
 mod cluster;
 mod readonly;
 mod readonly_serve;
+mod search;
 mod storage;
 mod tpch;
 
@@ -45,6 +47,10 @@ enum Command {
     /// native client from 1 and 16 clients vs point lookups on a Cairn table with
     /// the same rows, and a rollback through the master.
     ReadonlyServe(readonly_serve::ReadonlyServeArgs),
+    /// Hyperspace search on `cairn local`: equality, range and count searches through
+    /// subspaces vs a full scan and PostgreSQL's B-tree indexes, a mixed search/put
+    /// workload, and the put cost of 0, 1 and 2 subspaces.
+    Search(search::SearchArgs),
 }
 
 fn main() {
@@ -57,6 +63,7 @@ fn main() {
         Command::ReadonlyServe(args) => {
             readonly_serve::readonly_serve(args).map_err(|e| e.to_string().into())
         }
+        Command::Search(args) => search::search(args).map_err(|e| e.to_string().into()),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

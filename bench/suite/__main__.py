@@ -7,7 +7,8 @@ regenerates bench/results/REPORT.md and its charts.
 import argparse
 import sys
 
-from . import common, pgbench, readonly, readonly_serve, report, storage, tlscost, tpch, ycsb
+from . import (common, pgbench, readonly, readonly_serve, report, search, storage, tlscost,
+               tpch, ycsb)
 
 EPILOG = """examples:
   bench/run tpch --quick                     # SF 0.01, all 7 systems, a few minutes
@@ -15,10 +16,11 @@ EPILOG = """examples:
   bench/run storage --quick
   bench/run tls-cost                         # TLS + auth off vs on: TPC-H SF 1, YCSB C
   bench/run pgbench                          # pgbench TPC-B-like: Cairn vs PostgreSQL
+  bench/run search --quick                   # hyperspace search, 100,000 objects
   bench/run all --quick                      # tpch, ycsb, storage, then the report
   bench/run report                           # REPORT.md from the JSON lines
 
-Results: bench/results/{tpch,ycsb,pgbench,storage,readonly,readonly-serve,tls-cost}.jsonl, bench/results/REPORT.md, charts in
+Results: bench/results/{tpch,ycsb,pgbench,storage,readonly,readonly-serve,search,tls-cost}.jsonl, bench/results/REPORT.md, charts in
 bench/results/charts/. Servers, data and logs go to --work-dir (default /tmp/cairn-bench)."""
 
 
@@ -48,6 +50,9 @@ def parser():
     readonly_serve.add_arguments(sub.add_parser(
         "readonly-serve", help="read-only store served by cairn local: push, network gets "
         "vs a Cairn table, rollback", description=readonly_serve.__doc__))
+    search.add_arguments(sub.add_parser(
+        "search", help="hyperspace search: subspaces vs a full scan, PostgreSQL indexes "
+        "and DuckDB; the put cost of chaining", description=search.__doc__))
     tlscost.add_arguments(sub.add_parser(
         "tls-cost", help="TPC-H and YCSB C on Cairn with TLS and authentication off and on",
         description=tlscost.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
@@ -82,7 +87,7 @@ def main():
         failed = run_all(args.quick)
     elif args.command != "report":
         {"tpch": tpch, "ycsb": ycsb, "pgbench": pgbench, "storage": storage,
-         "readonly": readonly, "readonly-serve": readonly_serve,
+         "readonly": readonly, "readonly-serve": readonly_serve, "search": search,
          "tls-cost": tlscost}[args.command].run(args)
     print(f"report: {report.generate()}", file=sys.stderr)
     if failed:
