@@ -246,8 +246,18 @@ async fn cairn_search(c: &Client, t: &Table, kind: Kind, x: i64, way: Way) -> Bo
     })
 }
 
+/// A PostgreSQL error with the server's message (its `Display` says only "db error").
+fn pg_err(e: tokio_postgres::Error) -> Box<dyn std::error::Error + Send + Sync> {
+    match e.as_db_error() {
+        Some(d) => format!("PostgreSQL: {} ({})", d.message(), d.code().code()).into(),
+        None => format!("PostgreSQL: {e}").into(),
+    }
+}
+
 async fn pg_connect(url: &str) -> BoxResult<tokio_postgres::Client> {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(pg_err)?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             eprintln!("search: PostgreSQL connection: {e}");
@@ -264,10 +274,10 @@ async fn pg_search(
 ) -> BoxResult<u64> {
     Ok(match kind {
         Kind::Count => {
-            let row = c.query_one(st, &[&format!("c{x:04}")]).await?;
+            let row = c.query_one(st, &[&format!("c{x:04}")]).await.map_err(pg_err)?;
             row.get::<_, i64>(0) as u64
         }
-        _ => c.query(st, &[&x]).await?.len() as u64,
+        _ => c.query(st, &[&x]).await.map_err(pg_err)?.len() as u64,
     })
 }
 
@@ -351,9 +361,9 @@ async fn pg_load(url: &str, objects: u64) -> BoxResult<f64> {
         "DROP TABLE IF EXISTS objs; CREATE TABLE objs (id BIGINT PRIMARY KEY, a BIGINT NOT NULL, \
          b BIGINT NOT NULL, c TEXT NOT NULL, v TEXT NOT NULL)",
     )
-    .await?;
+    .await.map_err(pg_err)?;
     let t0 = Instant::now();
-    let sink = c.copy_in("COPY objs (id, a, b, c, v) FROM STDIN").await?;
+    let sink = c.copy_in("COPY objs (id, a, b, c, v) FROM STDIN").await.map_err(pg_err)?;
     futures::pin_mut!(sink);
     let mut from = 0;
     while from < objects {
@@ -376,17 +386,22 @@ async fn pg_load(url: &str, objects: u64) -> BoxResult<f64> {
                 f(&o[4])
             ));
         }
-        sink.send(bytes::Bytes::from(text)).await?;
+        sink.send(bytes::Bytes::from(text)).await.map_err(pg_err)?;
         from = to;
     }
-    sink.finish().await?;
+    sink.finish().await.map_err(pg_err)?;
     c.batch_execute(
         "CREATE INDEX objs_a ON objs (a); CREATE INDEX objs_b ON objs (b); \
-         CREATE INDEX objs_c ON objs (c); VACUUM ANALYZE objs",
+         CREATE INDEX objs_c ON objs (c)",
     )
-    .await?;
+    .await
+    .map_err(pg_err)?;
+    // Alone: a multi-statement batch is one transaction, which VACUUM refuses.
+    c.batch_execute("VACUUM ANALYZE objs")
+        .await
+        .map_err(pg_err)?;
     let load_s = t0.elapsed().as_secs_f64();
-    c.batch_execute("SELECT sum(length(v)) FROM objs").await?;
+    c.batch_execute("SELECT sum(length(v)) FROM objs").await.map_err(pg_err)?;
     Ok(load_s)
 }
 
@@ -575,7 +590,7 @@ async fn run(a: SearchArgs) -> BoxResult<()> {
         );
         if let Some((url, _)) = &pg {
             let pc = pg_connect(url).await?;
-            let st = pc.prepare(kind.sql()).await?;
+            let st = pc.prepare(kind.sql()).await.map_err(pg_err)?;
             for &x in params.iter().take(20) {
                 pg_search(&pc, &st, kind, x).await?;
             }
@@ -625,14 +640,15 @@ async fn run(a: SearchArgs) -> BoxResult<()> {
         let mut conns = Vec::with_capacity(CLIENTS);
         for _ in 0..CLIENTS {
             let pc = pg_connect(url).await?;
-            let s = pc.prepare(Kind::Equality.sql()).await?;
+            let s = pc.prepare(Kind::Equality.sql()).await.map_err(pg_err)?;
             let u = pc
                 .prepare(
                     "INSERT INTO objs (id, a, b, c, v) VALUES ($1, $2, $3, $4, $5) \
                      ON CONFLICT (id) DO UPDATE SET a = EXCLUDED.a, b = EXCLUDED.b, \
                      c = EXCLUDED.c, v = EXCLUDED.v",
                 )
-                .await?;
+                .await
+                .map_err(pg_err)?;
             conns.push((pc, s, u));
         }
         let conns = Arc::new(conns);
@@ -656,7 +672,7 @@ async fn run(a: SearchArgs) -> BoxResult<()> {
                         let (Value::String(z), Value::String(v)) = (&o[3], &o[4]) else {
                             return Err("generated object has the wrong shape".into());
                         };
-                        pc.execute(u, &[i, x, y, z, v]).await?;
+                        pc.execute(u, &[i, x, y, z, v]).await.map_err(pg_err)?;
                         Ok((false, 1))
                     }
                 })

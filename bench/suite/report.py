@@ -541,6 +541,123 @@ def readonly_serve_section(rows, lines):
             + table(header, body))
 
 
+# ---- hyperspace search ---------------------------------------------------------------
+
+SEARCH_KINDS = (("equality", "`a = x` (about 10 objects)"),
+                ("range", "`b >= x AND b < x + 100` (about 100)"),
+                ("count", "`count(*) WHERE c = x` (about objects / 1,000)"))
+
+
+def search_key(x):
+    """What a search run is grouped by: its size and whether it ran on a cluster."""
+    return (x["objects"], x["tservers"], x["replicas"])
+
+
+def search_headline(key, x):
+    """Headline bullets of the newest search run of one size."""
+    objects, tservers, replicas = key
+    eq, rng = x["single"]["equality"], x["single"]["range"]
+    pc = x["put_cost"]
+    out = [f"- Hyperspace search, {objects:,} objects ({tservers} server(s), replicas "
+           f"{replicas}): equality search p50 {eq['subspace']['p50_us']:,.0f} µs, "
+           f"{eq['full_scan']['p50_us'] / eq['subspace']['p50_us']:.0f}x faster than a full "
+           f"scan; range search {rng['full_scan']['p50_us'] / rng['subspace']['p50_us']:.0f}x"
+           + (f"; {eq['subspace']['p50_us'] / eq['postgres']['p50_us']:.1f}x and "
+              f"{rng['subspace']['p50_us'] / rng['postgres']['p50_us']:.1f}x PostgreSQL's "
+              "index lookups" if "postgres" in eq else "")
+           + f"; a put with one subspace runs at {pc['1']['ops'] / pc['0']['ops']:.2f}x "
+           f"and with two at {pc['2']['ops'] / pc['0']['ops']:.2f}x the rate without."]
+    return out
+
+
+def chart_search(key, x):
+    """p50 latency per search kind and system (log scale); a Markdown image."""
+    name = "search_{}_{}x{}".format(*key)
+    CHARTS.mkdir(parents=True, exist_ok=True)
+    systems = [("Cairn subspace", lambda k: x["single"][k]["subspace"]),
+               ("Cairn full scan", lambda k: x["single"][k]["full_scan"])]
+    if "postgres" in x["single"]["equality"]:
+        systems.append(("PostgreSQL B-tree", lambda k: x["single"][k]["postgres"]))
+    if "duckdb" in x:
+        systems.append(("DuckDB", lambda k: x["duckdb"][k]))
+    kinds = [k for k, _ in SEARCH_KINDS]
+    width = 0.8 / len(systems)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, (label, get) in enumerate(systems):
+        ax.bar([j + (i - (len(systems) - 1) / 2) * width for j in range(len(kinds))],
+               [get(k)["p50_us"] for k in kinds], width, label=label)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(kinds)), kinds)
+    ax.set_ylabel("p50 latency µs (log; lower is better)")
+    ax.set_title(f"Search latency, {key[0]:,} objects")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(CHARTS / f"{name}.png", dpi=110)
+    plt.close(fig)
+    return f"![search latency](charts/{name}.png)\n"
+
+
+def search_section(key, lines):
+    """The hyperspace search section for one size (the newest run)."""
+    x = lines[-1]
+    objects, tservers, replicas = key
+    has_pg = "postgres" in x["single"]["equality"]
+    has_duck = "duckdb" in x
+    header = ["search", "subspace p50 / p99 (µs)", "full scan p50 (µs)", "scan / subspace"]
+    if has_pg:
+        header += ["PostgreSQL p50 / p99 (µs)", "subspace / PostgreSQL"]
+    if has_duck:
+        header += ["DuckDB p50 (µs)", "subspace / DuckDB"]
+    rows = []
+    for kind, label in SEARCH_KINDS:
+        e = x["single"][kind]
+        sub, scan = e["subspace"], e["full_scan"]
+        row = [label, f"{sub['p50_us']:,.0f} / {sub['p99_us']:,.0f}",
+               f"{scan['p50_us']:,.0f}", f"{scan['p50_us'] / sub['p50_us']:.1f}"]
+        if has_pg:
+            p = e["postgres"]
+            row += [f"{p['p50_us']:,.0f} / {p['p99_us']:,.0f}",
+                    f"{sub['p50_us'] / p['p50_us']:.2f}"]
+        if has_duck:
+            d = x["duckdb"][kind]
+            row += [f"{d['p50_us']:,.0f}", f"{sub['p50_us'] / d['p50_us']:.2f}"]
+        rows.append(row)
+    m = x["mixed"]
+    mixed_rows = [["Cairn", fmt(m["cairn"]["all"]["ops"]),
+                   f"{m['cairn']['search']['p50_us']:,.0f}",
+                   f"{m['cairn']['put']['p50_us']:,.0f}"]]
+    if "postgres" in m:
+        mixed_rows.append(["PostgreSQL", fmt(m["postgres"]["all"]["ops"]),
+                           f"{m['postgres']['search']['p50_us']:,.0f}",
+                           f"{m['postgres']['put']['p50_us']:,.0f}"])
+    pc = x["put_cost"]
+    put_rows = [[n, fmt(pc[n]["ops"]), f"{pc[n]['p50_us']:,.0f}",
+                 f"{pc[n]['ops'] / pc['0']['ops']:.2f}"] for n in ("0", "1", "2")]
+    return (f"## Hyperspace search, {objects:,} objects, {tservers} tablet server(s), "
+            f"replicas {replicas}\n\n"
+            f"Run {x['date']}, git `{x['git']}`, {x['machine']['cpu']}. `bench/run search`: "
+            "objects `(id, a, b, c, v)` with `a` about 10 objects per value, `b` uniform in "
+            "`[0, objects)`, `c` one of 1,000 strings; subspaces `(a)` and `(b)` with "
+            f"{x['regions']:,} regions each and `(c)` with 1,024, 8 tablets each. Loaded "
+            f"through chained writes in {x['load_s']:,.0f} s"
+            + (f" (PostgreSQL: `COPY` and three B-tree indexes in {x['pg_load_s']:,.0f} s)"
+               if x.get("pg_load_s") else "")
+            + ". One client, warm, the native client's `search`/`count` against the same "
+            "predicates pushed into a scan of the table (full scan), PostgreSQL prepared "
+            "statements and DuckDB (the same objects from Parquet, in a DuckDB table). "
+            "The range search's regions come from the default cuts of an ordered axis "
+            "(powers of two, evenly spaced in the exponent), not from a sample of the "
+            "data.\n\n"
+            + table(header, rows) + "\n" + chart_search(key, x) + "\n"
+            "Mixed workload, 16 clients, 50% equality search and 50% put of an existing "
+            "object with new attribute values (PostgreSQL: `INSERT … ON CONFLICT DO "
+            "UPDATE`):\n\n"
+            + table(["system", "ops/s", "search p50 (µs)", "put p50 (µs)"], mixed_rows)
+            + "\nThe price of chaining: single-row puts from 16 clients into empty tables "
+            "with 0, 1 (`a`) and 2 (`a`, `b`) subspaces:\n\n"
+            + table(["subspaces", "puts/s", "p50 (µs)", "vs none"], put_rows))
+
+
 # ---- cost of TLS and authentication -------------------------------------------------
 
 def tls_cost_rows(lines):
@@ -643,6 +760,9 @@ def generate():
                 lambda x: x["date"])
     rs = newest(common.read_jsonl(common.RESULTS / "readonly-serve.jsonl"), "rows",
                 lambda x: x["at"])
+    se = defaultdict(list)
+    for x in common.read_jsonl(common.RESULTS / "search.jsonl"):
+        se[search_key(x)].append(x)
     head, body = [], []
     for sf, lines in tp.items():
         by = defaultdict(dict)
@@ -678,11 +798,15 @@ def generate():
                     f"gets/s; push {x['push_s']:.1f} s, rollback "
                     f"{x['rollback_swap_ms']:.2f} ms on the server.")
         body.append(readonly_serve_section(rows, lines))
+    for key, lines in sorted(se.items()):
+        lines.sort(key=lambda x: x["run_id"])
+        head += search_headline(key, lines[-1])
+        body.append(search_section(key, lines))
     for sf, lines in tc.items():
         head += tls_cost_headline(sf, lines)
         body.append(tls_cost_section(sf, lines))
     md = ("# Cairn benchmark report\n\nGenerated by `bench/run report` from "
-          "`bench/results/{tpch,ycsb,pgbench,storage,readonly,readonly-serve,tls-cost}.jsonl` "
+          "`bench/results/{tpch,ycsb,pgbench,storage,readonly,readonly-serve,search,tls-cost}.jsonl` "
           "(newest run per "
           "suite and "
           "scale). "

@@ -132,44 +132,59 @@ impl ChainDriver {
         let layouts: Vec<_> = subspaces.iter().map(|s| s.layout.clone()).collect();
         // Per subspace, the puts then the removes: each row's links in chain order, and
         // the rows of one step written together.
-        let mut steps: Vec<Vec<Vec<Value>>> = vec![vec![]; subspaces.len() * 2];
+        let mut steps: Vec<Vec<Link>> = vec![vec![]; subspaces.len() * 2];
         for c in changes {
             let links = build_chain(&layouts, schema, c.old.as_deref(), c.new.as_deref())
                 .map_err(|e| TserverError::Internal(format!("cannot chain a change: {e}")))?;
-            for l in links {
+            for l in &links {
                 let (row, step) = match l.action {
                     LinkAction::Put => (c.new.as_deref(), l.subspace * 2),
                     LinkAction::Remove => (c.old.as_deref(), l.subspace * 2 + 1),
                 };
                 let row = row
                     .ok_or_else(|| TserverError::Internal("a chain link without its row".into()))?;
-                steps[step].push(region_row(
-                    row,
-                    l.region,
-                    c.version,
-                    l.action == LinkAction::Remove,
-                ));
+                // A put into a region the row was not in (it is new, or it moves) most
+                // likely finds no copy there: insert it first. Anything else finds one.
+                let moves_in = l.action == LinkAction::Put
+                    && (c.old.is_none()
+                        || links.iter().any(|o| {
+                            o.subspace == l.subspace && o.action == LinkAction::Remove
+                        }));
+                steps[step].push(Link {
+                    row: region_row(row, l.region, c.version, l.action == LinkAction::Remove),
+                    first: if moves_in { Try::Insert } else { Try::IfOlder },
+                });
             }
         }
-        for (i, rows) in steps.into_iter().enumerate() {
-            if rows.is_empty() {
-                continue;
-            }
-            let entry = &subspaces[i / 2];
-            let table = cairn_client::hyperspace::region_table(schema, replicas, entry)
-                .map_err(client_error)?;
-            self.apply_links(&table, rows, timeout).await?;
+        // Subspaces are independent: their chains run side by side, each in order.
+        let mut per_subspace = Vec::with_capacity(subspaces.len());
+        let mut steps = steps.into_iter();
+        for entry in subspaces {
+            let (puts, removes) = (steps.next().unwrap_or_default(), steps.next().unwrap_or_default());
+            per_subspace.push(async move {
+                let table = cairn_client::hyperspace::region_table(schema, replicas, entry)
+                    .map_err(client_error)?;
+                for links in [puts, removes] {
+                    if !links.is_empty() {
+                        self.apply_links(&table, links, timeout).await?;
+                    }
+                }
+                Ok::<(), TserverError>(())
+            });
+        }
+        for r in futures::future::join_all(per_subspace).await {
+            r?;
         }
         Ok(())
     }
 
     /// Writes region rows (each carrying its version) into `table`, each only if the
-    /// region's copy is older; a copy at the same or a newer version means the link was
-    /// applied before.
+    /// region's copy is older or absent; a copy at the same or a newer version means the
+    /// link was applied before.
     async fn apply_links(
         &self,
         table: &cairn_client::Table,
-        rows: Vec<Vec<Value>>,
+        links: Vec<Link>,
         timeout: Duration,
     ) -> Result<()> {
         let schema = table.schema.clone();
@@ -178,42 +193,32 @@ impl ChainDriver {
             Some(Value::Int64(v)) => *v,
             _ => i64::MAX,
         };
-        let mut pending = rows;
+        let mut pending: Vec<(Vec<Value>, Try)> =
+            links.into_iter().map(|l| (l.row, l.first)).collect();
         for _ in 0..LINK_ATTEMPTS {
-            // 1. Overwrite older copies.
             let mut session = self.session(table, timeout);
-            for row in &pending {
-                let op = Operation::upsert(row.clone()).if_matches(vec![ColumnPredicate::lt(
-                    VERSION_COLUMN,
-                    Value::Int64(version_of(row)),
-                )]);
+            for (row, how) in &pending {
+                let op = match how {
+                    Try::Insert => Operation::insert(row.clone()),
+                    Try::IfOlder => Operation::upsert(row.clone()).if_matches(vec![
+                        ColumnPredicate::lt(VERSION_COLUMN, Value::Int64(version_of(row))),
+                    ]),
+                };
                 session.apply(op).await.map_err(client_error)?;
             }
-            let failed = check_row_errors(
-                session.flush().await.map_err(client_error)?,
-                &[RowErrorKind::ConditionFailed],
-            )?;
-            if failed.is_empty() {
-                return Ok(());
-            }
-            // 2. A row whose condition failed is absent (the usual case: the row is new
-            // in this region) or already at this version or newer: insert it.
-            let mut session = self.session(table, timeout);
-            for row in &failed {
-                session
-                    .apply(Operation::insert(row.clone()))
-                    .await
-                    .map_err(client_error)?;
-            }
-            let present = check_row_errors(
-                session.flush().await.map_err(client_error)?,
-                &[RowErrorKind::AlreadyPresent],
-            )?;
-            // 3. A row present after all is a duplicate if it is at this version or
-            // newer; otherwise an older copy arrived in between (a retransmission):
-            // try again.
-            let mut retry = Vec::new();
-            for row in present {
+            let errors = session.flush().await.map_err(client_error)?;
+            let mut next = Vec::new();
+            for (kind, row) in check_row_errors(
+                errors,
+                &[RowErrorKind::AlreadyPresent, RowErrorKind::ConditionFailed],
+            )? {
+                if kind == RowErrorKind::AlreadyPresent {
+                    // A copy is there after all: overwrite it if it is older.
+                    next.push((row, Try::IfOlder));
+                    continue;
+                }
+                // No copy older than this link: none at all, or one at this version or
+                // newer (the link was applied before: a duplicate).
                 let key: Vec<Value> = schema
                     .key_indexes()
                     .iter()
@@ -230,14 +235,16 @@ impl ChainDriver {
                     .await
                     .map_err(client_error)?;
                 match current.as_deref() {
+                    None => next.push((row, Try::Insert)),
                     Some([Value::Int64(v)]) if *v >= version_of(&row) => {}
-                    _ => retry.push(row),
+                    // An older copy arrived in between (a retransmission): again.
+                    Some(_) => next.push((row, Try::IfOlder)),
                 }
             }
-            if retry.is_empty() {
+            if next.is_empty() {
                 return Ok(());
             }
-            pending = retry;
+            pending = next;
         }
         Err(TserverError::Unavailable(format!(
             "the regions of table {} kept changing under a chain; retry",
@@ -253,9 +260,29 @@ impl ChainDriver {
     }
 }
 
-/// The rows of the failed operations whose error is one of `expected`; any other row
-/// error fails the chain.
-fn check_row_errors(errs: Vec<RowErrorInfo>, expected: &[RowErrorKind]) -> Result<Vec<Vec<Value>>> {
+/// One region row a chain writes, and how to try writing it first.
+#[derive(Clone, Debug)]
+struct Link {
+    row: Vec<Value>,
+    first: Try,
+}
+
+/// How a link's region row is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Try {
+    /// Insert: the region is expected to hold no copy (one write instead of a failed
+    /// conditional one and then an insert).
+    Insert,
+    /// Upsert if the region's copy is older than the link's version.
+    IfOlder,
+}
+
+/// The failed operations whose error is one of `expected`, with their rows; any other
+/// row error fails the chain.
+fn check_row_errors(
+    errs: Vec<RowErrorInfo>,
+    expected: &[RowErrorKind],
+) -> Result<Vec<(RowErrorKind, Vec<Value>)>> {
     let mut out = Vec::with_capacity(errs.len());
     for e in errs {
         if !expected.contains(&e.kind) {
@@ -264,12 +291,13 @@ fn check_row_errors(errs: Vec<RowErrorInfo>, expected: &[RowErrorKind]) -> Resul
                 e.message
             )));
         }
-        out.push(
+        out.push((
+            e.kind,
             e.op.values
                 .iter()
                 .map(|v| v.clone().unwrap_or(Value::Null))
                 .collect(),
-        );
+        ));
     }
     Ok(out)
 }
