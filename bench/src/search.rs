@@ -16,7 +16,8 @@
 //! PostgreSQL with B-tree indexes on `a`, `b` and `c` (`--pg-url`; prepared statements).
 //! Then a mixed workload of 16 clients, half equality searches and half puts of existing
 //! objects (new attribute values, so puts move objects between regions), on Cairn and
-//! PostgreSQL (`INSERT … ON CONFLICT DO UPDATE`). Last, the price of chaining: single-row
+//! PostgreSQL (`INSERT … ON CONFLICT DO UPDATE`). A primary-key `get` through the same
+//! client is timed as the floor of one round trip. Last, the price of chaining: single-row
 //! puts from 16 clients into empty tables with 0, 1 and 2 subspaces.
 //!
 //! It writes the objects to `--parquet-out` and the searched values to the result, so
@@ -132,7 +133,11 @@ fn schema() -> BoxResult<Schema> {
     )?)
 }
 
-fn table_spec(name: &str, replicas: u32, subspaces: Vec<SubspaceSpec>) -> BoxResult<CreateTableSpec> {
+fn table_spec(
+    name: &str,
+    replicas: u32,
+    subspaces: Vec<SubspaceSpec>,
+) -> BoxResult<CreateTableSpec> {
     let mut spec = CreateTableSpec::new(name, schema()?)
         .partition(PartitionSchema {
             hash_levels: vec![HashLevel {
@@ -274,7 +279,10 @@ async fn pg_search(
 ) -> BoxResult<u64> {
     Ok(match kind {
         Kind::Count => {
-            let row = c.query_one(st, &[&format!("c{x:04}")]).await.map_err(pg_err)?;
+            let row = c
+                .query_one(st, &[&format!("c{x:04}")])
+                .await
+                .map_err(pg_err)?;
             row.get::<_, i64>(0) as u64
         }
         _ => c.query(st, &[&x]).await.map_err(pg_err)?.len() as u64,
@@ -285,16 +293,20 @@ async fn pg_search(
 fn batch_of(from: u64, to: u64, objects: u64) -> BoxResult<RecordBatch> {
     let rows: Vec<[Value; 5]> = (from..to).map(|id| object(id, 0, objects)).collect();
     let int = |i: usize| -> ArrayRef {
-        Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| match r[i] {
-            Value::Int64(v) => v,
-            _ => 0,
+        Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| {
+            match r[i] {
+                Value::Int64(v) => v,
+                _ => 0,
+            }
         })))
     };
     let text = |i: usize| -> ArrayRef {
-        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| match &r[i] {
-            Value::String(s) => s.clone(),
-            _ => String::new(),
-        })))
+        Arc::new(StringArray::from_iter_values(rows.iter().map(
+            |r| match &r[i] {
+                Value::String(s) => s.clone(),
+                _ => String::new(),
+            },
+        )))
     };
     Ok(RecordBatch::try_from_iter(vec![
         ("id", int(0)),
@@ -308,9 +320,11 @@ fn batch_of(from: u64, to: u64, objects: u64) -> BoxResult<RecordBatch> {
 fn progress(what: &str, total: u64) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("  {msg} [{bar:30}] {pos}/{len} ({per_sec}, {eta})")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
+        indicatif::ProgressStyle::with_template(
+            "  {msg} [{bar:30}] {pos}/{len} ({per_sec}, {eta})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
     );
     bar.set_message(what.to_string());
     bar
@@ -361,9 +375,13 @@ async fn pg_load(url: &str, objects: u64) -> BoxResult<f64> {
         "DROP TABLE IF EXISTS objs; CREATE TABLE objs (id BIGINT PRIMARY KEY, a BIGINT NOT NULL, \
          b BIGINT NOT NULL, c TEXT NOT NULL, v TEXT NOT NULL)",
     )
-    .await.map_err(pg_err)?;
+    .await
+    .map_err(pg_err)?;
     let t0 = Instant::now();
-    let sink = c.copy_in("COPY objs (id, a, b, c, v) FROM STDIN").await.map_err(pg_err)?;
+    let sink = c
+        .copy_in("COPY objs (id, a, b, c, v) FROM STDIN")
+        .await
+        .map_err(pg_err)?;
     futures::pin_mut!(sink);
     let mut from = 0;
     while from < objects {
@@ -401,7 +419,9 @@ async fn pg_load(url: &str, objects: u64) -> BoxResult<f64> {
         .await
         .map_err(pg_err)?;
     let load_s = t0.elapsed().as_secs_f64();
-    c.batch_execute("SELECT sum(length(v)) FROM objs").await.map_err(pg_err)?;
+    c.batch_execute("SELECT sum(length(v)) FROM objs")
+        .await
+        .map_err(pg_err)?;
     Ok(load_s)
 }
 
@@ -424,9 +444,7 @@ where
 
 /// One operation of a concurrent workload: client number, operation number.
 type OpFn = Arc<
-    dyn Fn(usize, u64) -> futures::future::BoxFuture<'static, BoxResult<(bool, u64)>>
-        + Send
-        + Sync,
+    dyn Fn(usize, u64) -> futures::future::BoxFuture<'static, BoxResult<(bool, u64)>> + Send + Sync,
 >;
 
 /// Runs `total` operations from `clients` concurrent tasks; `op(client, seq)` returns
@@ -547,7 +565,8 @@ async fn run(a: SearchArgs) -> BoxResult<()> {
     );
     if let Some(p) = &a.parquet_out {
         let file = std::fs::File::create(p)?;
-        let mut w = parquet::arrow::ArrowWriter::try_new(file, batch_of(0, 1, a.objects)?.schema(), None)?;
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(file, batch_of(0, 1, a.objects)?.schema(), None)?;
         let mut from = 0;
         while from < a.objects {
             let to = (from + 200_000).min(a.objects);
@@ -565,6 +584,23 @@ async fn run(a: SearchArgs) -> BoxResult<()> {
         None => None,
     };
 
+    // The floor of one round trip: a primary-key lookup through the same client.
+    let ids: Vec<i64> = Kind::Equality
+        .params(a.searches, a.objects)
+        .iter()
+        .map(|x| mix(*x as u64) as i64 % a.objects as i64)
+        .collect();
+    let get = serial(&ids, |id| {
+        let (c, t) = (&c, &t);
+        async move {
+            let row = c
+                .get(t, &[Value::Int64(id)], &[], cairn_client::ReadMode::Latest)
+                .await?;
+            Ok(u64::from(row.is_some()))
+        }
+    })
+    .await?;
+    println!("  get by key (reference) p50 {:.0} µs", get.p50);
     let mut single = serde_json::Map::new();
     for kind in KINDS {
         let params = kind.params(a.searches, a.objects);
@@ -635,7 +671,8 @@ async fn run(a: SearchArgs) -> BoxResult<()> {
         "  mixed (16 clients, 50% search / 50% put): {:.0} ops/s; search p50 {:.0} µs, put p50 {:.0} µs",
         all.ops, searches.p50, puts.p50
     );
-    let mut mixed = json!({"cairn": {"all": all.json(), "search": searches.json(), "put": puts.json()}});
+    let mut mixed =
+        json!({"cairn": {"all": all.json(), "search": searches.json(), "put": puts.json()}});
     if let Some((url, _)) = &pg {
         let mut conns = Vec::with_capacity(CLIENTS);
         for _ in 0..CLIENTS {
@@ -739,6 +776,7 @@ async fn run(a: SearchArgs) -> BoxResult<()> {
         "regions": a.regions,
         "load_s": load_s,
         "pg_load_s": pg.as_ref().map(|(_, s)| *s),
+        "get": get.json(),
         "single": single,
         "mixed": mixed,
         "put_cost": put_cost,

@@ -645,7 +645,9 @@ def search_section(key, lines):
             + ". One client, warm, the native client's `search`/`count` against the same "
             "predicates pushed into a scan of the table (full scan), PostgreSQL prepared "
             "statements and DuckDB (the same objects from Parquet, in a DuckDB table). "
-            "The range search's regions come from the default cuts of an ordered axis "
+            + (f"For reference, a primary-key `get` through the same client takes "
+               f"{x['get']['p50_us']:,.0f} µs at p50. " if "get" in x else "")
+            + "The range search's regions come from the default cuts of an ordered axis "
             "(powers of two, evenly spaced in the exponent), not from a sample of the "
             "data.\n\n"
             + table(header, rows) + "\n" + chart_search(key, x) + "\n"

@@ -147,9 +147,9 @@ impl ChainDriver {
                 // likely finds no copy there: insert it first. Anything else finds one.
                 let moves_in = l.action == LinkAction::Put
                     && (c.old.is_none()
-                        || links.iter().any(|o| {
-                            o.subspace == l.subspace && o.action == LinkAction::Remove
-                        }));
+                        || links
+                            .iter()
+                            .any(|o| o.subspace == l.subspace && o.action == LinkAction::Remove));
                 steps[step].push(Link {
                     row: region_row(row, l.region, c.version, l.action == LinkAction::Remove),
                     first: if moves_in { Try::Insert } else { Try::IfOlder },
@@ -160,7 +160,10 @@ impl ChainDriver {
         let mut per_subspace = Vec::with_capacity(subspaces.len());
         let mut steps = steps.into_iter();
         for entry in subspaces {
-            let (puts, removes) = (steps.next().unwrap_or_default(), steps.next().unwrap_or_default());
+            let (puts, removes) = (
+                steps.next().unwrap_or_default(),
+                steps.next().unwrap_or_default(),
+            );
             per_subspace.push(async move {
                 let table = cairn_client::hyperspace::region_table(schema, replicas, entry)
                     .map_err(client_error)?;
@@ -200,9 +203,12 @@ impl ChainDriver {
             for (row, how) in &pending {
                 let op = match how {
                     Try::Insert => Operation::insert(row.clone()),
-                    Try::IfOlder => Operation::upsert(row.clone()).if_matches(vec![
-                        ColumnPredicate::lt(VERSION_COLUMN, Value::Int64(version_of(row))),
-                    ]),
+                    Try::IfOlder => {
+                        Operation::upsert(row.clone()).if_matches(vec![ColumnPredicate::lt(
+                            VERSION_COLUMN,
+                            Value::Int64(version_of(row)),
+                        )])
+                    }
                 };
                 session.apply(op).await.map_err(client_error)?;
             }
