@@ -159,6 +159,15 @@ pub enum ClientError {
     /// the key's preference list is down or has no live version.
     #[error("{0}; check the store's servers with `cairn store describe`")]
     StoreUnavailable(String),
+    /// A subspace's region rows could not be written: a region refused a row (final),
+    /// or rows kept racing other writers of the same region rows (retryable).
+    #[error("{message}")]
+    Subspace {
+        /// What went wrong.
+        message: String,
+        /// Whether trying again later may succeed.
+        retryable: bool,
+    },
     /// A bug in the client.
     #[error("internal client error: {0} (this is a bug; please report it)")]
     Internal(String),
@@ -171,6 +180,7 @@ impl ClientError {
     pub fn is_retryable(&self) -> bool {
         match self {
             ClientError::Timeout { .. } | ClientError::StoreUnavailable(_) => true,
+            ClientError::Subspace { retryable, .. } => *retryable,
             ClientError::WriteFailed { cause, .. } | ClientError::ScanInterrupted { cause, .. } => {
                 cause.is_retryable()
             }

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::record_batch::RecordBatch;
 use cairn_common::types::RowsToColumns;
@@ -32,6 +33,38 @@ use crate::client::Client;
 use crate::error::{ClientError, Result};
 use crate::scan::ReadMode;
 use crate::table::Table;
+use crate::write::Operation;
+
+/// How a region row is first written ([`Client::write_region_rows`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionWrite {
+    /// Insert: the region is expected to hold no copy of the row (a row new to the
+    /// region); one write instead of a failed conditional one and then an insert.
+    Insert,
+    /// Upsert if the region's copy is older than the row's version.
+    IfOlder,
+}
+
+/// How many rounds [`Client::write_region_rows`] takes before giving up on rows that
+/// keep racing other writers of the same region rows.
+const REGION_WRITE_ROUNDS: usize = 8;
+
+/// Region rows a repair writes per round.
+const REPAIR_BATCH: usize = 2_000;
+
+/// What [`Client::repair_subspaces`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// The table's rows read.
+    pub rows: u64,
+    /// Region copies written: missing or stale copies in the right region.
+    pub copies_written: u64,
+    /// Live copies marked removed: in a region their values do not select, or of rows
+    /// the table no longer holds.
+    pub copies_removed: u64,
+    /// The snapshot the repair read at; its writes carry it as their version.
+    pub snapshot: u64,
+}
 
 /// At most this many key-range scans read one search's regions (nearby runs of
 /// regions merge beyond it).
@@ -302,6 +335,215 @@ impl Client {
             }
         }
         Ok((base.len() as u64, problems))
+    }
+
+    /// Writes region rows of a region table (each carrying its version in
+    /// [`VERSION_COLUMN`]) so that each ends up applied once: a row is written only if
+    /// the region's copy is older or absent, and a copy at the same or a newer version
+    /// means it was applied before (a duplicate, HyperDex §4.1). Each row is first
+    /// written as its [`RegionWrite`] says; an insert that finds a copy becomes a
+    /// conditional upsert, and a conditional upsert that finds no older copy reads the
+    /// copy to tell a duplicate (done) from an absent row (inserted).
+    ///
+    /// Errors: [`ClientError::Subspace`], final when a region refuses a row for another
+    /// reason, retryable when rows keep racing other writers of the same region rows.
+    pub async fn write_region_rows(
+        &self,
+        table: &Table,
+        rows: Vec<(Vec<Value>, RegionWrite)>,
+        timeout: Duration,
+    ) -> Result<()> {
+        use crate::session::FlushMode;
+        use cairn_proto::RowErrorKind;
+        let schema = table.schema.clone();
+        let vi = schema.index_of(VERSION_COLUMN)?;
+        let version_of = |row: &[Value]| match row.get(vi) {
+            Some(Value::Int64(v)) => *v,
+            _ => i64::MAX,
+        };
+        let mut pending = rows;
+        for _ in 0..REGION_WRITE_ROUNDS {
+            let mut session = self.new_session(table);
+            session.set_flush_mode(FlushMode::Manual);
+            session.set_timeout(timeout);
+            for (row, how) in &pending {
+                let op = match how {
+                    RegionWrite::Insert => Operation::insert(row.clone()),
+                    RegionWrite::IfOlder => {
+                        Operation::upsert(row.clone()).if_matches(vec![ColumnPredicate::lt(
+                            VERSION_COLUMN,
+                            Value::Int64(version_of(row)),
+                        )])
+                    }
+                };
+                session.apply(op).await?;
+            }
+            let mut next = Vec::new();
+            for e in session.flush().await? {
+                let row: Vec<Value> =
+                    e.op.values
+                        .iter()
+                        .map(|v| v.clone().unwrap_or(Value::Null))
+                        .collect();
+                match e.kind {
+                    // A copy is there after all: overwrite it if it is older.
+                    RowErrorKind::AlreadyPresent => next.push((row, RegionWrite::IfOlder)),
+                    // No older copy: none at all, or one at this version or newer.
+                    RowErrorKind::ConditionFailed => {
+                        let key: Vec<Value> = schema
+                            .key_indexes()
+                            .iter()
+                            .map(|&i| row[i].clone())
+                            .collect();
+                        let current = self
+                            .get(table, &key, &[VERSION_COLUMN.to_string()], ReadMode::Latest)
+                            .await?;
+                        match current.as_deref() {
+                            None => next.push((row, RegionWrite::Insert)),
+                            Some([Value::Int64(v)]) if *v >= version_of(&row) => {}
+                            // An older copy arrived in between (a retransmission).
+                            Some(_) => next.push((row, RegionWrite::IfOlder)),
+                        }
+                    }
+                    _ => {
+                        return Err(ClientError::Subspace {
+                            message: format!(
+                                "a region of {} refused a row: {}",
+                                table.name, e.message
+                            ),
+                            retryable: false,
+                        });
+                    }
+                }
+            }
+            if next.is_empty() {
+                return Ok(());
+            }
+            pending = next;
+        }
+        Err(ClientError::Subspace {
+            message: format!(
+                "the regions of table {} kept changing under the writes; retry",
+                table.name
+            ),
+            retryable: true,
+        })
+    }
+
+    /// Makes every subspace of `table` hold exactly the table's rows at one snapshot
+    /// (`cairn cluster ksck --subspaces --repair`): the repair for a chain that never
+    /// finished (its point leader died and its writer gave up). It reads the table at a
+    /// snapshot `S`, then each region table at `S` (tombstones included), and writes,
+    /// with version `S` and only over older copies ([`Client::write_region_rows`]):
+    ///
+    /// - each row whose region (the one its values select) lacks a live copy with the
+    ///   table's values: the row, in that region;
+    /// - each live copy in another region, or of a row the table does not hold at `S`:
+    ///   a tombstone.
+    ///
+    /// Writes go on meanwhile: a change after `S` is chained at a version above `S`,
+    /// so the repair never overwrites it, and a change at or before `S` is what the
+    /// repair writes anyway. `progress` is called with the rows written so far.
+    pub async fn repair_subspaces(
+        &self,
+        table: &Table,
+        timeout: Duration,
+        mut progress: impl FnMut(u64),
+    ) -> Result<RepairReport> {
+        let base_scan = self
+            .scan(table)
+            .read_mode(ReadMode::ReadYourWrites)
+            .execute()
+            .await?;
+        let snapshot = base_scan.snapshot_timestamp;
+        if snapshot == 0 {
+            return Err(ClientError::Internal(
+                "the table's scan named no snapshot to repair at".into(),
+            ));
+        }
+        let base = rows_by_key(&table.schema, &base_scan.batches)?;
+        let version = i64::try_from(snapshot)
+            .map_err(|_| ClientError::Internal(format!("snapshot {snapshot} is out of range")))?;
+        let mut report = RepairReport {
+            rows: base.len() as u64,
+            snapshot,
+            ..RepairReport::default()
+        };
+        for entry in &table.subspaces {
+            let region = region_table(&table.schema, table.replicas, entry)?;
+            let scan = self
+                .scan(&region)
+                .read_mode(ReadMode::Snapshot(snapshot))
+                .execute()
+                .await?;
+            // Per key: the region holding a live copy with the table's values, if any.
+            let mut good: HashMap<Vec<u8>, RegionId> = HashMap::new();
+            let mut held: HashMap<(Vec<u8>, RegionId), ()> = HashMap::new();
+            let mut writes: Vec<(Vec<Value>, RegionWrite)> = Vec::new();
+            for b in &scan.batches {
+                for r in 0..b.num_rows() {
+                    let row = row_at(b, r, region.schema.columns())?;
+                    let Some((reg, values, _, removed)) = cairn_hyperspace::split_region_row(&row)
+                    else {
+                        return Err(ClientError::Subspace {
+                            message: format!(
+                                "subspace {} holds a row of the wrong shape",
+                                entry.layout.name
+                            ),
+                            retryable: false,
+                        });
+                    };
+                    let key = cairn_common::key::encode_row_key(&table.schema, values)?;
+                    held.insert((key.clone(), reg), ());
+                    if removed {
+                        continue;
+                    }
+                    let wanted = match base.get(&key) {
+                        Some(b) => entry
+                            .layout
+                            .region_of_row(&table.schema, b)
+                            .map_err(hs_error)?,
+                        None => RegionId::MAX,
+                    };
+                    if wanted == reg && base.get(&key).is_some_and(|b| b.as_slice() == values) {
+                        good.insert(key, reg);
+                    } else if wanted != reg {
+                        writes.push((
+                            cairn_hyperspace::region_row(values, reg, version as u64, true),
+                            RegionWrite::IfOlder,
+                        ));
+                        report.copies_removed += 1;
+                    }
+                }
+            }
+            for (key, row) in &base {
+                if good.contains_key(key) {
+                    continue;
+                }
+                let reg = entry
+                    .layout
+                    .region_of_row(&table.schema, row)
+                    .map_err(hs_error)?;
+                let how = if held.contains_key(&(key.clone(), reg)) {
+                    RegionWrite::IfOlder
+                } else {
+                    RegionWrite::Insert
+                };
+                writes.push((
+                    cairn_hyperspace::region_row(row, reg, version as u64, false),
+                    how,
+                ));
+                report.copies_written += 1;
+            }
+            let mut done = 0u64;
+            for chunk in writes.chunks(REPAIR_BATCH) {
+                self.write_region_rows(&region, chunk.to_vec(), timeout)
+                    .await?;
+                done += chunk.len() as u64;
+                progress(done);
+            }
+        }
+        Ok(report)
     }
 
     /// Scans `regions` of the subspace `entry` of `table` for rows matching `preds`,

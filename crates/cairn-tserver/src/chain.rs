@@ -15,10 +15,11 @@
 //!    or at a new leader after a failover) chain the same change again.
 //! 4. The change is sent along its chain ([`cairn_hyperspace::build_chain`]): for each
 //!    subspace, the new value's region stores the row, then the old value's region marks
-//!    it removed. Each link is a conditional upsert into the subspace's region table
-//!    carrying the version (the write's timestamp), applied by the region only if its
-//!    copy is older ([`cairn_hyperspace::admit`]): a link applied before is acknowledged
-//!    as a duplicate.
+//!    it removed (subspaces side by side). Each link is a write into the subspace's
+//!    region table carrying the version (the write's timestamp), applied by the region
+//!    only if its copy is older or absent ([`cairn_hyperspace::admit`],
+//!    [`cairn_client::Client::write_region_rows`]): a link applied before is
+//!    acknowledged as a duplicate.
 //! 5. Only then is the writer answered, with a timestamp at or after the region writes,
 //!    so that the writer's next search sees its change.
 //!
@@ -34,16 +35,17 @@
 //! request with `UNAVAILABLE`; the client retries it with the same request id, which
 //! chains the change again. Not done yet: a point leader that dies while a chain is
 //! running leaves it to the client's retry; if the client gave up too, the change is
-//! not resumed (see the architecture guide, chapter 12).
+//! not resumed automatically, and `cairn cluster ksck --subspaces --repair`
+//! ([`cairn_client::Client::repair_subspaces`]) is the remedy (see the architecture
+//! guide, chapter 12).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_client::{Client, Operation, RowErrorInfo, WriteSession};
-use cairn_common::predicate::ColumnPredicate;
+use cairn_client::Client;
+use cairn_client::hyperspace::RegionWrite;
 use cairn_common::{Schema, Value};
-use cairn_hyperspace::{LinkAction, SubspaceEntry, VERSION_COLUMN, build_chain, region_row};
-use cairn_proto::RowErrorKind;
+use cairn_hyperspace::{LinkAction, SubspaceEntry, build_chain, region_row};
 
 use crate::error::{Result, TserverError};
 
@@ -53,9 +55,6 @@ pub const MIN_CHAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How many chain-lock stripes a server keeps.
 const STRIPES: usize = 1024;
-
-/// How many times a link is tried again after racing another writer of its region row.
-const LINK_ATTEMPTS: usize = 8;
 
 /// One row's change, as the point leader chains it.
 #[derive(Clone, Debug, PartialEq)]
@@ -152,7 +151,11 @@ impl ChainDriver {
                             .any(|o| o.subspace == l.subspace && o.action == LinkAction::Remove));
                 steps[step].push(Link {
                     row: region_row(row, l.region, c.version, l.action == LinkAction::Remove),
-                    first: if moves_in { Try::Insert } else { Try::IfOlder },
+                    first: if moves_in {
+                        RegionWrite::Insert
+                    } else {
+                        RegionWrite::IfOlder
+                    },
                 });
             }
         }
@@ -181,88 +184,18 @@ impl ChainDriver {
         Ok(())
     }
 
-    /// Writes region rows (each carrying its version) into `table`, each only if the
-    /// region's copy is older or absent; a copy at the same or a newer version means the
-    /// link was applied before.
+    /// Writes a step's region rows ([`Client::write_region_rows`]).
     async fn apply_links(
         &self,
         table: &cairn_client::Table,
         links: Vec<Link>,
         timeout: Duration,
     ) -> Result<()> {
-        let schema = table.schema.clone();
-        let vi = schema.index_of(VERSION_COLUMN)?;
-        let version_of = |row: &[Value]| match row.get(vi) {
-            Some(Value::Int64(v)) => *v,
-            _ => i64::MAX,
-        };
-        let mut pending: Vec<(Vec<Value>, Try)> =
-            links.into_iter().map(|l| (l.row, l.first)).collect();
-        for _ in 0..LINK_ATTEMPTS {
-            let mut session = self.session(table, timeout);
-            for (row, how) in &pending {
-                let op = match how {
-                    Try::Insert => Operation::insert(row.clone()),
-                    Try::IfOlder => {
-                        Operation::upsert(row.clone()).if_matches(vec![ColumnPredicate::lt(
-                            VERSION_COLUMN,
-                            Value::Int64(version_of(row)),
-                        )])
-                    }
-                };
-                session.apply(op).await.map_err(client_error)?;
-            }
-            let errors = session.flush().await.map_err(client_error)?;
-            let mut next = Vec::new();
-            for (kind, row) in check_row_errors(
-                errors,
-                &[RowErrorKind::AlreadyPresent, RowErrorKind::ConditionFailed],
-            )? {
-                if kind == RowErrorKind::AlreadyPresent {
-                    // A copy is there after all: overwrite it if it is older.
-                    next.push((row, Try::IfOlder));
-                    continue;
-                }
-                // No copy older than this link: none at all, or one at this version or
-                // newer (the link was applied before: a duplicate).
-                let key: Vec<Value> = schema
-                    .key_indexes()
-                    .iter()
-                    .map(|&i| row[i].clone())
-                    .collect();
-                let current = self
-                    .client
-                    .get(
-                        table,
-                        &key,
-                        &[VERSION_COLUMN.to_string()],
-                        cairn_client::ReadMode::Latest,
-                    )
-                    .await
-                    .map_err(client_error)?;
-                match current.as_deref() {
-                    None => next.push((row, Try::Insert)),
-                    Some([Value::Int64(v)]) if *v >= version_of(&row) => {}
-                    // An older copy arrived in between (a retransmission): again.
-                    Some(_) => next.push((row, Try::IfOlder)),
-                }
-            }
-            if next.is_empty() {
-                return Ok(());
-            }
-            pending = next;
-        }
-        Err(TserverError::Unavailable(format!(
-            "the regions of table {} kept changing under a chain; retry",
-            table.name
-        )))
-    }
-
-    fn session(&self, table: &cairn_client::Table, timeout: Duration) -> WriteSession {
-        let mut s = self.client.new_session(table);
-        s.set_flush_mode(cairn_client::FlushMode::Manual);
-        s.set_timeout(timeout);
-        s
+        let rows = links.into_iter().map(|l| (l.row, l.first)).collect();
+        self.client
+            .write_region_rows(table, rows, timeout)
+            .await
+            .map_err(client_error)
     }
 }
 
@@ -270,46 +203,17 @@ impl ChainDriver {
 #[derive(Clone, Debug)]
 struct Link {
     row: Vec<Value>,
-    first: Try,
+    first: RegionWrite,
 }
 
-/// How a link's region row is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Try {
-    /// Insert: the region is expected to hold no copy (one write instead of a failed
-    /// conditional one and then an insert).
-    Insert,
-    /// Upsert if the region's copy is older than the link's version.
-    IfOlder,
-}
-
-/// The failed operations whose error is one of `expected`, with their rows; any other
-/// row error fails the chain.
-fn check_row_errors(
-    errs: Vec<RowErrorInfo>,
-    expected: &[RowErrorKind],
-) -> Result<Vec<(RowErrorKind, Vec<Value>)>> {
-    let mut out = Vec::with_capacity(errs.len());
-    for e in errs {
-        if !expected.contains(&e.kind) {
-            return Err(TserverError::Internal(format!(
-                "a subspace region refused a row: {}",
-                e.message
-            )));
-        }
-        out.push((
-            e.kind,
-            e.op.values
-                .iter()
-                .map(|v| v.clone().unwrap_or(Value::Null))
-                .collect(),
-        ));
-    }
-    Ok(out)
-}
-
-/// A client error of a chain: transient ones become `UNAVAILABLE` (the writer retries
-/// and the chain runs again), others are internal.
+/// A client error of a chain: a row a region refused is internal; anything else becomes
+/// `UNAVAILABLE` (the writer retries and the chain runs again).
 fn client_error(e: cairn_client::ClientError) -> TserverError {
-    TserverError::Unavailable(format!("a subspace could not be updated yet: {e}"))
+    match e {
+        cairn_client::ClientError::Subspace {
+            message,
+            retryable: false,
+        } => TserverError::Internal(message),
+        e => TserverError::Unavailable(format!("a subspace could not be updated yet: {e}")),
+    }
 }

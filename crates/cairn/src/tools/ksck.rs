@@ -59,6 +59,12 @@ pub struct KsckArgs {
     /// (reads all rows; run it with writes stopped, or in-flight writes show up).
     #[arg(long)]
     pub subspaces: bool,
+    /// With --subspaces: first make every subspace hold exactly its table's rows at a
+    /// snapshot (write missing or stale copies, mark misplaced ones removed), then
+    /// check. Safe while writes go on; repairs what a chain that never finished left
+    /// behind (its point leader died and its writer gave up).
+    #[arg(long, requires = "subspaces")]
+    pub repair: bool,
 }
 
 /// The outcome of a check.
@@ -726,6 +732,9 @@ pub async fn ksck(args: &KsckArgs) -> ToolResult<KsckReport> {
     }
     if args.subspaces {
         for c in &checked {
+            if args.repair {
+                super::ksck_subspaces::repair(&client, &c.table, &mut report).await;
+            }
             super::ksck_subspaces::check_contents(&client, &c.table, &mut report).await;
         }
     }

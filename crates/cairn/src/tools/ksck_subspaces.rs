@@ -1,6 +1,6 @@
 //! The subspace checks of `cairn cluster ksck`: the region tablets of every subspace
 //! (hidden tables, so not in the table list) and, with `--subspaces`, that each
-//! subspace holds exactly its table's rows.
+//! subspace holds exactly its table's rows (`--repair`: after making them so).
 
 use std::time::Duration;
 
@@ -46,6 +46,43 @@ pub async fn region_tables(
         }
     }
     out
+}
+
+/// Repairs the subspaces of `table` ([`Client::repair_subspaces`]), with a progress
+/// bar of the region rows written; a failure is a problem.
+pub async fn repair(client: &Client, table: &Table, report: &mut KsckReport) {
+    if table.subspaces.is_empty() {
+        return;
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{spinner} {msg}: {pos} region row(s) written")
+    {
+        bar.set_style(style);
+    }
+    bar.set_message(format!("repairing the subspaces of '{}'", table.name));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let timeout = Duration::from_secs(60);
+    match client
+        .repair_subspaces(table, timeout, |n| bar.set_position(n))
+        .await
+    {
+        Ok(r) => {
+            bar.finish_and_clear();
+            println!(
+                "Repaired the subspaces of '{}' at snapshot {}: {} row(s) read, {} copy(ies) \
+                 written, {} marked removed",
+                table.name, r.snapshot, r.rows, r.copies_written, r.copies_removed
+            );
+        }
+        Err(e) => {
+            bar.finish_and_clear();
+            report.problems.push(format!(
+                "table '{}': repairing its subspaces failed: {e}",
+                table.name
+            ));
+        }
+    }
 }
 
 /// Checks that every subspace of `table` holds exactly its rows; differences that
