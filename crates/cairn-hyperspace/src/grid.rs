@@ -42,8 +42,9 @@ pub struct Dimension {
     /// The attribute and its coordinate mapping.
     pub axis: Axis,
     /// Strictly increasing cut points, all above [`NULL_COORDINATE`]; `cuts.len() + 1`
-    /// intervals.
-    pub cuts: Vec<Coordinate>,
+    /// intervals. Shared: a fine grid has tens of thousands of cuts, and layouts are
+    /// cloned on every search and every chained write.
+    pub cuts: std::sync::Arc<[Coordinate]>,
 }
 
 impl Dimension {
@@ -240,7 +241,10 @@ impl Subspace {
                     cuts_from_sample(&mut coords, k)
                 }
             };
-            dimensions.push(Dimension { axis, cuts });
+            dimensions.push(Dimension {
+                axis,
+                cuts: cuts.into(),
+            });
         }
         Ok(Subspace {
             name,
@@ -399,7 +403,10 @@ mod tests {
             prop_assert!(cuts.len() < k.max(1));
             prop_assert!(cuts.windows(2).all(|w| w[0] < w[1]));
             prop_assert!(cuts.iter().all(|&c| c > NULL_COORDINATE));
-            let dim = Dimension { axis: int_axis("a"), cuts };
+            let dim = Dimension {
+                axis: int_axis("a"),
+                cuts: cuts.into(),
+            };
             let mut counts = vec![0usize; dim.intervals()];
             for &c in &sample {
                 counts[dim.interval_of(c)] += 1;
@@ -422,7 +429,10 @@ mod tests {
         ) {
             cuts.sort_unstable();
             cuts.dedup();
-            let dim = Dimension { axis: int_axis("a"), cuts };
+            let dim = Dimension {
+                axis: int_axis("a"),
+                cuts: cuts.into(),
+            };
             let range = dim.intervals_between(lo, hi);
             let i = dim.interval_of(probe);
             if lo <= probe && probe <= hi {
