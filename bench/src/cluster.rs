@@ -11,13 +11,13 @@
 //!   the time from the kill to the next acknowledged write is measured, 5 times.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cairn_client::{Client, CreateTableSpec, FlushMode, Operation};
 use cairn_common::{ColumnSpec, DataType, Schema, Value};
 
-type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+use crate::procs::{BoxResult, Proc, free_port};
 
 /// Flags of `cairn-bench cluster`.
 #[derive(clap::Args)]
@@ -40,21 +40,6 @@ pub struct ClusterArgs {
     /// Markdown report.
     #[arg(long, default_value = "bench/results/cluster.md")]
     pub out: PathBuf,
-}
-
-fn free_port() -> BoxResult<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn spawn(cairn: &Path, args: &[String], log: &Path) -> BoxResult<Proc> {

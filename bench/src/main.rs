@@ -16,6 +16,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Parser, Subcommand};
 
 mod cluster;
+mod procs;
 mod readonly;
 mod readonly_serve;
 mod search;

@@ -20,7 +20,6 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +32,7 @@ use rand::{Rng, SeedableRng};
 use crate::readonly::{add_batches, generate};
 use crate::storage::report::{git_revision, json_num, json_str, proc_field, utc_now};
 
-type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+use crate::procs::{BoxResult, pg_connect, start_local};
 
 /// `cairn-bench readonly-serve`
 #[derive(Args)]
@@ -63,21 +62,6 @@ pub struct ReadonlyServeArgs {
     /// table `recs_pg` is replaced. Without it PostgreSQL is not measured.
     #[arg(long)]
     pg_url: Option<String>,
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> BoxResult<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// Latency percentiles (µs) and throughput of a lookup run.
@@ -199,16 +183,6 @@ struct Postgres {
     load_s: f64,
 }
 
-async fn pg_connect(url: &str) -> BoxResult<tokio_postgres::Client> {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            eprintln!("readonly-serve: PostgreSQL connection: {e}");
-        }
-    });
-    Ok(client)
-}
-
 /// Loads `batches` (columns `id` INT64, `v` UTF-8) into `recs_pg` with `COPY`,
 /// analyzes and warms it, and opens `clients` connections.
 async fn pg_load(
@@ -281,42 +255,7 @@ async fn run(a: ReadonlyServeArgs) -> BoxResult<()> {
         Some(d) => tempfile::tempdir_in(d)?,
         None => tempfile::tempdir()?,
     };
-    let master = format!("127.0.0.1:{}", free_port()?);
-    let log = std::fs::File::create(work.path().join("local.log"))?;
-    let _local = Proc(
-        Command::new(&a.cairn)
-            .args([
-                "local",
-                "--data-dir",
-                &work.path().join("data").to_string_lossy(),
-                "--tservers",
-                "1",
-                "--master-addr",
-                &master,
-                "--tserver-port",
-                &free_port()?.to_string(),
-                "--pg-addr",
-                "",
-                "--flight-sql-addr",
-                "",
-            ])
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
-            .spawn()?,
-    );
-    let c = Client::connect(std::slice::from_ref(&master)).await?;
-    let until = Instant::now() + Duration::from_secs(60);
-    while !c
-        .list_tablet_servers()
-        .await
-        .map(|s| s.iter().any(|t| t.live))
-        .unwrap_or(false)
-    {
-        if Instant::now() > until {
-            return Err("cairn local did not start".into());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let (_local, c) = start_local(&a.cairn, work.path(), 1).await?;
     println!(
         "readonly-serve: {} rows of {}-byte values, 1 tablet server on loopback",
         a.rows, a.value_bytes

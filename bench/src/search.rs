@@ -25,7 +25,6 @@
 //! as one JSON object.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,7 +37,7 @@ use clap::Args;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+use crate::procs::{BoxResult, pg_connect, pg_err, start_local};
 
 /// `cairn-bench search`
 #[derive(Args)]
@@ -83,21 +82,6 @@ pub struct SearchArgs {
     /// table `objs` is replaced. Without it PostgreSQL is not measured.
     #[arg(long)]
     pg_url: Option<String>,
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> BoxResult<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// SplitMix64: the generator of every attribute, so a run is reproducible.
@@ -249,26 +233,6 @@ async fn cairn_search(c: &Client, t: &Table, kind: Kind, x: i64, way: Way) -> Bo
         Way::Subspace => c.search(t, &[p]).await?.batch.num_rows() as u64,
         Way::FullScan => c.scan(t).predicate(p).execute().await?.num_rows() as u64,
     })
-}
-
-/// A PostgreSQL error with the server's message (its `Display` says only "db error").
-fn pg_err(e: tokio_postgres::Error) -> Box<dyn std::error::Error + Send + Sync> {
-    match e.as_db_error() {
-        Some(d) => format!("PostgreSQL: {} ({})", d.message(), d.code().code()).into(),
-        None => format!("PostgreSQL: {e}").into(),
-    }
-}
-
-async fn pg_connect(url: &str) -> BoxResult<tokio_postgres::Client> {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .map_err(pg_err)?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            eprintln!("search: PostgreSQL connection: {e}");
-        }
-    });
-    Ok(client)
 }
 
 async fn pg_search(
@@ -487,48 +451,6 @@ pub fn search(a: SearchArgs) -> BoxResult<()> {
     rt.block_on(run(a))
 }
 
-async fn start_local(a: &SearchArgs, dir: &std::path::Path) -> BoxResult<(Proc, Client)> {
-    let master = format!("127.0.0.1:{}", free_port()?);
-    let log = std::fs::File::create(dir.join("local.log"))?;
-    let local = Proc(
-        Command::new(&a.cairn)
-            .args([
-                "local",
-                "--data-dir",
-                &dir.join("data").to_string_lossy(),
-                "--tservers",
-                &a.tservers.to_string(),
-                "--master-addr",
-                &master,
-                "--tserver-port",
-                &free_port()?.to_string(),
-                "--pg-addr",
-                "",
-                "--flight-sql-addr",
-                "",
-            ])
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
-            .spawn()?,
-    );
-    let c = Client::connect(std::slice::from_ref(&master)).await?;
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let live = c
-            .list_tablet_servers()
-            .await
-            .map(|s| s.iter().filter(|t| t.live).count())
-            .unwrap_or(0);
-        if live >= a.tservers as usize {
-            return Ok((local, c));
-        }
-        if Instant::now() > until {
-            return Err("cairn local did not start".into());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 async fn run(a: SearchArgs) -> BoxResult<()> {
     if a.objects < 1_000 {
         return Err("--objects must be at least 1000".into());
@@ -537,7 +459,7 @@ async fn run(a: SearchArgs) -> BoxResult<()> {
         Some(d) => tempfile::tempdir_in(d)?,
         None => tempfile::tempdir()?,
     };
-    let (_local, c) = start_local(&a, work.path()).await?;
+    let (_local, c) = start_local(&a.cairn, work.path(), a.tservers).await?;
     println!(
         "search: {} objects, {} tablet server(s), replicas {}, {} regions on a and b",
         a.objects, a.tservers, a.replicas, a.regions

@@ -11,7 +11,7 @@
 //!    checks that both return the same rows.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ use arrow::util::display::{ArrayFormatter, FormatOptions};
 use cairn_sql::SqlEngine;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
-type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+use crate::procs::{BoxResult, Proc, free_port};
 
 /// Flags of `cairn-bench tpch`.
 #[derive(clap::Args)]
@@ -49,21 +49,6 @@ pub struct TpchArgs {
 const TABLES: [&str; 8] = [
     "nation", "region", "part", "supplier", "partsupp", "customer", "orders", "lineitem",
 ];
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> BoxResult<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
 
 /// Runs the benchmark.
 pub fn tpch(a: TpchArgs) -> BoxResult<()> {
