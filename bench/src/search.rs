@@ -235,6 +235,14 @@ async fn cairn_search(c: &Client, t: &Table, kind: Kind, x: i64, way: Way) -> Bo
     })
 }
 
+/// One put: object `id` at generation `generation`, upserted through its own session.
+async fn cairn_put(c: &Client, t: &Table, id: u64, generation: u64, objects: u64) -> BoxResult<()> {
+    let mut s = c.new_session(t);
+    s.apply(Operation::upsert(object(id, generation, objects).to_vec()))
+        .await?;
+    Ok(())
+}
+
 async fn pg_search(
     c: &tokio_postgres::Client,
     st: &tokio_postgres::Statement,
@@ -579,10 +587,7 @@ async fn run(a: SearchArgs) -> BoxResult<()> {
                         .await?;
                     Ok((true, n))
                 } else {
-                    let id = mix(seq ^ 0xabc) % objects;
-                    let mut s = c.new_session(&t);
-                    s.apply(Operation::upsert(object(id, seq + 1, objects).to_vec()))
-                        .await?;
+                    cairn_put(&c, &t, mix(seq ^ 0xabc) % objects, seq + 1, objects).await?;
                     Ok((false, 1))
                 }
             })
@@ -670,10 +675,7 @@ async fn run(a: SearchArgs) -> BoxResult<()> {
             Arc::new(move |_client, seq| {
                 let (c, pt) = (c.clone(), pt.clone());
                 Box::pin(async move {
-                    let id = mix(seq ^ 0x77) % keys;
-                    let mut s = c.new_session(&pt);
-                    s.apply(Operation::upsert(object(id, seq + 1, objects).to_vec()))
-                        .await?;
+                    cairn_put(&c, &pt, mix(seq ^ 0x77) % keys, seq + 1, objects).await?;
                     Ok((false, 1))
                 })
             })

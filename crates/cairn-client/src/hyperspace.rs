@@ -17,7 +17,7 @@
 //!
 //! Searches whose predicates constrain no subspace attribute scan the table itself.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -478,7 +478,7 @@ impl Client {
                 .await?;
             // Per key: the region holding a live copy with the table's values, if any.
             let mut good: HashMap<Vec<u8>, RegionId> = HashMap::new();
-            let mut held: HashMap<(Vec<u8>, RegionId), ()> = HashMap::new();
+            let mut held: HashSet<(Vec<u8>, RegionId)> = HashSet::new();
             let mut writes: Vec<(Vec<Value>, RegionWrite)> = Vec::new();
             for b in &scan.batches {
                 for r in 0..b.num_rows() {
@@ -494,7 +494,7 @@ impl Client {
                         });
                     };
                     let key = cairn_common::key::encode_row_key(&table.schema, values)?;
-                    held.insert((key.clone(), reg), ());
+                    held.insert((key.clone(), reg));
                     if removed {
                         continue;
                     }
@@ -524,7 +524,7 @@ impl Client {
                     .layout
                     .region_of_row(&table.schema, row)
                     .map_err(hs_error)?;
-                let how = if held.contains_key(&(key.clone(), reg)) {
+                let how = if held.contains(&(key.clone(), reg)) {
                     RegionWrite::IfOlder
                 } else {
                     RegionWrite::Insert
