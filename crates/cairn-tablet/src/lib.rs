@@ -17,6 +17,7 @@
 //! - [`txn`]: multi-row transactions — provisional writes owned by their transaction
 //!   until it commits (at one timestamp on every tablet) or aborts.
 //! - [`results`]: answers of applied client requests, for exactly-once retries.
+//! - [`unchained`]: changes applied but not yet chained into the table's subspaces.
 //! - [`bulk`]: bulk inserts — checked Arrow batches written straight into new
 //!   DiskRowSets.
 //! - [`memrowset`]: the in-memory store of new rows with MVCC mutation chains.
@@ -57,6 +58,7 @@ pub mod scan;
 pub mod skipcache;
 pub mod tablet;
 pub mod txn;
+pub mod unchained;
 pub mod writer;
 
 /// The log fsync policy (re-exported from `cairn-wal`).

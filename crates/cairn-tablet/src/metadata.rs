@@ -103,6 +103,10 @@ pub struct TabletMeta {
     /// [`crate::txn::DECISION_RETENTION`] (see "The status record" in [`crate::txn`]).
     #[serde(default)]
     pub txn_decisions: Vec<crate::txn::TxnDecisionRecord>,
+    /// Changes applied but not yet chained into the table's subspaces (see
+    /// [`crate::unchained`]).
+    #[serde(default)]
+    pub unchained: Vec<crate::unchained::Unchained>,
 }
 
 impl TabletMeta {
@@ -118,6 +122,7 @@ impl TabletMeta {
             results: vec![],
             txn_floor: None,
             txn_decisions: vec![],
+            unchained: vec![],
         }
     }
 

@@ -494,6 +494,12 @@ pub enum LogRecord {
         /// that applies it again must not need them.
         ops: Vec<LoggedOp>,
     },
+    /// The leader chained these changes into the table's subspaces: they leave the
+    /// tablet's list of unchained changes ([`crate::unchained`]).
+    ChainsDone {
+        /// The changes: timestamp and encoded key.
+        done: Vec<crate::unchained::Unchained>,
+    },
 }
 
 /// Where a two-phase commit's status record lives, as a participant learns it at
@@ -577,6 +583,7 @@ const TAG_TXN_WRITE: u8 = 6;
 const TAG_TXN_BEGIN_COMMIT: u8 = 7;
 const TAG_TXN_FINISH: u8 = 8;
 const TAG_TXN_BEGIN_COMMIT_ROLE: u8 = 9;
+const TAG_CHAINS_DONE: u8 = 10;
 
 /// Appends a list of logged ops.
 fn put_ops(out: &mut Vec<u8>, ops: &[LoggedOp]) {
@@ -735,6 +742,14 @@ impl LogRecord {
                 codec::put_u64(&mut out, commit_ts.map_or(0, |t| t.0));
                 put_ops(&mut out, ops);
             }
+            LogRecord::ChainsDone { done } => {
+                out.push(TAG_CHAINS_DONE);
+                codec::put_u32(&mut out, done.len() as u32);
+                for (ts, key) in done {
+                    codec::put_u64(&mut out, *ts);
+                    codec::put_bytes(&mut out, key);
+                }
+            }
             LogRecord::AlterSchema { schema } => {
                 out.push(TAG_ALTER);
                 codec::put_bytes(&mut out, &serde_json::to_vec(schema).unwrap_or_default());
@@ -843,6 +858,15 @@ impl LogRecord {
                     commit_ts: commit.then_some(ts),
                     ops,
                 })
+            }
+            TAG_CHAINS_DONE => {
+                let n = r.u32()? as usize;
+                let mut done = Vec::with_capacity(n.min(1 << 16));
+                for _ in 0..n {
+                    let ts = r.u64()?;
+                    done.push((ts, r.bytes()?.to_vec()));
+                }
+                Ok(LogRecord::ChainsDone { done })
             }
             t => Err(bad_record(&format!("unknown record type {t}"))),
         }
@@ -970,6 +994,10 @@ mod tests {
             }),
         };
         assert_eq!(LogRecord::decode(&rec.encode()).unwrap(), rec);
+        let done = LogRecord::ChainsDone {
+            done: vec![(7, b"k1".to_vec()), (9, vec![])],
+        };
+        assert_eq!(LogRecord::decode(&done.encode()).unwrap(), done);
         // The first record form (no flags, no conditions) is still read.
         let mut v1 = vec![1u8];
         codec::put_u64(&mut v1, 42);

@@ -475,6 +475,8 @@ fn replay_oracle(
             LogRecord::TxnWrite { .. }
             | LogRecord::TxnBeginCommit { .. }
             | LogRecord::TxnFinish { .. } => {}
+            // Nor to a table with subspaces.
+            LogRecord::ChainsDone { .. } => {}
         }
     }
     (versions, per_record)

@@ -33,12 +33,13 @@
 //!
 //! A chain that cannot finish (a region unreachable past the deadline) fails the
 //! request with `UNAVAILABLE`; the client retries it with the same request id, which
-//! chains the change again. Not done yet: a point leader that dies while a chain is
-//! running leaves it to the client's retry; if the client gave up too, the change is
-//! not resumed automatically, and `cairn cluster ksck --subspaces --repair`
-//! ([`cairn_client::Client::repair_subspaces`]) is the remedy (see the architecture
-//! guide, chapter 12).
+//! chains the change again. If nobody retries — the client gave up, or the point
+//! leader died mid-chain — the change is still on the tablet's replicated list of
+//! unchained changes ([`cairn_tablet::unchained`]), and the tablet's leader, this one
+//! or the next, chains it again ([`crate::point_leader`]). Finished chains are noted
+//! here ([`ChainDriver::note_done`]) until the leader reports them.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +47,7 @@ use cairn_client::Client;
 use cairn_client::hyperspace::RegionWrite;
 use cairn_common::{Schema, Value};
 use cairn_hyperspace::{LinkAction, SubspaceEntry, build_chain, region_row};
+use cairn_tablet::unchained::Unchained;
 
 use crate::error::{Result, TserverError};
 
@@ -71,6 +73,22 @@ pub struct Change {
 pub struct ChainDriver {
     client: Client,
     stripes: Vec<Arc<tokio::sync::Mutex<()>>>,
+    /// Per tablet, the changes whose chains finished and are not reported yet.
+    done: parking_lot::Mutex<HashMap<String, Vec<Unchained>>>,
+    /// Tablets whose bookkeeping round is running.
+    tending: Arc<parking_lot::Mutex<HashSet<String>>>,
+}
+
+/// Marks a tablet's bookkeeping round as running until dropped.
+pub struct Tending {
+    tablets: Arc<parking_lot::Mutex<HashSet<String>>>,
+    tablet: String,
+}
+
+impl Drop for Tending {
+    fn drop(&mut self) {
+        self.tablets.lock().remove(&self.tablet);
+    }
 }
 
 impl ChainDriver {
@@ -82,7 +100,38 @@ impl ChainDriver {
             stripes: (0..STRIPES)
                 .map(|_| Arc::new(tokio::sync::Mutex::new(())))
                 .collect(),
+            done: parking_lot::Mutex::new(HashMap::new()),
+            tending: Arc::new(parking_lot::Mutex::new(HashSet::new())),
         }
+    }
+
+    /// Notes that the chains of the changes of `keys` (encoded primary keys) at `ts`
+    /// on tablet `tablet_id` are through, to be reported by the tablet's leader.
+    pub fn note_done(&self, tablet_id: &str, ts: u64, keys: Vec<Vec<u8>>) {
+        let mut done = self.done.lock();
+        let list = done.entry(tablet_id.to_string()).or_default();
+        list.extend(keys.into_iter().map(|k| (ts, k)));
+    }
+
+    /// Takes the finished chains of `tablet_id` noted so far.
+    pub fn take_done(&self, tablet_id: &str) -> Vec<Unchained> {
+        self.done.lock().remove(tablet_id).unwrap_or_default()
+    }
+
+    /// Forgets the noted chains of the tablets `keep` says no to.
+    pub fn keep_done_of(&self, keep: impl Fn(&str) -> bool) {
+        self.done.lock().retain(|id, _| keep(id));
+    }
+
+    /// Starts a bookkeeping round on `tablet_id`, unless one is running.
+    pub fn start_tending(&self, tablet_id: &str) -> Option<Tending> {
+        self.tending
+            .lock()
+            .insert(tablet_id.to_string())
+            .then(|| Tending {
+                tablets: self.tending.clone(),
+                tablet: tablet_id.to_string(),
+            })
     }
 
     /// The highest timestamp the driver's writes have seen.
@@ -128,6 +177,10 @@ impl ChainDriver {
         changes: &[Change],
         timeout: Duration,
     ) -> Result<()> {
+        // Tests make chains fail here, as a region out of reach would.
+        fail::fail_point!("chain::propagate", |arg| Err(TserverError::Unavailable(
+            arg.unwrap_or_else(|| "injected: a region is out of reach".into())
+        )));
         let layouts: Vec<_> = subspaces.iter().map(|s| s.layout.clone()).collect();
         // Per subspace, the puts then the removes: each row's links in chain order, and
         // the rows of one step written together.

@@ -19,12 +19,15 @@
 //! - [`chain`]: the point leader's side of hyperspace search (HyperDex §4.1) — a write
 //!   to a table with subspaces is chained through their region tables before it is
 //!   answered.
+//! - [`point_leader`]: the service's chained writes and commits, and the leader's
+//!   bookkeeping that resumes every chain nobody finished.
 //! - [`convert`]: Arrow IPC and error conversions at the RPC boundary.
 
 pub mod chain;
 pub mod convert;
 pub mod error;
 pub mod manager;
+pub mod point_leader;
 pub mod proposer;
 pub mod replica;
 pub mod server;

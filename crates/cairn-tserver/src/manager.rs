@@ -116,10 +116,13 @@ impl TabletManager {
         let opts = self.tablet_opts.clone();
         let clock = self.clock.clone();
         let t2 = tdir.clone();
-        let sm =
-            tokio::task::spawn_blocking(move || TabletSm::open(&t2, create_schema, opts, clock))
-                .await
-                .map_err(|e| TserverError::Internal(e.to_string()))??;
+        // A tablet of a table with subspaces tracks the changes its leader must chain.
+        let chained = !meta.subspaces.is_empty();
+        let sm = tokio::task::spawn_blocking(move || {
+            TabletSm::open(&t2, create_schema, opts, clock, chained)
+        })
+        .await
+        .map_err(|e| TserverError::Internal(e.to_string()))??;
         let group = RaftGroup::open(
             &meta.tablet_id,
             self.node_id,

@@ -81,15 +81,20 @@ pub struct TabletSm {
     clock: Arc<HybridClock>,
     tablet: RwLock<Arc<Tablet>>,
     maint: Mutex<Option<MaintenanceManager>>,
+    /// The table has subspaces: the tablet tracks the changes to chain into them.
+    chained: bool,
 }
 
 impl TabletSm {
-    /// Opens (or creates, with `schema`) the tablet in `dir`.
+    /// Opens (or creates, with `schema`) the tablet in `dir`. A `chained` tablet (of
+    /// a table with subspaces) tracks the changes its leader must chain into them
+    /// ([`cairn_tablet::unchained`]).
     pub fn open(
         dir: &Path,
         schema: Option<cairn_common::Schema>,
         opts: TabletOptions,
         clock: Arc<HybridClock>,
+        chained: bool,
     ) -> Result<Arc<TabletSm>> {
         let tablet = match schema {
             Some(s) if !dir.join(cairn_tablet::metadata::METADATA_FILE).exists() => {
@@ -97,6 +102,9 @@ impl TabletSm {
             }
             _ => Tablet::open(dir, opts.clone(), clock.clone())?,
         };
+        if chained {
+            tablet.unchained().track();
+        }
         let maint = MaintenanceManager::start(tablet.clone());
         Ok(Arc::new(TabletSm {
             dir: dir.to_path_buf(),
@@ -104,6 +112,7 @@ impl TabletSm {
             clock,
             tablet: RwLock::new(tablet),
             maint: Mutex::new(Some(maint)),
+            chained,
         }))
     }
 
@@ -185,6 +194,9 @@ impl StateMachine for TabletSm {
             cairn_tablet::metadata::sync_dir(parent)?;
         }
         let t = Tablet::open(&self.dir, self.opts.clone(), self.clock.clone())?;
+        if self.chained {
+            t.unchained().track();
+        }
         *self.tablet.write() = t.clone();
         *self.maint.lock() = Some(MaintenanceManager::start(t));
         let _ = std::fs::remove_dir_all(&aside);
@@ -870,8 +882,9 @@ impl TabletReplica {
         Ok((index, ts.0))
     }
 
-    /// Replicates a schema change record and waits (until `deadline`) for it to apply.
-    pub async fn propose_alter(&self, record: Vec<u8>, deadline: Instant) -> Result<()> {
+    /// Replicates a record that answers no client (a schema change, chains done) and
+    /// waits (until `deadline`) for it to apply.
+    pub async fn propose_record(&self, record: Vec<u8>, deadline: Instant) -> Result<()> {
         let rx = {
             let _order = self.propose.lock().await;
             self.proposer.submit(record, false)

@@ -206,6 +206,22 @@ impl TabletServer {
             }
         }));
 
+        // The point leaders' chain bookkeeping (`crate::point_leader`).
+        let mut rx = stop_rx.clone();
+        let svc = service.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let stop = tokio::select! {
+                    _ = rx.wait_for(|s| *s) => true,
+                    _ = tokio::time::sleep(crate::point_leader::TEND_EVERY) => false,
+                };
+                if stop {
+                    break;
+                }
+                svc.tend_chains().await;
+            }
+        }));
+
         tasks.push(tokio::spawn(heartbeat_loop(
             manager.clone(),
             node_id,

@@ -115,6 +115,20 @@ impl TabletService {
         let _ = self.chains.set(d);
     }
 
+    /// The driver of chains into subspaces.
+    pub(crate) fn chain_driver(&self) -> Result<Arc<crate::chain::ChainDriver>> {
+        self.chains.get().cloned().ok_or_else(|| {
+            TserverError::Unavailable(
+                "this server is not ready to write tables with subspaces yet; retry".into(),
+            )
+        })
+    }
+
+    /// The server's tablet replicas.
+    pub(crate) fn manager(&self) -> &Arc<TabletManager> {
+        &self.manager
+    }
+
     /// The caller of `req`, which must be an administrator (`what` names the RPC).
     fn admin<T>(&self, req: &Request<T>, what: &str) -> std::result::Result<(), Status> {
         self.gate.check(req, Action::Admin(what)).map(|_| ())
@@ -165,7 +179,7 @@ impl TabletService {
 
     /// Observes a client's propagated timestamp (refused if it lies beyond the clock's
     /// maximum offset: it must not move this server's clock).
-    fn observe(&self, ts: u64) -> Result<()> {
+    pub(crate) fn observe(&self, ts: u64) -> Result<()> {
         if ts > 0 {
             self.manager.clock().observe(HybridTime(ts))?;
         }
@@ -478,118 +492,6 @@ impl TabletService {
 }
 
 impl TabletService {
-    /// A write to a tablet of a table with subspaces, on its leader (the rows' point
-    /// leader): the write, then its chain through every subspace ([`crate::chain`]).
-    /// The answer's timestamp covers the region writes.
-    async fn chained_write(
-        &self,
-        replica: &Arc<TabletReplica>,
-        schema: &Arc<cairn_common::Schema>,
-        ops: Vec<cairn_tablet::RowOp>,
-        wo: WriteOptions,
-    ) -> Result<(HybridTime, Vec<(usize, cairn_tablet::RowError)>)> {
-        // A transaction's writes are provisional: its commit is chained instead.
-        if wo.txn.is_some() {
-            return replica.write(ops, wo).await;
-        }
-        let driver = self.chain_driver()?;
-        let keys: Vec<Vec<Value>> = ops
-            .iter()
-            .map(|op| {
-                schema
-                    .key_indexes()
-                    .iter()
-                    .map(|&i| op.values[i].clone().unwrap_or(Value::Null))
-                    .collect()
-            })
-            .collect();
-        let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
-        for k in &keys {
-            let refs: Vec<&Value> = k.iter().collect();
-            encoded.push(cairn_common::key::encode_values(&refs)?);
-        }
-        let deadline = wo.deadline;
-        // On a task of its own: a caller that goes away does not stop the chain.
-        let (svc, replica, schema) = (self.clone(), replica.clone(), schema.clone());
-        tokio::spawn(async move {
-            let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
-            let (ts, errs) = replica.write(ops, wo).await?;
-            let seen = svc
-                .chain_rows(&driver, &replica, &schema, keys, ts, deadline)
-                .await?;
-            Ok((seen, errs))
-        })
-        .await
-        .map_err(|e| TserverError::Internal(format!("a chained write failed: {e}")))?
-    }
-
-    /// The driver of chains into subspaces.
-    fn chain_driver(&self) -> Result<Arc<crate::chain::ChainDriver>> {
-        self.chains.get().cloned().ok_or_else(|| {
-            TserverError::Unavailable(
-                "this server is not ready to write tables with subspaces yet; retry".into(),
-            )
-        })
-    }
-
-    /// Chains the change that the write at `ts` made to each row of `keys` (key
-    /// values) into the replica's subspaces: the row before (`ts - 1`) and after
-    /// (`ts`), read from the tablet's history. Returns a timestamp at or after the
-    /// region writes.
-    ///
-    /// REQUIRES: the chain locks of `keys` are held, or no other write of these rows
-    /// can be chained meanwhile.
-    async fn chain_rows(
-        &self,
-        driver: &crate::chain::ChainDriver,
-        replica: &Arc<TabletReplica>,
-        schema: &Arc<cairn_common::Schema>,
-        mut keys: Vec<Vec<Value>>,
-        ts: HybridTime,
-        deadline: tokio::time::Instant,
-    ) -> Result<HybridTime> {
-        keys.sort_by(|a, b| {
-            a.iter()
-                .zip(b)
-                .map(|(x, y)| x.partial_cmp_same(y).unwrap_or(std::cmp::Ordering::Equal))
-                .find(|o| o.is_ne())
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        keys.dedup();
-        let tablet = replica.tablet();
-        let changes = tokio::task::spawn_blocking(move || {
-            let before = cairn_tablet::ReadMode::Snapshot(HybridTime(ts.0.saturating_sub(1)));
-            let after = cairn_tablet::ReadMode::Snapshot(ts);
-            let mut out = Vec::new();
-            for k in &keys {
-                let old = tablet.get(k, before)?;
-                let new = tablet.get(k, after)?;
-                if old != new {
-                    out.push(crate::chain::Change {
-                        version: ts.0,
-                        old,
-                        new,
-                    });
-                }
-            }
-            Ok::<_, TserverError>(out)
-        })
-        .await
-        .map_err(|e| TserverError::Internal(format!("reading a write's rows failed: {e}")))??;
-        if !changes.is_empty() {
-            // A chain outlives its caller's deadline if need be (see `crate::chain`).
-            let timeout = deadline
-                .saturating_duration_since(tokio::time::Instant::now())
-                .max(crate::chain::MIN_CHAIN_TIMEOUT);
-            driver
-                .propagate(schema, 1, &replica.meta.subspaces, &changes, timeout)
-                .await?;
-        }
-        let seen = HybridTime(driver.last_timestamp().max(ts.0));
-        self.observe(seen.0)?;
-        Ok(seen)
-    }
-
     /// The `TxnControl` RPC after authorization: one step of a transaction on the
     /// tablet's leader.
     pub async fn txn_step(
@@ -650,52 +552,6 @@ impl TabletService {
         let ts = replica.txn_control(txn, step, deadline).await?;
         Ok(pb::TxnControlResponse {
             timestamp: ts.map_or(0, |t| t.0),
-            state: pb::TxnState::Pending as i32,
-        })
-    }
-}
-
-impl TabletService {
-    /// Commits transaction `txn` on a tablet of a table with subspaces, then chains the
-    /// rows it committed here into them. The chain locks are taken after the commit:
-    /// until then the transaction owns its rows, and a plain write holding a chain
-    /// lock may be waiting for them. A write chained in between carries a newer
-    /// version, which the regions keep (see [`crate::chain`]).
-    async fn commit_chained(
-        &self,
-        replica: &Arc<TabletReplica>,
-        txn: cairn_tablet::TxnId,
-        step: TxnStep,
-        deadline: tokio::time::Instant,
-    ) -> Result<pb::TxnControlResponse> {
-        let driver = self.chain_driver()?;
-        let tablet = replica.tablet();
-        let schema = tablet.schema();
-        // Encoded as the chain locks of plain writes are (the key columns in key order).
-        let encoded = tablet.txn_keys(txn);
-        let keys = encoded
-            .iter()
-            .map(|k| cairn_common::key::decode_row_key(&schema, k))
-            .collect::<cairn_common::Result<Vec<_>>>()?;
-        // On a task of its own: a caller that goes away does not stop the chain.
-        let (svc, replica) = (self.clone(), replica.clone());
-        let timestamp = tokio::spawn(async move {
-            let ts = replica.txn_control(txn, step, deadline).await?;
-            Ok::<_, TserverError>(match ts {
-                Some(ts) if !keys.is_empty() => {
-                    let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
-                    svc.chain_rows(&driver, &replica, &schema, keys, ts, deadline)
-                        .await?
-                        .0
-                }
-                Some(ts) => ts.0,
-                None => 0,
-            })
-        })
-        .await
-        .map_err(|e| TserverError::Internal(format!("a chained commit failed: {e}")))??;
-        Ok(pb::TxnControlResponse {
-            timestamp,
             state: pb::TxnState::Pending as i32,
         })
     }
@@ -1060,7 +916,7 @@ impl pb::tablet_server_server::TabletServer for TabletService {
                     .tablet()
                     .prepare_alter(step)
                     .map_err(TserverError::from)?;
-                replica.propose_alter(rec, deadline).await?;
+                replica.propose_record(rec, deadline).await?;
             }
         }
         Ok(Response::new(pb::AlterSchemaResponse {

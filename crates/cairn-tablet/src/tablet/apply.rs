@@ -90,6 +90,12 @@ impl Tablet {
                 self.apply_txn_finish(index, txn, commit_ts, ops)?;
                 Ok(Vec::new())
             }
+            LogRecord::ChainsDone { done } => {
+                let _g = self.gate.read();
+                self.unchained.done(&done);
+                self.note_applied(index, HybridTime::MIN);
+                Ok(Vec::new())
+            }
         }
     }
 
@@ -329,6 +335,8 @@ impl Tablet {
                 return self.answer(request, index, ts, errors);
             }
         }
+        self.unchained
+            .record(ts.0, rows.iter().map(|(_, k)| k.as_slice()));
         let mut errors = Vec::new();
         for (pos, (op, key)) in rows.into_iter().enumerate() {
             if let Err(e) = self.apply_op(schema, &comps, op, key, ts, index) {

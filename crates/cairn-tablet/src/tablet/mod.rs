@@ -218,6 +218,8 @@ pub struct Tablet {
     results: ResultTracker,
     /// Open multi-row transactions and their provisional writes ([`crate::txn`]).
     txns: crate::txn::TxnTable,
+    /// Changes not yet chained into the table's subspaces ([`crate::unchained`]).
+    unchained: crate::unchained::UnchainedChanges,
     /// What scans skipped.
     pub counters: ScanCounters,
     shut_down: AtomicBool,
@@ -341,6 +343,7 @@ impl Tablet {
             cache,
             results: ResultTracker::from_persisted(meta.results),
             txns,
+            unchained: crate::unchained::UnchainedChanges::from_persisted(meta.unchained),
             counters: ScanCounters::default(),
             shut_down: AtomicBool::new(false),
             failed: Mutex::new(None),
@@ -375,10 +378,23 @@ impl Tablet {
     /// History before this timestamp may have been garbage-collected. Measured against
     /// the local wall clock, not the hybrid clock: a timestamp from elsewhere that moved
     /// the hybrid clock ahead cannot make recent history collectable.
+    /// A change not yet chained into the table's subspaces keeps history from just
+    /// before it (see [`crate::unchained`]).
     pub fn ancient_history_mark(&self) -> HybridTime {
-        self.clock
+        let mark = self
+            .clock
             .wall()
-            .minus_micros(self.opts.history_retention.as_micros() as u64)
+            .minus_micros(self.opts.history_retention.as_micros() as u64);
+        match self.unchained.oldest() {
+            Some(ts) => mark.min(HybridTime(ts.saturating_sub(1))),
+            None => mark,
+        }
+    }
+
+    /// The changes this tablet applied that are not yet chained into its table's
+    /// subspaces ([`crate::unchained`]).
+    pub fn unchained(&self) -> &crate::unchained::UnchainedChanges {
+        &self.unchained
     }
 
     /// Resolves a read mode into a snapshot timestamp, waiting (at most the safe-time
@@ -638,6 +654,7 @@ impl Tablet {
             results: self.results.to_persist(),
             txn_floor: self.txns.floor(),
             txn_decisions: self.txns.decisions(self.clock.now()),
+            unchained: self.unchained.to_persist(),
         };
         edit(&mut meta);
         let stored = (|| -> Result<()> {

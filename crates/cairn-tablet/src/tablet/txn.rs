@@ -330,6 +330,8 @@ impl Tablet {
         for op in ops {
             keys.entry(logged_key(&schema, &op)?).or_default().push(op);
         }
+        self.unchained
+            .record(cts.0, keys.keys().map(|k| k.as_slice()));
         for (key, ops) in &keys {
             let before = self.current_row(&schema, &comps, key)?;
             let was_live = before.is_some();

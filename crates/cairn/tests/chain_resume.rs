@@ -1,0 +1,170 @@
+//! Chains nobody finished are resumed by the point leader (HyperDex §4.1): a change
+//! whose chain failed after its writer gave up, a transaction's commit whose chain
+//! failed, and changes whose point leader stopped before chaining them all reach
+//! their subspaces without a client retry or an operator's repair.
+//!
+//! Chains are made to fail with the `chain::propagate` failpoint, which is global to
+//! the process: this file holds the tests that set it, one at a time.
+
+mod common;
+
+use std::time::Duration;
+
+use cairn_client::{Client, ClientOptions, Operation, SubspaceSpec, Table};
+use cairn_common::{
+    ColumnPredicate, ColumnSpec, DataType, HashLevel, PartitionSchema, Schema, Value,
+};
+use common::*;
+
+fn spec(name: &str) -> cairn_client::CreateTableSpec {
+    let schema = Schema::new(
+        vec![
+            ColumnSpec::new("id", DataType::Int64),
+            ColumnSpec::new("colour", DataType::String).nullable(),
+        ],
+        &["id"],
+    )
+    .unwrap();
+    cairn_client::CreateTableSpec::new(name, schema)
+        .partition(PartitionSchema {
+            hash_levels: vec![HashLevel {
+                columns: vec!["id".into()],
+                num_buckets: 2,
+                seed: 0,
+            }],
+            range_columns: vec![],
+        })
+        .replicas(3)
+        .subspace(SubspaceSpec::new(&["colour"]).regions(8).tablets(2))
+}
+
+fn painted(id: i64, colour: &str) -> Operation {
+    Operation::upsert(vec![Value::Int64(id), Value::String(colour.into())])
+}
+
+/// A client that gives up on a write after two seconds.
+fn impatient(c: &Client) -> Client {
+    c.clone().with_options(
+        ClientOptions::default()
+            .rpc_timeout(Duration::from_secs(1))
+            .operation_timeout(Duration::from_secs(2)),
+    )
+}
+
+/// The ids a search for `colour` finds, in order.
+async fn found(c: &Client, t: &Table, colour: &str) -> Vec<i64> {
+    let r = c
+        .search(
+            t,
+            &[ColumnPredicate::eq("colour", Value::String(colour.into()))],
+        )
+        .await
+        .unwrap();
+    assert!(r.plan.is_some(), "searched the subspace");
+    let mut ids = first_column_ids(std::slice::from_ref(&r.batch));
+    ids.sort_unstable();
+    ids
+}
+
+/// Waits until the subspace holds exactly the table's rows.
+async fn wait_consistent(c: &Client, t: &Table, what: &str) {
+    wait_for(Duration::from_secs(60), what, || async {
+        matches!(c.check_subspaces(t, 5).await, Ok((_, p)) if p.is_empty())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unfinished_chains_are_resumed_by_the_point_leader() {
+    let mut cl = InProc::start(3, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    c.create_table(spec("paint")).await.unwrap();
+    let t = c.open_table("paint").await.unwrap();
+    let mut s = c.new_session(&t);
+    for id in 0..20 {
+        s.apply(painted(id, "red")).await.unwrap();
+    }
+    assert_eq!(found(&c, &t, "red").await, (0..20).collect::<Vec<_>>());
+
+    // 1. Chains fail and the writer gives up: the rows changed, their regions did not.
+    fail::cfg("chain::propagate", "return").unwrap();
+    let quick = impatient(&c);
+    let mut s = quick.new_session(&t);
+    for id in 0..5 {
+        assert!(
+            s.apply(painted(id, "blue")).await.is_err(),
+            "the chain fails"
+        );
+    }
+    // A transaction commits; its chains fail too.
+    let txn = quick.begin_transaction();
+    let mut ts = txn.session(&t);
+    for id in 5..8 {
+        ts.apply(painted(id, "blue")).await.unwrap();
+    }
+    ts.flush().await.unwrap();
+    let _ = txn.commit().await;
+    let base = c
+        .get(
+            &t,
+            &[Value::Int64(6)],
+            &[],
+            cairn_client::ReadMode::ReadYourWrites,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(base[1], Value::String("blue".into()), "the commit applied");
+    assert!(
+        found(&c, &t, "blue").await.is_empty(),
+        "no chain got through"
+    );
+    let (_, problems) = c.check_subspaces(&t, 50).await.unwrap();
+    assert!(!problems.is_empty(), "the subspace is behind its table");
+
+    // Once chains can get through, the point leaders finish the changes by themselves.
+    fail::remove("chain::propagate");
+    wait_consistent(&c, &t, "the point leaders to resume the failed chains").await;
+    assert_eq!(found(&c, &t, "blue").await, (0..8).collect::<Vec<_>>());
+    assert_eq!(found(&c, &t, "red").await, (8..20).collect::<Vec<_>>());
+
+    // 2. The point leaders stop with chains unfinished: the new leaders resume them
+    // from the replicated list of unchained changes.
+    fail::cfg("chain::propagate", "return").unwrap();
+    let mut s = quick.new_session(&t);
+    for id in 8..14 {
+        assert!(
+            s.apply(painted(id, "green")).await.is_err(),
+            "the chain fails"
+        );
+    }
+    // The leader of the table's first tablet stops (a majority stays up).
+    let leader = current_leader(&c, &t, 0).await;
+    let stopped = cl
+        .ts_addrs
+        .iter()
+        .position(|a| *a == leader)
+        .expect("the leader is one of the cluster's servers");
+    cl.stop_tserver(stopped).await;
+    fail::remove("chain::propagate");
+    wait_consistent(&c, &t, "new point leaders to resume the chains").await;
+    assert_eq!(found(&c, &t, "green").await, (8..14).collect::<Vec<_>>());
+    cl.start_tserver(stopped).await;
+    cl.wait_live(3).await;
+
+    // 3. Every server restarts with chains unfinished: the list survives the restart.
+    fail::cfg("chain::propagate", "return").unwrap();
+    let mut s = quick.new_session(&t);
+    for id in 14..17 {
+        assert!(
+            s.apply(painted(id, "black")).await.is_err(),
+            "the chain fails"
+        );
+    }
+    cl.restart_all().await;
+    fail::remove("chain::propagate");
+    let c = cl.client().await;
+    let t = c.open_table("paint").await.unwrap();
+    wait_consistent(&c, &t, "the chains after a restart").await;
+    assert_eq!(found(&c, &t, "black").await, (14..17).collect::<Vec<_>>());
+}
