@@ -482,6 +482,13 @@ impl Client {
             .insert(normalize_addr(addr), server);
     }
 
+    /// Calls the tablet server at `addr` over gRPC again (undoes
+    /// [`Client::register_in_process`]; a stopping server breaks the reference from
+    /// its own client back to itself this way).
+    pub fn unregister_in_process(&self, addr: &str) {
+        self.shared.in_process.write().remove(&normalize_addr(addr));
+    }
+
     /// The in-process server advertised at `addr`, if one is registered.
     pub(crate) fn in_process(&self, addr: &str) -> Option<Arc<dyn InProcessTabletServer>> {
         self.shared.in_process.read().get(addr).cloned()

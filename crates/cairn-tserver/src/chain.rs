@@ -134,6 +134,11 @@ impl ChainDriver {
             })
     }
 
+    /// The client the driver writes through.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The highest timestamp the driver's writes have seen.
     pub fn last_timestamp(&self) -> u64 {
         self.client.last_timestamp()

@@ -138,11 +138,14 @@ impl TabletServer {
         let gate = cairn_proto::auth::AuthGate::new(opts.tls.is_some());
         let service = TabletService::new(manager.clone(), opts.limits.clone(), gate.clone());
         // The point leader's client for chaining writes into subspaces: it acts as this
-        // server (its cluster certificate on a TLS cluster).
+        // server (its cluster certificate on a TLS cluster), and calls the region
+        // tablets this server leads directly rather than through its own RPC port.
         match cairn_client::Client::connect(&opts.masters).await {
-            Ok(c) => service.set_chain_driver(Arc::new(crate::chain::ChainDriver::new(
-                c.with_tls(opts.tls.clone()),
-            ))),
+            Ok(c) => {
+                let c = c.with_tls(opts.tls.clone());
+                c.register_in_process(&addr, Arc::new(service.clone()));
+                service.set_chain_driver(Arc::new(crate::chain::ChainDriver::new(c)))
+            }
             Err(e) => tracing::warn!(error = %e, "no client for chaining writes into subspaces"),
         }
         let mut tasks = Vec::new();
@@ -273,6 +276,9 @@ impl TabletServer {
     /// Stops serving and closes every replica.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
+        if let Ok(d) = self.service.chain_driver() {
+            d.client().unregister_in_process(&self.addr);
+        }
         self.manager.shutdown().await;
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
