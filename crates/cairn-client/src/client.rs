@@ -359,7 +359,8 @@ impl Client {
         Ok(())
     }
 
-    async fn send_alter(&self, name: &str, mut req: AlterTableRequest) -> Result<()> {
+    /// Sends an `AlterTable` request under a new request id (retried until answered).
+    pub(crate) async fn send_alter(&self, name: &str, mut req: AlterTableRequest) -> Result<()> {
         let id = self.start_request();
         req.request_id = Some(id.id());
         self.call_master(&format!("altering table '{name}'"), move |mut m, t| {

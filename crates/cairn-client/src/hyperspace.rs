@@ -273,7 +273,8 @@ impl Client {
                 problems.push(p);
             }
         };
-        for entry in &table.subspaces {
+        // A subspace still being built is incomplete until its backfill is done.
+        for entry in table.searchable_subspaces() {
             let name = &entry.layout.name;
             let region = region_table(&table.schema, table.replicas, entry)?;
             let scan = self
@@ -448,6 +449,18 @@ impl Client {
         &self,
         table: &Table,
         timeout: Duration,
+        progress: impl FnMut(u64),
+    ) -> Result<RepairReport> {
+        self.repair_some_subspaces(table, None, timeout, progress)
+            .await
+    }
+
+    /// [`Client::repair_subspaces`] on the subspace named `only`, or on all of them.
+    pub(crate) async fn repair_some_subspaces(
+        &self,
+        table: &Table,
+        only: Option<&str>,
+        timeout: Duration,
         mut progress: impl FnMut(u64),
     ) -> Result<RepairReport> {
         let base_scan = self
@@ -469,7 +482,11 @@ impl Client {
             snapshot,
             ..RepairReport::default()
         };
-        for entry in &table.subspaces {
+        for entry in table
+            .subspaces
+            .iter()
+            .filter(|e| only.is_none_or(|n| e.layout.name == n))
+        {
             let region = region_table(&table.schema, table.replicas, entry)?;
             let scan = self
                 .scan(&region)
@@ -638,7 +655,8 @@ impl Client {
         for p in preds {
             p.validate(&table.schema)?;
         }
-        let layouts: Vec<_> = table.subspaces.iter().map(|s| s.layout.clone()).collect();
+        let searchable = table.searchable_subspaces();
+        let layouts: Vec<_> = searchable.iter().map(|s| s.layout.clone()).collect();
         let Some(plan) = plan_search(&layouts, preds).map_err(hs_error)? else {
             let mut scan = self.scan(table).read_mode(mode);
             for p in preds {
@@ -651,7 +669,7 @@ impl Client {
                 snapshot_timestamp: result.snapshot_timestamp,
             });
         };
-        let entry = &table.subspaces[plan.subspace];
+        let entry = searchable[plan.subspace];
         let mut found = Found::new(table.schema.clone());
         self.scan_regions(table, entry, &plan.regions, preds, &mut found, &mut mode)
             .await?;
@@ -684,7 +702,8 @@ impl Client {
     ) -> Result<SearchResult> {
         let ci = table.schema.index_of(column)?;
         let mut chosen = None;
-        for (i, entry) in table.subspaces.iter().enumerate() {
+        let searchable = table.searchable_subspaces();
+        for (i, entry) in searchable.iter().enumerate() {
             if let Some(groups) =
                 sorted_groups(&entry.layout, preds, column, ascending).map_err(hs_error)?
             {
@@ -705,7 +724,7 @@ impl Client {
                 (rows, r.plan)
             }
             Some((i, groups, _)) => {
-                let entry = &table.subspaces[i];
+                let entry = searchable[i];
                 let mut found = Found::new(table.schema.clone());
                 let mut asked = 0;
                 for g in &groups {

@@ -37,6 +37,9 @@
 //! - **Hidden keys.** A table created without a primary key is keyed by a hidden
 //!   auto-incrementing column; [`Client::next_auto_ids`] hands out its values in
 //!   blocks the master reserves (see [`auto_id`]).
+//! - **Hyperspace search.** [`Client::search`], `count` and `sorted_search` read a
+//!   table's subspaces ([`hyperspace`]); [`Client::add_subspace`] and
+//!   [`Client::drop_subspace`] change them on a table with rows ([`subspace_ddl`]).
 //! - **Consistency.** The client tracks the highest HybridTime seen in responses
 //!   ([`Client::last_timestamp`]) and propagates it with every request, so a client's
 //!   reads with [`ReadMode::ReadYourWrites`] see its writes, and causality can be passed
@@ -82,6 +85,7 @@ pub mod scan;
 pub mod session;
 pub mod store_get;
 pub mod stores;
+pub mod subspace_ddl;
 pub mod table;
 pub mod txn;
 pub mod write;

@@ -101,6 +101,12 @@ pub struct Table {
 }
 
 impl Table {
+    /// The subspaces searches may use: all but those still being built
+    /// (`ALTER TABLE … ADD SUBSPACE` before its backfill is done).
+    pub fn searchable_subspaces(&self) -> Vec<&SubspaceEntry> {
+        self.subspaces.iter().filter(|s| !s.building).collect()
+    }
+
     /// Builds a handle from a `GetTable` response.
     pub(crate) fn from_proto(resp: cairn_proto::GetTableResponse) -> Result<Table> {
         let meta: SchemaMeta =

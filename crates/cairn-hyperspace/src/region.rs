@@ -35,7 +35,7 @@ pub const VERSION_COLUMN: &str = "__version";
 pub const REMOVED_COLUMN: &str = "__removed";
 
 /// A subspace asked for when a table is created: its name, attributes and region count.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SubspaceSpec {
     /// The subspace's name (unique within the table).
     pub name: String,
@@ -46,6 +46,11 @@ pub struct SubspaceSpec {
     /// How many tablets hold them (0: [`default_region_tablets`] of the region count).
     #[serde(default)]
     pub tablets: u32,
+    /// Rows of the subspace's attribute values (in its column order) sampled from the
+    /// table it is added to: its region boundaries are their quantiles. Empty for a new
+    /// table (default boundaries).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sample: Vec<Vec<Value>>,
 }
 
 impl SubspaceSpec {
@@ -58,6 +63,7 @@ impl SubspaceSpec {
             columns,
             regions: DEFAULT_REGIONS,
             tablets: 0,
+            sample: vec![],
         }
     }
 
@@ -94,6 +100,19 @@ pub struct SubspaceEntry {
     /// shared tablets: one per region). Use [`SubspaceEntry::tablet_count`].
     #[serde(default)]
     pub tablets: u32,
+    /// Added to a table with rows and not yet filled (`ALTER TABLE … ADD SUBSPACE`):
+    /// point leaders chain changes into it, searches do not use it yet.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub building: bool,
+    /// For a subspace being built: a timestamp after which every tablet of the table
+    /// chains each change into it (0 until all of them do). Its backfill reads the
+    /// table at or after this timestamp.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub chained_after: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 impl SubspaceEntry {
@@ -232,7 +251,43 @@ impl SubspaceEntry {
         subspaces: &[SubspaceSpec],
         table_ids: &[String],
     ) -> Result<Vec<SubspaceEntry>> {
-        let mut out: Vec<SubspaceEntry> = Vec::with_capacity(subspaces.len());
+        Self::build(base_id, base, &[], subspaces, table_ids)
+    }
+
+    /// The entry of subspace `spec` added to the table `base_id` (schema `base`) that
+    /// has subspaces `existing`, held in region table `table_id`. Its layout's cuts come
+    /// from the spec's sample; it starts [`SubspaceEntry::building`].
+    pub fn for_existing_table(
+        base_id: &str,
+        base: &Schema,
+        existing: &[SubspaceEntry],
+        spec: &SubspaceSpec,
+        table_id: &str,
+    ) -> Result<SubspaceEntry> {
+        let mut built = Self::build(
+            base_id,
+            base,
+            existing,
+            std::slice::from_ref(spec),
+            &[table_id.to_string()],
+        )?;
+        let mut entry = built.pop().ok_or_else(|| {
+            HyperspaceError::InvalidSubspace("no subspace was built from the spec".into())
+        })?;
+        entry.building = true;
+        Ok(entry)
+    }
+
+    /// Entries for `subspaces` next to `existing` ones (names and attribute lists must
+    /// differ from theirs and from each other's).
+    fn build(
+        base_id: &str,
+        base: &Schema,
+        existing: &[SubspaceEntry],
+        subspaces: &[SubspaceSpec],
+        table_ids: &[String],
+    ) -> Result<Vec<SubspaceEntry>> {
+        let mut out: Vec<SubspaceEntry> = existing.to_vec();
         for (spec, id) in subspaces.iter().zip(table_ids) {
             let (name, columns, regions) = (&spec.name, &spec.columns, &spec.regions);
             if *regions == 0 || *regions > MAX_REGIONS {
@@ -257,7 +312,7 @@ impl SubspaceEntry {
                 )));
             }
             let axes = Subspace::axes_of(base, columns)?;
-            let layout = Subspace::new(name.clone(), axes, *regions)?;
+            let layout = Subspace::from_sample(name.clone(), axes, *regions, &spec.sample)?;
             let tablets = if spec.tablets == 0 {
                 default_region_tablets(layout.region_count())
             } else {
@@ -270,9 +325,11 @@ impl SubspaceEntry {
                 table_id: id.clone(),
                 table_name: region_table_name(base_id, name),
                 tablets,
+                building: false,
+                chained_after: 0,
             });
         }
-        Ok(out)
+        Ok(out.split_off(existing.len()))
     }
 }
 

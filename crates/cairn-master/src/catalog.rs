@@ -87,6 +87,14 @@ pub struct TableEntry {
     /// lifecycle and privileges it follows.
     #[serde(default)]
     pub subspace_of: Option<String>,
+    /// Bumped by every change to `subspaces`: the version its tablets' leaders are
+    /// told to replicate (state `Altering` until each has it).
+    #[serde(default)]
+    pub subspaces_version: u64,
+    /// Region tables of dropped subspaces, deleted once every tablet stopped chaining
+    /// into them.
+    #[serde(default)]
+    pub dropped_regions: Vec<String>,
 }
 
 /// The first value of every table's auto-incrementing key.
@@ -148,6 +156,38 @@ pub enum CatalogOp {
         add: Vec<TabletEntry>,
         /// Ids of tablets to drop.
         drop: Vec<String>,
+    },
+    /// Changes a table's subspaces (`ALTER TABLE … ADD/DROP SUBSPACE`): sets them,
+    /// adds the region table of a new one (state `Creating`), remembers a dropped one's
+    /// region table for deletion, and puts the table in `Altering` until its tablets
+    /// chain into the new set ([`CatalogOp::SubspacesPushed`]).
+    AlterSubspaces {
+        /// Table id.
+        id: String,
+        /// The table's subspaces after the change.
+        subspaces: Vec<cairn_hyperspace::SubspaceEntry>,
+        /// The region table of an added subspace, with its tablets.
+        add_region: Option<(TableEntry, Vec<TabletEntry>)>,
+        /// The region table of a dropped subspace.
+        drop_region: Option<String>,
+    },
+    /// Every tablet of a table chains into its subspaces as of `version` from
+    /// `timestamp` on: subspaces being built record it (their backfill reads after it),
+    /// the region tables of dropped ones start being deleted, and the table runs again.
+    SubspacesPushed {
+        /// Table id.
+        id: String,
+        /// The subspaces version pushed.
+        version: u64,
+        /// The newest of the tablets' timestamps.
+        timestamp: u64,
+    },
+    /// A subspace's backfill is done: searches may use it.
+    SubspaceLive {
+        /// Table id.
+        id: String,
+        /// The subspace.
+        name: String,
     },
     /// Removes a table and its tablets.
     RemoveTable {
@@ -284,8 +324,12 @@ impl Catalog {
                 t.version += 1;
                 // A table's region tables are dropped with it.
                 if state == TableState::Deleting {
-                    let regions: Vec<String> =
-                        t.subspaces.iter().map(|s| s.table_id.clone()).collect();
+                    let regions: Vec<String> = t
+                        .subspaces
+                        .iter()
+                        .map(|s| s.table_id.clone())
+                        .chain(t.dropped_regions.drain(..))
+                        .collect();
                     for r in regions {
                         if let Some(rt) = self.tables.get_mut(&r) {
                             rt.state = TableState::Deleting;
@@ -293,6 +337,72 @@ impl Catalog {
                         }
                     }
                 }
+            }
+            CatalogOp::AlterSubspaces {
+                id,
+                subspaces,
+                add_region,
+                drop_region,
+            } => {
+                let t = self.tables.get(&id).ok_or("no such table")?;
+                if t.state == TableState::Deleting {
+                    return Err("the table is being dropped".into());
+                }
+                if let Some((r, _)) = &add_region
+                    && (self.table_by_name(&r.name).is_some() || self.tables.contains_key(&r.id))
+                {
+                    return Err(format!("table '{}' already exists", r.name));
+                }
+                let t = self.tables.get_mut(&id).ok_or("no such table")?;
+                t.subspaces = subspaces;
+                t.subspaces_version += 1;
+                t.version += 1;
+                t.state = TableState::Altering;
+                if let Some(d) = drop_region {
+                    t.dropped_regions.push(d);
+                }
+                if let Some((r, tablets)) = add_region {
+                    for tablet in tablets {
+                        self.tablets.insert(tablet.id.clone(), tablet);
+                    }
+                    self.tables.insert(r.id.clone(), r);
+                }
+            }
+            CatalogOp::SubspacesPushed {
+                id,
+                version,
+                timestamp,
+            } => {
+                let t = self.tables.get_mut(&id).ok_or("no such table")?;
+                if t.subspaces_version != version {
+                    return Err("the table's subspaces changed again meanwhile".into());
+                }
+                for s in t.subspaces.iter_mut().filter(|s| s.building) {
+                    if s.chained_after == 0 {
+                        s.chained_after = timestamp.max(1);
+                    }
+                }
+                if t.state == TableState::Altering && t.pending_steps.is_empty() {
+                    t.state = TableState::Running;
+                }
+                t.version += 1;
+                let dropped = std::mem::take(&mut t.dropped_regions);
+                for r in dropped {
+                    if let Some(rt) = self.tables.get_mut(&r) {
+                        rt.state = TableState::Deleting;
+                        rt.version += 1;
+                    }
+                }
+            }
+            CatalogOp::SubspaceLive { id, name } => {
+                let t = self.tables.get_mut(&id).ok_or("no such table")?;
+                let s = t
+                    .subspaces
+                    .iter_mut()
+                    .find(|s| s.layout.name == name)
+                    .ok_or_else(|| format!("the table has no subspace '{name}'"))?;
+                s.building = false;
+                t.version += 1;
             }
             CatalogOp::AlterTable { id, schema, steps } => {
                 let t = self.tables.get_mut(&id).ok_or("no such table")?;
@@ -659,6 +769,8 @@ mod tests {
             next_auto_id: first_auto_id(),
             subspaces: vec![],
             subspace_of: None,
+            subspaces_version: 0,
+            dropped_regions: vec![],
         }
     }
 
@@ -769,6 +881,96 @@ mod tests {
         })
         .unwrap();
         assert_eq!(c.tables["r"].state, TableState::Deleting);
+    }
+
+    #[test]
+    fn a_subspace_is_built_pushed_made_live_and_dropped() {
+        let mut c = Catalog::default();
+        let mut base = table("a", "t");
+        base.state = TableState::Running;
+        c.apply(CatalogOp::CreateTable {
+            table: base,
+            tablets: vec![],
+            regions: vec![],
+        })
+        .unwrap();
+        let schema = cairn_common::Schema::new(
+            vec![
+                cairn_common::ColumnSpec::new("k", cairn_common::DataType::Int64),
+                cairn_common::ColumnSpec::new("x", cairn_common::DataType::Int64),
+            ],
+            &["k"],
+        )
+        .unwrap();
+        let spec = cairn_hyperspace::SubspaceSpec::new(&["x"]).regions(4);
+        let entry =
+            cairn_hyperspace::SubspaceEntry::for_existing_table("a", &schema, &[], &spec, "r")
+                .unwrap();
+        assert!(entry.building);
+        let mut region = table("r", "__subspace/a/x");
+        region.subspace_of = Some("a".into());
+        c.apply(CatalogOp::AlterSubspaces {
+            id: "a".into(),
+            subspaces: vec![entry.clone()],
+            add_region: Some((region, vec![])),
+            drop_region: None,
+        })
+        .unwrap();
+        assert_eq!(c.tables["a"].state, TableState::Altering);
+        assert_eq!(c.tables["a"].subspaces_version, 1);
+        assert!(c.tables.contains_key("r"));
+        // A second subspace with the same attributes is refused.
+        assert!(
+            cairn_hyperspace::SubspaceEntry::for_existing_table(
+                "a",
+                &schema,
+                &c.tables["a"].subspaces,
+                &spec.clone().named("y"),
+                "r2"
+            )
+            .is_err()
+        );
+        // A push of an older version is refused; the current one records the moment.
+        assert!(
+            c.apply(CatalogOp::SubspacesPushed {
+                id: "a".into(),
+                version: 0,
+                timestamp: 9,
+            })
+            .is_err()
+        );
+        c.apply(CatalogOp::SubspacesPushed {
+            id: "a".into(),
+            version: 1,
+            timestamp: 42,
+        })
+        .unwrap();
+        assert_eq!(c.tables["a"].state, TableState::Running);
+        assert_eq!(c.tables["a"].subspaces[0].chained_after, 42);
+        assert!(c.tables["a"].subspaces[0].building);
+        c.apply(CatalogOp::SubspaceLive {
+            id: "a".into(),
+            name: "x".into(),
+        })
+        .unwrap();
+        assert!(!c.tables["a"].subspaces[0].building);
+        // Dropped: out of the catalog at once, its region table deleted after the push.
+        c.apply(CatalogOp::AlterSubspaces {
+            id: "a".into(),
+            subspaces: vec![],
+            add_region: None,
+            drop_region: Some("r".into()),
+        })
+        .unwrap();
+        assert_eq!(c.tables["r"].state, TableState::Creating);
+        c.apply(CatalogOp::SubspacesPushed {
+            id: "a".into(),
+            version: 2,
+            timestamp: 50,
+        })
+        .unwrap();
+        assert_eq!(c.tables["r"].state, TableState::Deleting);
+        assert!(c.tables["a"].dropped_regions.is_empty());
     }
 
     #[test]

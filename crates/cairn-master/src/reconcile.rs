@@ -138,7 +138,20 @@ async fn round(
                 }
             }
             TableState::Altering => {
-                let mut ok = true;
+                // Tablets chain into the subspaces only once their region tables run.
+                let regions_ready = t.subspaces.iter().all(|s| {
+                    catalog
+                        .tables
+                        .get(&s.table_id)
+                        .is_some_and(|r| r.state == TableState::Running)
+                });
+                let subspaces_json: Vec<u8> = if t.subspaces_version > 0 {
+                    serde_json::to_vec(&t.subspaces).unwrap_or_default()
+                } else {
+                    vec![]
+                };
+                let mut ok = regions_ready;
+                let mut newest = 0u64;
                 for e in &tablets {
                     let Some((_, addr, _)) = st.tablet_leader(&e.id) else {
                         ok = false;
@@ -154,9 +167,20 @@ async fn round(
                             .unwrap_or_default()
                             .into(),
                         target_version: t.schema.version,
+                        subspaces_version: if regions_ready {
+                            t.subspaces_version
+                        } else {
+                            0
+                        },
+                        subspaces_json: subspaces_json.clone().into(),
                     };
                     match tokio::time::timeout(RPC_TIMEOUT, c.alter_schema(req)).await {
-                        Ok(Ok(r)) if r.get_ref().version >= t.schema.version => {}
+                        Ok(Ok(r))
+                            if r.get_ref().version >= t.schema.version
+                                && r.get_ref().subspaces_version >= t.subspaces_version =>
+                        {
+                            newest = newest.max(r.get_ref().subspaces_timestamp);
+                        }
                         Ok(Ok(_)) => ok = false,
                         Ok(Err(s)) => {
                             ok = false;
@@ -165,7 +189,17 @@ async fn round(
                         Err(_) => ok = false,
                     }
                 }
-                if ok {
+                if ok && t.subspaces_version > 0 {
+                    st.propose(&CatalogOp::SubspacesPushed {
+                        id: t.id.clone(),
+                        version: t.subspaces_version,
+                        timestamp: newest,
+                    })
+                    .await?
+                    .ok();
+                    tracing::info!(table = %t.name, version = t.subspaces_version,
+                        "every tablet chains into the table's subspaces");
+                } else if ok {
                     st.propose(&CatalogOp::SetTableState {
                         id: t.id.clone(),
                         state: TableState::Running,

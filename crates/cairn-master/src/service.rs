@@ -16,6 +16,8 @@ use crate::catalog::{CatalogOp, CatalogSm, Placement, TableEntry, TableState, Ta
 use crate::error::{MasterError, Result};
 use crate::server::MasterOptions;
 
+mod subspaces;
+
 /// What the leader knows of one tablet server.
 #[derive(Clone, Debug)]
 pub struct TsInfo {
@@ -314,35 +316,8 @@ impl MasterService {
             cairn_hyperspace::SubspaceEntry::for_new_table(&table_id, &schema, &specs, &region_ids)
                 .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
         let mut regions = Vec::with_capacity(subspaces.len());
-        if !subspaces.is_empty() {
-            let region_schema = cairn_hyperspace::region_table_schema(&schema)
-                .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
-            for s in &subspaces {
-                let (rps, bounds) = cairn_hyperspace::region_partitioning(
-                    s.layout.region_count(),
-                    s.tablet_count(),
-                )
-                .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
-                check_tablet_limits(&st.opts, &rps, bounds.len())?;
-                let parts = rps.create_partitions(&bounds)?;
-                let rtablets = place_tablets(&s.table_id, parts, replicas, &live);
-                let entry = TableEntry {
-                    id: s.table_id.clone(),
-                    name: s.table_name.clone(),
-                    schema: SchemaMeta::from_schema(&region_schema),
-                    partition_schema: rps,
-                    replicas,
-                    state: TableState::Creating,
-                    tablets: rtablets.iter().map(|t| t.id.clone()).collect(),
-                    version: 0,
-                    pending_steps: vec![],
-                    owner: owner.clone(),
-                    next_auto_id: crate::catalog::first_auto_id(),
-                    subspaces: vec![],
-                    subspace_of: Some(table_id.clone()),
-                };
-                regions.push((entry, rtablets));
-            }
+        for s in &subspaces {
+            regions.push(self.region_table_entry(&table_id, &schema, &owner, replicas, s, &live)?);
         }
         let table = TableEntry {
             id: table_id.clone(),
@@ -358,6 +333,8 @@ impl MasterService {
             next_auto_id: crate::catalog::first_auto_id(),
             subspaces,
             subspace_of: None,
+            subspaces_version: 0,
+            dropped_regions: vec![],
         };
         st.propose_for(
             request.as_ref(),
@@ -429,6 +406,21 @@ impl MasterService {
         let part = |n: &str| request.as_ref().map(|r| format!("{r}/{n}"));
         if !steps.is_empty() && self.state.answered(part("columns").as_ref()).is_none() {
             self.alter_schema(&req.name, steps, part("columns")).await?;
+        }
+        let add_subspaces: Vec<cairn_hyperspace::SubspaceSpec> =
+            parse_json_list(&req.add_subspaces_json, "subspaces to add")?;
+        let drop_subspaces: Vec<String> =
+            parse_json_list(&req.drop_subspaces_json, "subspaces to drop")?;
+        if !add_subspaces.is_empty() || !drop_subspaces.is_empty() || !req.subspace_live.is_empty()
+        {
+            self.alter_subspaces(
+                &req.name,
+                add_subspaces,
+                drop_subspaces,
+                &req.subspace_live,
+                request.clone(),
+            )
+            .await?;
         }
         if !add.is_empty() || !drop.is_empty() {
             self.alter_range_partitions(&req.name, add, drop, request)

@@ -703,30 +703,12 @@ pub fn table_def(
     }
 
     let mut subspaces: Vec<cairn_hyperspace::SubspaceSpec> = Vec::with_capacity(ct.subspaces.len());
-    for (columns, regions, tablets) in &ct.subspaces {
-        for c in columns {
-            if schema.index_of(c).is_err() {
-                return Err(ParseError::invalid_with(
-                    "42703",
-                    format!(
-                        "column \"{c}\" named in SUBSPACE ({}) does not exist",
-                        columns.join(", ")
-                    ),
-                ));
-            }
-        }
-        let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
-        let mut spec = cairn_hyperspace::SubspaceSpec::new(&refs);
-        if let Some(n) = regions {
-            spec = spec.regions(*n);
-        }
-        if let Some(n) = tablets {
-            spec = spec.tablets(*n);
-        }
+    for clause in &ct.subspaces {
+        let spec = subspace_spec(clause, &schema)?;
         if subspaces.iter().any(|s| s.columns == spec.columns) {
             return Err(ParseError::invalid_definition(format!(
                 "SUBSPACE ({}) is declared twice",
-                columns.join(", ")
+                clause.0.join(", ")
             )));
         }
         subspaces.push(spec);
@@ -881,6 +863,89 @@ fn encode_bounds(
     Ok((lo, hi))
 }
 
+/// The subspace a `SUBSPACE (a, b) [REGIONS n] [TABLETS t]` clause declares on a table
+/// with `schema`; a column it does not have → 42703.
+fn subspace_spec(
+    clause: &crate::parser::SubspaceClause,
+    schema: &Schema,
+) -> Result<cairn_hyperspace::SubspaceSpec, ParseError> {
+    let (columns, regions, tablets) = clause;
+    for c in columns {
+        if schema.index_of(c).is_err() {
+            return Err(ParseError::invalid_with(
+                "42703",
+                format!(
+                    "column \"{c}\" named in SUBSPACE ({}) does not exist",
+                    columns.join(", ")
+                ),
+            ));
+        }
+    }
+    let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
+    let mut spec = cairn_hyperspace::SubspaceSpec::new(&refs);
+    if let Some(n) = regions {
+        spec = spec.regions(*n);
+    }
+    if let Some(n) = tablets {
+        spec = spec.tablets(*n);
+    }
+    Ok(spec)
+}
+
+/// The `ADD SUBSPACE` and `DROP SUBSPACE` operations of an `ALTER TABLE` on a table with
+/// `schema` whose subspaces are named `existing`: the subspaces to add, and the names
+/// of those to drop (`DROP SUBSPACE IF EXISTS` of a missing one is left out; without
+/// `IF EXISTS` → 42704). Adding one with the name of another → 42710.
+pub fn subspace_changes(
+    ops: &[AlterColumn],
+    schema: &Schema,
+    existing: &[String],
+) -> Result<(Vec<cairn_hyperspace::SubspaceSpec>, Vec<String>), ParseError> {
+    let mut names = existing.to_vec();
+    let (mut add, mut drop) = (vec![], vec![]);
+    for op in ops {
+        match op {
+            AlterColumn::AddSubspace { subspace } => {
+                let spec = subspace_spec(subspace, schema)?;
+                if names.contains(&spec.name) {
+                    return Err(ParseError::invalid_with(
+                        "42710",
+                        format!(
+                            "the table already has subspace \"{}\": drop it first or choose \
+                             other attributes",
+                            spec.name
+                        ),
+                    ));
+                }
+                names.push(spec.name.clone());
+                add.push(spec);
+            }
+            AlterColumn::DropSubspace { name, if_exists } => {
+                if !names.contains(name) {
+                    if *if_exists {
+                        continue;
+                    }
+                    return Err(ParseError::invalid_with(
+                        "42704",
+                        format!(
+                            "subspace \"{name}\" does not exist{}",
+                            if names.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" (the table has {})", names.join(", "))
+                            }
+                        ),
+                    ));
+                }
+                names.retain(|n| n != name);
+                drop.push(name.clone());
+            }
+            _ => {}
+        }
+    }
+    Ok((add, drop))
+}
+
 /// Turns `ALTER TABLE` operations into schema changes.
 ///
 /// `ADD` becomes [`AlterOp::AddColumn`] with the column's type, nullability and default;
@@ -893,7 +958,10 @@ pub fn alter_ops(ops: &[AlterColumn]) -> Result<Vec<AlterOp>, ParseError> {
         .filter(|op| {
             !matches!(
                 op,
-                AlterColumn::AddRangePartition { .. } | AlterColumn::DropRangePartition { .. }
+                AlterColumn::AddRangePartition { .. }
+                    | AlterColumn::DropRangePartition { .. }
+                    | AlterColumn::AddSubspace { .. }
+                    | AlterColumn::DropSubspace { .. }
             )
         })
         .map(|op| match op {
@@ -924,9 +992,10 @@ pub fn alter_ops(ops: &[AlterColumn]) -> Result<Vec<AlterOp>, ParseError> {
                 from: from.clone(),
                 to: to.clone(),
             }),
-            AlterColumn::AddRangePartition { .. } | AlterColumn::DropRangePartition { .. } => {
-                unreachable!("filtered out above")
-            }
+            AlterColumn::AddRangePartition { .. }
+            | AlterColumn::DropRangePartition { .. }
+            | AlterColumn::AddSubspace { .. }
+            | AlterColumn::DropSubspace { .. } => unreachable!("filtered out above"),
         })
         .collect()
 }

@@ -42,8 +42,10 @@ use datafusion::sql::sqlparser::tokenizer::{
 
 mod copy;
 pub(crate) mod functions;
+mod subspace;
 
 pub use copy::{CopyFormat, CopyFrom, CopyInput, CopyOptions, CopyTo};
+pub use subspace::SubspaceClause;
 
 /// SQLSTATE of a syntax error.
 pub const SQLSTATE_SYNTAX_ERROR: &str = "42601";
@@ -371,7 +373,7 @@ pub struct CreateTable {
     pub query: Option<Box<Query>>,
     /// `SUBSPACE (a, b) [REGIONS n] [TABLETS t]` clauses: hyperspace search subspaces,
     /// each its attributes, region count and tablet count (defaults when not given).
-    pub subspaces: Vec<(Vec<String>, Option<u32>, Option<u32>)>,
+    pub subspaces: Vec<SubspaceClause>,
 }
 
 /// One hash level of `PARTITION BY HASH (cols) PARTITIONS n`: the columns (empty for
@@ -441,6 +443,18 @@ pub enum AlterColumn {
     DropRangePartition {
         /// Lower (inclusive) and upper (exclusive) bound, as in [`RangeBounds`].
         bounds: RangeBounds,
+    },
+    /// `ADD SUBSPACE (a, b) [REGIONS n] [TABLETS t]`: hyperspace search on `a, b`.
+    AddSubspace {
+        /// Attributes, regions and tablets.
+        subspace: SubspaceClause,
+    },
+    /// `DROP SUBSPACE [IF EXISTS] name` (or `(a, b)`, its default name).
+    DropSubspace {
+        /// The subspace's name.
+        name: String,
+        /// `IF EXISTS`: a missing subspace is not an error.
+        if_exists: bool,
     },
 }
 
@@ -982,22 +996,7 @@ fn parse_create_table(p: &mut Parser<'_>) -> Result<CreateTable, ParseError> {
             replicas = parse_table_options(p)?;
         } else if is_word(&t, "SUBSPACE") {
             p.next_token();
-            let columns = parse_column_list(p)?;
-            let mut count = |word: &str, what: &str| -> Result<Option<u32>, ParseError> {
-                if !is_word(&p.peek_token().token, word) {
-                    return Ok(None);
-                }
-                p.next_token();
-                let n = p.parse_literal_uint()?;
-                match u32::try_from(n) {
-                    Ok(n) if n >= 1 => Ok(Some(n)),
-                    _ => Err(ParseError::invalid(format!(
-                        "SUBSPACE (...) {word} {n} is invalid: give a positive number of {what}"
-                    ))),
-                }
-            };
-            let regions = count("REGIONS", "regions")?;
-            let tablets = count("TABLETS", "tablets")?;
+            let (columns, regions, tablets) = subspace::parse_subspace_clause(p)?;
             subspaces.push((columns, regions, tablets));
         } else if p.parse_keyword(Keyword::AS) || is_keyword(&t, Keyword::SELECT) {
             let mut q = p.parse_query()?;
@@ -1435,11 +1434,17 @@ fn parse_alter_table(p: &mut Parser<'_>) -> Result<CairnStatement, ParseError> {
 }
 
 fn alter_op(p: &mut Parser<'_>) -> Result<AlterColumn, ParseError> {
-    const HELP: &str = "ALTER TABLE supports ADD [COLUMN] c type [NULL|NOT NULL] [DEFAULT lit], DROP [COLUMN] c, RENAME [COLUMN] a TO b, ADD RANGE PARTITION ... and DROP RANGE PARTITION ...";
+    const HELP: &str = "ALTER TABLE supports ADD [COLUMN] c type [NULL|NOT NULL] [DEFAULT lit], DROP [COLUMN] c, RENAME [COLUMN] a TO b, ADD RANGE PARTITION ..., DROP RANGE PARTITION ..., ADD SUBSPACE (a, ...) [REGIONS n] [TABLETS t] and DROP SUBSPACE name";
     if p.parse_keyword(Keyword::ADD) {
         if p.parse_keywords(&[Keyword::RANGE, Keyword::PARTITION]) {
             return Ok(AlterColumn::AddRangePartition {
                 bounds: parse_range_partition(p)?,
+            });
+        }
+        if is_word(&p.peek_token().token, "SUBSPACE") {
+            p.next_token();
+            return Ok(AlterColumn::AddSubspace {
+                subspace: subspace::parse_subspace_clause(p)?,
             });
         }
         let _ = p.parse_keyword(Keyword::COLUMN);
@@ -1471,6 +1476,11 @@ fn alter_op(p: &mut Parser<'_>) -> Result<AlterColumn, ParseError> {
             return Ok(AlterColumn::DropRangePartition {
                 bounds: parse_range_partition(p)?,
             });
+        }
+        if is_word(&p.peek_token().token, "SUBSPACE") {
+            p.next_token();
+            let (name, if_exists) = subspace::parse_drop_subspace(p)?;
+            return Ok(AlterColumn::DropSubspace { name, if_exists });
         }
         let t = p.peek_token().token;
         if is_keyword(&t, Keyword::CONSTRAINT) || is_keyword(&t, Keyword::PRIMARY) {

@@ -144,18 +144,14 @@ impl CairnTable {
         if statement.txn.is_some() {
             return Ok(None);
         }
-        let layouts: Vec<_> = self
-            .table
-            .subspaces
-            .iter()
-            .map(|s| s.layout.clone())
-            .collect();
+        let searchable = self.table.searchable_subspaces();
+        let layouts: Vec<_> = searchable.iter().map(|s| s.layout.clone()).collect();
         let plan = cairn_hyperspace::plan_search(&layouts, predicates)
             .map_err(|e| datafusion::error::DataFusionError::Plan(e.to_string()))?;
         let Some(plan) = plan.filter(|p| (p.regions.len() as u32) < p.total_regions) else {
             return Ok(None);
         };
-        let entry = &self.table.subspaces[plan.subspace];
+        let entry = searchable[plan.subspace];
         let desc = format!(
             "subspace=({}) regions={}/{}",
             entry.layout.columns().join(","),

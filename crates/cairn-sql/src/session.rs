@@ -943,9 +943,32 @@ impl SqlSession {
                 let steps = ddl::alter_ops_for_schema(&ops, &table.schema)?;
                 let (add, drop) =
                     ddl::range_partition_changes(&ops, &table.schema, &table.partition_schema)?;
+                let existing: Vec<String> = table
+                    .subspaces
+                    .iter()
+                    .map(|s| s.layout.name.clone())
+                    .collect();
+                let (add_subspaces, drop_subspaces) =
+                    ddl::subspace_changes(&ops, &table.schema, &existing)?;
                 let mut altered = client.alter_table(&name, steps).await;
                 if altered.is_ok() {
                     altered = client.alter_range_partitions(&name, add, drop).await;
+                }
+                for s in drop_subspaces {
+                    if altered.is_ok() {
+                        altered = client.drop_subspace(&name, &s).await;
+                    }
+                }
+                for spec in add_subspaces {
+                    if altered.is_ok() {
+                        // Built over the table's rows while writes go on.
+                        altered = client
+                            .add_subspace(&name, spec, &|step| {
+                                tracing::debug!(table = %name, step, "ALTER TABLE ADD SUBSPACE")
+                            })
+                            .await
+                            .map(|_| ());
+                    }
                 }
                 schema.invalidate();
                 altered?;

@@ -75,6 +75,17 @@ pub struct RowSetMeta {
 /// The stored form of a schema (defined in `cairn-common`, where the wire uses it too).
 pub use cairn_common::schema::SchemaMeta;
 
+/// The subspace layouts a [`crate::ops::LogRecord::SetSubspaces`] set.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SubspacesMeta {
+    /// The catalog's version of the layouts.
+    pub version: u64,
+    /// The record's timestamp: every change after it is chained into them.
+    pub ts: u64,
+    /// The layouts, as the tablet server encodes them.
+    pub layouts: Vec<u8>,
+}
+
 /// Everything the metadata file records.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TabletMeta {
@@ -107,6 +118,10 @@ pub struct TabletMeta {
     /// [`crate::unchained`]).
     #[serde(default)]
     pub unchained: Vec<crate::unchained::Unchained>,
+    /// The table's subspaces as the last [`crate::ops::LogRecord::SetSubspaces`] set
+    /// them.
+    #[serde(default)]
+    pub subspaces: Option<SubspacesMeta>,
 }
 
 impl TabletMeta {
@@ -123,6 +138,7 @@ impl TabletMeta {
             txn_floor: None,
             txn_decisions: vec![],
             unchained: vec![],
+            subspaces: None,
         }
     }
 

@@ -494,6 +494,20 @@ pub enum LogRecord {
         /// that applies it again must not need them.
         ops: Vec<LoggedOp>,
     },
+    /// The table's subspaces changed (`ALTER TABLE … ADD/DROP SUBSPACE`): every change
+    /// after this record is chained into these, and tracked until it is
+    /// ([`crate::unchained`]). The tablet keeps the layouts as the tablet server
+    /// encodes them.
+    SetSubspaces {
+        /// Taken in log order: every write before the record is older, every write
+        /// after it newer.
+        ts: HybridTime,
+        /// The catalog's version of the layouts; an older one than the tablet has
+        /// changes nothing.
+        version: u64,
+        /// The layouts (JSON of the tablet server's subspace entries).
+        layouts: Vec<u8>,
+    },
     /// The leader chained these changes into the table's subspaces: they leave the
     /// tablet's list of unchained changes ([`crate::unchained`]).
     ChainsDone {
@@ -584,6 +598,7 @@ const TAG_TXN_BEGIN_COMMIT: u8 = 7;
 const TAG_TXN_FINISH: u8 = 8;
 const TAG_TXN_BEGIN_COMMIT_ROLE: u8 = 9;
 const TAG_CHAINS_DONE: u8 = 10;
+const TAG_SET_SUBSPACES: u8 = 11;
 
 /// Appends a list of logged ops.
 fn put_ops(out: &mut Vec<u8>, ops: &[LoggedOp]) {
@@ -742,6 +757,16 @@ impl LogRecord {
                 codec::put_u64(&mut out, commit_ts.map_or(0, |t| t.0));
                 put_ops(&mut out, ops);
             }
+            LogRecord::SetSubspaces {
+                ts,
+                version,
+                layouts,
+            } => {
+                out.push(TAG_SET_SUBSPACES);
+                codec::put_u64(&mut out, ts.0);
+                codec::put_u64(&mut out, *version);
+                codec::put_bytes(&mut out, layouts);
+            }
             LogRecord::ChainsDone { done } => {
                 out.push(TAG_CHAINS_DONE);
                 codec::put_u32(&mut out, done.len() as u32);
@@ -859,6 +884,11 @@ impl LogRecord {
                     ops,
                 })
             }
+            TAG_SET_SUBSPACES => Ok(LogRecord::SetSubspaces {
+                ts: HybridTime(r.u64()?),
+                version: r.u64()?,
+                layouts: r.bytes()?.to_vec(),
+            }),
             TAG_CHAINS_DONE => {
                 let n = r.u32()? as usize;
                 let mut done = Vec::with_capacity(n.min(1 << 16));
@@ -998,6 +1028,12 @@ mod tests {
             done: vec![(7, b"k1".to_vec()), (9, vec![])],
         };
         assert_eq!(LogRecord::decode(&done.encode()).unwrap(), done);
+        let set = LogRecord::SetSubspaces {
+            ts: HybridTime(11),
+            version: 3,
+            layouts: b"[]".to_vec(),
+        };
+        assert_eq!(LogRecord::decode(&set.encode()).unwrap(), set);
         // The first record form (no flags, no conditions) is still read.
         let mut v1 = vec![1u8];
         codec::put_u64(&mut v1, 42);

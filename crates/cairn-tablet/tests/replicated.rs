@@ -476,7 +476,7 @@ fn replay_oracle(
             | LogRecord::TxnBeginCommit { .. }
             | LogRecord::TxnFinish { .. } => {}
             // Nor to a table with subspaces.
-            LogRecord::ChainsDone { .. } => {}
+            LogRecord::ChainsDone { .. } | LogRecord::SetSubspaces { .. } => {}
         }
     }
     (versions, per_record)

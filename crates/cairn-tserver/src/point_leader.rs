@@ -135,7 +135,7 @@ impl TabletService {
                 .saturating_duration_since(tokio::time::Instant::now())
                 .max(crate::chain::MIN_CHAIN_TIMEOUT);
             driver
-                .propagate(schema, 1, &replica.meta.subspaces, &changes, timeout)
+                .propagate(schema, 1, &replica.subspaces(), &changes, timeout)
                 .await?;
         }
         let seen = HybridTime(driver.last_timestamp().max(ts.0));
@@ -200,7 +200,8 @@ impl TabletService {
         // Noted chains of tablets no longer here are nobody's to report.
         driver.keep_done_of(|id| replicas.iter().any(|r| r.meta.tablet_id == id));
         for replica in replicas {
-            if replica.meta.subspaces.is_empty() {
+            // A tablet whose table has (or had) subspaces tracks its changes.
+            if !replica.tablet().unchained().tracking() {
                 continue;
             }
             let id = replica.meta.tablet_id.clone();

@@ -280,6 +280,11 @@ pub struct TabletReplica {
     /// The queue into the log (group commit).
     proposer: Arc<Proposer>,
     in_flight: InFlight,
+    /// The table's subspaces parsed from the tablet's last `SetSubspaces` record, by
+    /// its version.
+    layouts: Mutex<Option<(u64, Arc<Vec<cairn_hyperspace::SubspaceEntry>>)>>,
+    /// The subspaces the replica was created with.
+    created_with: Arc<Vec<cairn_hyperspace::SubspaceEntry>>,
 }
 
 impl std::fmt::Debug for TabletReplica {
@@ -326,13 +331,79 @@ impl TabletReplica {
     /// Wraps an opened state machine and group.
     pub fn new(meta: ReplicaMeta, sm: Arc<TabletSm>, group: Arc<RaftGroup>) -> Self {
         TabletReplica {
+            created_with: Arc::new(meta.subspaces.clone()),
             meta,
             sm,
             proposer: Proposer::new(group.clone()),
             group,
             propose: tokio::sync::Mutex::new(()),
             in_flight: Mutex::new(HashMap::new()),
+            layouts: Mutex::new(None),
         }
+    }
+
+    /// The table's subspaces as this replica knows them: those the last applied
+    /// `SetSubspaces` record set (`ALTER TABLE … ADD/DROP SUBSPACE`), else those the
+    /// replica was created with. Empty for most tables.
+    pub fn subspaces(&self) -> Arc<Vec<cairn_hyperspace::SubspaceEntry>> {
+        let Some(set) = self.tablet().subspaces() else {
+            return self.created_with.clone();
+        };
+        let mut cached = self.layouts.lock();
+        if let Some((v, l)) = cached.as_ref()
+            && *v == set.version
+        {
+            return l.clone();
+        }
+        match serde_json::from_slice::<Vec<cairn_hyperspace::SubspaceEntry>>(&set.layouts) {
+            Ok(l) => {
+                let l = Arc::new(l);
+                *cached = Some((set.version, l.clone()));
+                l
+            }
+            Err(e) => {
+                // Written by this code's own encoder: unreadable only if corrupt.
+                self.tablet()
+                    .fail(format!("unreadable subspace layouts: {e}"));
+                self.created_with.clone()
+            }
+        }
+    }
+
+    /// The version of the subspace layouts the tablet applied and the timestamp from
+    /// which every change is chained into them (`(0, 0)`: none set since creation).
+    pub fn subspaces_version(&self) -> (u64, u64) {
+        self.tablet()
+            .subspaces()
+            .map_or((0, 0), |s| (s.version, s.ts))
+    }
+
+    /// Replicates the table's subspaces `layouts` (JSON) at catalog version `version`
+    /// unless the tablet has that version or a newer one, and waits (until
+    /// `deadline`) for it to apply. Returns the version and timestamp the tablet has.
+    pub async fn set_subspaces(
+        &self,
+        version: u64,
+        layouts: Vec<u8>,
+        deadline: Instant,
+    ) -> Result<(u64, u64)> {
+        let have = self.subspaces_version();
+        if have.0 >= version {
+            return Ok(have);
+        }
+        serde_json::from_slice::<Vec<cairn_hyperspace::SubspaceEntry>>(&layouts).map_err(|e| {
+            TserverError::InvalidArgument(format!("malformed subspace layouts: {e}"))
+        })?;
+        let rx = {
+            let _order = self.propose.lock().await;
+            let (_, rec) = self.tablet().start_set_subspaces(version, layouts);
+            self.proposer.submit(rec, false)
+        };
+        tokio::time::timeout_at(deadline, rx)
+            .await
+            .map_err(|_| deadline_passed())?
+            .unwrap_or(Err(ConsensusError::ShutDown))?;
+        Ok(self.subspaces_version())
     }
 
     /// The tablet.

@@ -448,7 +448,7 @@ impl TabletService {
         self.observe(req.propagated_timestamp)?;
         crate::convert::check_row_sizes(&rows, self.limits.max_row_bytes)?;
         let replica = self.leader_replica(&req.tablet_id)?;
-        if !replica.meta.subspaces.is_empty() {
+        if !replica.subspaces().is_empty() {
             return Err(TserverError::InvalidArgument(format!(
                 "table {} has subspaces, which bulk loading does not update yet: insert \
                  its rows with INSERT or a write session",
@@ -479,7 +479,7 @@ impl TabletService {
             deadline,
             txn: req.txn_id.map(cairn_tablet::TxnId),
         };
-        let (ts, errs) = if replica.meta.subspaces.is_empty() {
+        let (ts, errs) = if replica.subspaces().is_empty() {
             replica.write(ops, wo).await?
         } else {
             self.chained_write(&replica, &schema, ops, wo).await?
@@ -546,7 +546,7 @@ impl TabletService {
             self.observe(ts.0)?;
         }
         let commits = matches!(step, TxnStep::Finish(TxnDecision::Commit(_)));
-        if commits && !replica.meta.subspaces.is_empty() {
+        if commits && !replica.subspaces().is_empty() {
             return self.commit_chained(&replica, txn, step, deadline).await;
         }
         let ts = replica.txn_control(txn, step, deadline).await?;
@@ -919,8 +919,17 @@ impl pb::tablet_server_server::TabletServer for TabletService {
                 replica.propose_record(rec, deadline).await?;
             }
         }
+        let (subspaces_version, subspaces_timestamp) = if req.subspaces_version > 0 {
+            replica
+                .set_subspaces(req.subspaces_version, req.subspaces_json.to_vec(), deadline)
+                .await?
+        } else {
+            replica.subspaces_version()
+        };
         Ok(Response::new(pb::AlterSchemaResponse {
             version: replica.tablet().schema().version(),
+            subspaces_version,
+            subspaces_timestamp,
         }))
     }
 }

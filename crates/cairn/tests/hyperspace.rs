@@ -544,3 +544,140 @@ async fn many_regions_share_few_tablets() {
         "{again:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subspace_added_while_rows_change_holds_every_row() {
+    let cl = InProc::start(3, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    let spec = cairn_client::CreateTableSpec::new("grow", people_schema())
+        .partition(PartitionSchema {
+            hash_levels: vec![HashLevel {
+                columns: vec!["id".into()],
+                num_buckets: 2,
+                seed: 0,
+            }],
+            range_columns: vec![],
+        })
+        .replicas(3);
+    c.create_table(spec).await.unwrap();
+    let t = c.open_table("grow").await.unwrap();
+    assert!(t.subspaces.is_empty());
+    let mut r = Rng(5);
+    let mut s = c.new_session(&t);
+    for id in 0..300 {
+        s.apply(Operation::upsert(person(id, &mut r)))
+            .await
+            .unwrap();
+    }
+
+    // Writers change rows all through the ALTER: before the tablets chain into the new
+    // subspace, while they start to, during the backfill and after.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..3u64 {
+        let (c, t, stop) = (cl.client().await, t.clone(), stop.clone());
+        writers.spawn(async move {
+            let mut r = Rng(0x5151 + w);
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 50 {
+                let id = r.below(360) as i64;
+                let op = match r.below(8) {
+                    0 => Operation::delete(&t.schema, &[Value::Int64(id)]).unwrap(),
+                    1 => Operation::update(
+                        &t.schema,
+                        &[Value::Int64(id)],
+                        &[("age", Value::Int32(r.below(120) as i32))],
+                    )
+                    .unwrap(),
+                    _ => Operation::upsert(person(id, &mut r)),
+                };
+                match c.new_session(&t).apply(op).await {
+                    Ok(()) | Err(ClientError::Row(_)) => {}
+                    Err(e) => panic!("write failed: {e}"),
+                }
+                n += 1;
+            }
+            n
+        });
+    }
+    let steps = std::sync::Mutex::new(Vec::new());
+    let added = c
+        .add_subspace(
+            "grow",
+            SubspaceSpec::new(&["city", "age"]).regions(16),
+            &|s: &str| steps.lock().unwrap().push(s.to_string()),
+        )
+        .await
+        .unwrap();
+    assert!(added.rows > 0, "{added:?}");
+    assert!(
+        steps.lock().unwrap().iter().any(|s| s.contains("copying")),
+        "progress is reported: {:?}",
+        steps.lock().unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    while let Some(n) = writers.join_next().await {
+        assert!(n.unwrap() >= 50);
+    }
+    let t = c.open_table("grow").await.unwrap();
+    let entry = &t.subspaces[0];
+    assert!(!entry.building && entry.chained_after > 0, "{entry:?}");
+    // The age axis was cut at the sample's quantiles, not at the defaults.
+    assert_ne!(
+        entry.layout.dimensions[1].cuts.to_vec(),
+        cairn_hyperspace::grid::default_cuts(
+            entry.layout.dimensions[1].axis.kind,
+            entry.layout.dimensions[1].intervals()
+        )
+    );
+    // Writes whose leader had not yet seen the subspace are chained by the tablets'
+    // bookkeeping within seconds.
+    wait_for(
+        Duration::from_secs(30),
+        "the new subspace to hold every row",
+        || async { matches!(c.check_subspaces(&t, 5).await, Ok((_, p)) if p.is_empty()) },
+    )
+    .await;
+    let base = base_rows(&c, &t).await;
+    let city = |s: &str| Value::String(s.into());
+    check_search(
+        &c,
+        &t,
+        &base,
+        vec![ColumnPredicate::eq("city", city("kyiv"))],
+        true,
+    )
+    .await;
+    check_search(
+        &c,
+        &t,
+        &base,
+        vec![
+            ColumnPredicate::eq("city", city("oslo")),
+            ColumnPredicate::range("age", Value::Int32(10), Value::Int32(60)),
+        ],
+        true,
+    )
+    .await;
+
+    // Dropped, the subspace is no longer searched and writes go on.
+    c.drop_subspace("grow", &entry.layout.name).await.unwrap();
+    let t = c.open_table("grow").await.unwrap();
+    assert!(t.subspaces.is_empty());
+    let mut s = c.new_session(&t);
+    s.apply(Operation::upsert(person(1000, &mut r)))
+        .await
+        .unwrap();
+    let base = base_rows(&c, &t).await;
+    check_search(
+        &c,
+        &t,
+        &base,
+        vec![ColumnPredicate::eq("city", city("kyiv"))],
+        false,
+    )
+    .await;
+    let err = c.drop_subspace("grow", "city_age").await.unwrap_err();
+    assert!(err.to_string().contains("no subspace"), "{err}");
+}

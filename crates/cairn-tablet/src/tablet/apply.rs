@@ -90,6 +90,14 @@ impl Tablet {
                 self.apply_txn_finish(index, txn, commit_ts, ops)?;
                 Ok(Vec::new())
             }
+            LogRecord::SetSubspaces {
+                ts,
+                version,
+                layouts,
+            } => {
+                self.apply_set_subspaces(index, ts, version, layouts);
+                Ok(Vec::new())
+            }
             LogRecord::ChainsDone { done } => {
                 let _g = self.gate.read();
                 self.unchained.done(&done);

@@ -220,6 +220,8 @@ pub struct Tablet {
     txns: crate::txn::TxnTable,
     /// Changes not yet chained into the table's subspaces ([`crate::unchained`]).
     unchained: crate::unchained::UnchainedChanges,
+    /// The subspace layouts the last `SetSubspaces` record set.
+    subspaces: RwLock<Option<Arc<crate::metadata::SubspacesMeta>>>,
     /// What scans skipped.
     pub counters: ScanCounters,
     shut_down: AtomicBool,
@@ -343,7 +345,14 @@ impl Tablet {
             cache,
             results: ResultTracker::from_persisted(meta.results),
             txns,
-            unchained: crate::unchained::UnchainedChanges::from_persisted(meta.unchained),
+            unchained: {
+                let u = crate::unchained::UnchainedChanges::from_persisted(meta.unchained);
+                if meta.subspaces.is_some() {
+                    u.track();
+                }
+                u
+            },
+            subspaces: RwLock::new(meta.subspaces.map(Arc::new)),
             counters: ScanCounters::default(),
             shut_down: AtomicBool::new(false),
             failed: Mutex::new(None),
@@ -395,6 +404,51 @@ impl Tablet {
     /// subspaces ([`crate::unchained`]).
     pub fn unchained(&self) -> &crate::unchained::UnchainedChanges {
         &self.unchained
+    }
+
+    /// The subspace layouts the last applied [`crate::ops::LogRecord::SetSubspaces`]
+    /// set, if any.
+    pub fn subspaces(&self) -> Option<Arc<crate::metadata::SubspacesMeta>> {
+        self.subspaces.read().clone()
+    }
+
+    /// The record that sets the table's subspaces to `layouts` at catalog version
+    /// `version`, with its timestamp (see [`crate::ops::LogRecord::SetSubspaces`]).
+    /// REQUIRES: the caller proposes records in timestamp order (the replica's propose
+    /// lock), so that writes logged before it are older and writes after it newer.
+    pub fn start_set_subspaces(&self, version: u64, layouts: Vec<u8>) -> (HybridTime, Vec<u8>) {
+        let ts = self.clock.now();
+        let rec = crate::ops::LogRecord::SetSubspaces {
+            ts,
+            version,
+            layouts,
+        };
+        (ts, rec.encode())
+    }
+
+    /// Applies a [`crate::ops::LogRecord::SetSubspaces`] at `index`: from here on changes are
+    /// tracked until chained.
+    pub(crate) fn apply_set_subspaces(
+        &self,
+        index: u64,
+        ts: HybridTime,
+        version: u64,
+        layouts: Vec<u8>,
+    ) {
+        let _g = self.gate.read();
+        // A committed record's timestamp is applied whatever the offset (as writes').
+        self.clock.update(ts);
+        self.unchained.track();
+        let mut cur = self.subspaces.write();
+        if cur.as_ref().is_none_or(|s| s.version < version) {
+            *cur = Some(Arc::new(crate::metadata::SubspacesMeta {
+                version,
+                ts: ts.0,
+                layouts,
+            }));
+        }
+        drop(cur);
+        self.note_applied(index, ts);
     }
 
     /// Resolves a read mode into a snapshot timestamp, waiting (at most the safe-time
@@ -655,6 +709,7 @@ impl Tablet {
             txn_floor: self.txns.floor(),
             txn_decisions: self.txns.decisions(self.clock.now()),
             unchained: self.unchained.to_persist(),
+            subspaces: self.subspaces.read().as_ref().map(|s| s.as_ref().clone()),
         };
         edit(&mut meta);
         let stored = (|| -> Result<()> {

@@ -481,11 +481,16 @@ pub async fn describe(a: DescribeArgs) -> ToolResult<()> {
     println!("  replicas:      {}", table.replicas);
     for s in &table.subspaces {
         println!(
-            "  subspace:      {} ({}): {} regions in {} tablets",
+            "  subspace:      {} ({}): {} regions in {} tablets{}",
             s.layout.name,
             s.layout.columns().join(", "),
             s.layout.region_count(),
-            s.tablet_count()
+            s.tablet_count(),
+            if s.building {
+                " (being built: ALTER TABLE … ADD SUBSPACE did not finish; run it again)"
+            } else {
+                ""
+            }
         );
     }
     println!();

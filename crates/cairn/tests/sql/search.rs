@@ -134,3 +134,50 @@ async fn where_clauses_on_subspace_attributes_read_only_their_regions() {
     let e = err(&s, "ALTER TABLE people ADD COLUMN extra INT").await;
     assert!(e.to_string().contains("subspaces"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn alter_table_adds_and_drops_a_subspace_over_existing_rows() {
+    let (_cl, engine) = sql_cluster(3).await;
+    let s = engine.session();
+    q(
+        &s,
+        "CREATE TABLE people (id BIGINT PRIMARY KEY, city TEXT, age INT, score DOUBLE PRECISION) \
+         WITH (replicas = 3)",
+    )
+    .await;
+    let values: Vec<String> = (0..80)
+        .map(|i| {
+            let city = ["'oslo'", "'lima'", "'pune'", "NULL"][i % 4];
+            format!("({i}, {city}, {}, {})", (i * 7) % 90, i)
+        })
+        .collect();
+    q(
+        &s,
+        &format!("INSERT INTO people VALUES {}", values.join(", ")),
+    )
+    .await;
+    let sql = "SELECT id, city, age FROM people WHERE city = 'lima' AND age < 50";
+    let plan = format!("{:?}", q(&s, &format!("EXPLAIN {sql}")).await);
+    assert!(!plan.contains("SubspaceSearchExec"), "{plan}");
+
+    q(&s, "ALTER TABLE people ADD SUBSPACE (city, age) REGIONS 16").await;
+    let plan = format!("{:?}", q(&s, &format!("EXPLAIN {sql}")).await);
+    assert!(plan.contains("subspace=(city,age)"), "{plan}");
+    same_as_scan(&s, "city = 'lima' AND age < 50", true).await;
+    // Later writes are chained into it like any other.
+    q(&s, "UPDATE people SET city = 'lima' WHERE id < 8").await;
+    q(&s, "DELETE FROM people WHERE id % 5 = 0").await;
+    same_as_scan(&s, "city = 'lima'", true).await;
+
+    // Mistakes get PostgreSQL's codes.
+    let e = err(&s, "ALTER TABLE people ADD SUBSPACE (city, age)").await;
+    assert_eq!(e.sqlstate(), "42710", "{e}");
+    let e = err(&s, "ALTER TABLE people ADD SUBSPACE (height)").await;
+    assert_eq!(e.sqlstate(), "42703", "{e}");
+    let e = err(&s, "ALTER TABLE people DROP SUBSPACE nope").await;
+    assert_eq!(e.sqlstate(), "42704", "{e}");
+    q(&s, "ALTER TABLE people DROP SUBSPACE IF EXISTS nope").await;
+
+    q(&s, "ALTER TABLE people DROP SUBSPACE (city, age)").await;
+    same_as_scan(&s, "city = 'lima'", false).await;
+}
