@@ -64,7 +64,16 @@ impl WebState {
             );
             let cat = m.catalog.snapshot();
             let _ = writeln!(out, "\ntables ({}):", cat.tables.len());
-            for t in cat.tables.values() {
+            // The leaders' row estimates, by tablet.
+            let estimates: std::collections::HashMap<String, u64> = m
+                .tservers
+                .read()
+                .values()
+                .flat_map(|t| t.reports.values())
+                .filter(|r| r.role == cairn_proto::RaftRole::Leader as i32)
+                .map(|r| (r.tablet_id.clone(), r.num_rows_estimate))
+                .collect();
+            for t in cat.tables.values().filter(|t| t.subspace_of.is_none()) {
                 let _ = writeln!(
                     out,
                     "  {:<24} {:<9} {} tablet(s) x {} replica(s)",
@@ -73,6 +82,21 @@ impl WebState {
                     t.tablets.len(),
                     t.replicas
                 );
+                for s in &t.subspaces {
+                    let rows: u64 = cat.tables.get(&s.table_id).map_or(0, |r| {
+                        r.tablets.iter().filter_map(|id| estimates.get(id)).sum()
+                    });
+                    let _ = writeln!(
+                        out,
+                        "    subspace {} ({}): {} regions in {} tablet(s), about {rows} row \
+                         copies{}",
+                        s.layout.name,
+                        s.layout.columns().join(", "),
+                        s.layout.region_count(),
+                        s.tablet_count(),
+                        if s.building { " (being built)" } else { "" }
+                    );
+                }
             }
             let _ = writeln!(out, "\nread-only stores ({}):", cat.stores.len());
             let pushes = m.store_pushes.lock().clone();

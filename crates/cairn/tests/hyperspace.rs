@@ -362,6 +362,8 @@ async fn subspaces_follow_concurrent_writes_and_a_server_stop() {
         out.contains("subspace:      city_age (city, age): 6 regions"),
         "{out}"
     );
+    // Each subspace holds one live copy of every row.
+    assert!(out.contains(&format!(" {} rows\n", base.len())), "{out}");
 
     // Dropping the table drops its region tables.
     let region_name = t.subspaces[0].table_name.clone();

@@ -480,8 +480,20 @@ pub async fn describe(a: DescribeArgs) -> ToolResult<()> {
     );
     println!("  replicas:      {}", table.replicas);
     for s in &table.subspaces {
+        // The live copies its regions hold (a count over its region table).
+        let region = cairn_client::hyperspace::region_table(&table.schema, table.replicas, s)?;
+        let rows = client
+            .scan(&region)
+            .projection(vec![cairn_hyperspace::VERSION_COLUMN.to_string()])
+            .predicate(cairn_common::ColumnPredicate::eq(
+                cairn_hyperspace::REMOVED_COLUMN,
+                cairn_common::Value::Bool(false),
+            ))
+            .execute()
+            .await?
+            .num_rows();
         println!(
-            "  subspace:      {} ({}): {} regions in {} tablets{}",
+            "  subspace:      {} ({}): {} regions in {} tablets, {rows} rows{}",
             s.layout.name,
             s.layout.columns().join(", "),
             s.layout.region_count(),
