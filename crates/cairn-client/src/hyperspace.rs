@@ -156,23 +156,57 @@ fn hs_error(e: cairn_hyperspace::HyperspaceError) -> ClientError {
 /// Rows found in a subspace, one per key: the newest version seen.
 struct Found {
     schema: Arc<Schema>,
+    /// The table columns read from the regions, by schema position: all of them, or
+    /// only the key (a count).
+    columns: Vec<usize>,
     rows: HashMap<Vec<u8>, (i64, Vec<Value>)>,
 }
 
 impl Found {
+    /// Collects whole rows.
     fn new(schema: Arc<Schema>) -> Found {
         Found {
+            columns: (0..schema.num_columns()).collect(),
             schema,
             rows: HashMap::new(),
         }
     }
 
-    /// Adds the rows of a region-table batch projected to the base columns then the
-    /// version.
+    /// Collects only the rows' keys (what a count needs): less to read and send.
+    fn keys_only(schema: Arc<Schema>) -> Found {
+        Found {
+            columns: schema.key_indexes().to_vec(),
+            schema,
+            rows: HashMap::new(),
+        }
+    }
+
+    /// The region-table columns to read: [`Found::columns`], then the version.
+    fn projection(&self) -> Vec<String> {
+        self.columns
+            .iter()
+            .map(|&i| self.schema.column(i).name.clone())
+            .chain(std::iter::once(VERSION_COLUMN.to_string()))
+            .collect()
+    }
+
+    /// Adds the rows of a region-table batch read with [`Found::projection`].
     fn add(&mut self, batch: &RecordBatch) -> Result<()> {
-        let n = self.schema.num_columns();
+        let n = self.columns.len();
+        let whole = n == self.schema.num_columns();
         for r in 0..batch.num_rows() {
-            let row = row_at(batch, r, self.schema.columns())?;
+            let row = self
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(at, &i)| {
+                    Ok(Value::from_array(
+                        batch.column(at).as_ref(),
+                        r,
+                        &self.schema.column(i).data_type,
+                    )?)
+                })
+                .collect::<Result<Vec<_>>>()?;
             let version = match Value::from_array(
                 batch.column(n).as_ref(),
                 r,
@@ -186,7 +220,11 @@ impl Found {
                     });
                 }
             };
-            let key = cairn_common::key::encode_row_key(&self.schema, &row)?;
+            let key = if whole {
+                cairn_common::key::encode_row_key(&self.schema, &row)?
+            } else {
+                cairn_common::key::encode_values(&row.iter().collect::<Vec<_>>())?
+            };
             match self.rows.get(&key) {
                 Some((v, _)) if *v >= version => {}
                 _ => {
@@ -582,13 +620,7 @@ impl Client {
             return Ok(());
         }
         let region = region_table(&table.schema, table.replicas, entry)?;
-        let mut projection: Vec<String> = table
-            .schema
-            .columns()
-            .iter()
-            .map(|c| c.name.clone())
-            .collect();
-        projection.push(VERSION_COLUMN.to_string());
+        let projection = found.projection();
         let scan_of = |run: RegionRun, mode: ReadMode| {
             let region_pred = if run.dense {
                 ColumnPredicate::range(
@@ -681,10 +713,47 @@ impl Client {
         })
     }
 
-    /// HyperDex's `count`: how many rows of `table` match `preds` (a search that keeps
-    /// only the count).
+    /// HyperDex's `count`: how many rows of `table` match `preds` (a search that reads
+    /// only the rows' keys and versions).
     pub async fn count(&self, table: &Table, preds: &[ColumnPredicate]) -> Result<u64> {
-        Ok(self.search(table, preds).await?.batch.num_rows() as u64)
+        Ok(self
+            .count_at(table, preds, ReadMode::ReadYourWrites)
+            .await?
+            .0)
+    }
+
+    /// [`Client::count`] at a chosen snapshot, or one the servers pick. Returns the
+    /// count, the subspace read (`None`: the table itself) and the snapshot.
+    pub async fn count_at(
+        &self,
+        table: &Table,
+        preds: &[ColumnPredicate],
+        mut mode: ReadMode,
+    ) -> Result<(u64, Option<SearchPlanInfo>, u64)> {
+        for p in preds {
+            p.validate(&table.schema)?;
+        }
+        let searchable = table.searchable_subspaces();
+        let layouts: Vec<_> = searchable.iter().map(|s| s.layout.clone()).collect();
+        let Some(plan) = plan_search(&layouts, preds).map_err(hs_error)? else {
+            let key = table
+                .schema
+                .column(table.schema.key_indexes()[0])
+                .name
+                .clone();
+            let mut scan = self.scan(table).read_mode(mode).projection(vec![key]);
+            for p in preds {
+                scan = scan.predicate(p.clone());
+            }
+            let result = scan.execute().await?;
+            return Ok((result.num_rows() as u64, None, result.snapshot_timestamp));
+        };
+        let entry = searchable[plan.subspace];
+        let mut found = Found::keys_only(table.schema.clone());
+        self.scan_regions(table, entry, &plan.regions, preds, &mut found, &mut mode)
+            .await?;
+        let info = SearchPlanInfo::new(entry, plan.regions.len(), plan.total_regions);
+        Ok((found.rows.len() as u64, Some(info), snapshot_of(mode)))
     }
 
     /// HyperDex's `sorted_search`: the first `limit` rows matching `preds` ordered by
@@ -700,6 +769,27 @@ impl Client {
         limit: usize,
         ascending: bool,
     ) -> Result<SearchResult> {
+        self.sorted_search_at(
+            table,
+            preds,
+            column,
+            limit,
+            ascending,
+            ReadMode::ReadYourWrites,
+        )
+        .await
+    }
+
+    /// [`Client::sorted_search`] at a chosen snapshot, or one the servers pick.
+    pub async fn sorted_search_at(
+        &self,
+        table: &Table,
+        preds: &[ColumnPredicate],
+        column: &str,
+        limit: usize,
+        ascending: bool,
+        mut mode: ReadMode,
+    ) -> Result<SearchResult> {
         let ci = table.schema.index_of(column)?;
         let mut chosen = None;
         let searchable = table.searchable_subspaces();
@@ -713,10 +803,9 @@ impl Client {
                 }
             }
         }
-        let mut mode = ReadMode::ReadYourWrites;
         let (mut rows, plan) = match chosen {
             None => {
-                let r = self.search(table, preds).await?;
+                let r = self.search_at(table, preds, mode).await?;
                 mode = ReadMode::Snapshot(r.snapshot_timestamp);
                 let rows = (0..r.batch.num_rows())
                     .map(|i| row_at(&r.batch, i, table.schema.columns()))

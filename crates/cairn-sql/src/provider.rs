@@ -167,6 +167,7 @@ impl CairnTable {
             plan: desc,
             statement,
             schema: schema.clone(),
+            sorted: None,
         }))))
     }
 

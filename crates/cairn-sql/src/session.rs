@@ -277,6 +277,7 @@ impl SqlEngine {
             .with_config(config)
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(crate::partitioning::SeparateCairnHash))
+            .with_physical_optimizer_rule(Arc::new(crate::search::SortedSubspaceSearch))
             .with_catalog_list(Arc::new(catalogs))
             .build();
         let ctx = SessionContext::new_with_state(state);

@@ -178,6 +178,40 @@ async fn alter_table_adds_and_drops_a_subspace_over_existing_rows() {
     assert_eq!(e.sqlstate(), "42704", "{e}");
     q(&s, "ALTER TABLE people DROP SUBSPACE IF EXISTS nope").await;
 
+    // count(*) reads only keys; ORDER BY an ordered attribute LIMIT k reads regions in
+    // its order until it has k rows (NULLs last). Both answer as a scan would.
+    for (sql, shows) in [
+        (
+            "SELECT count(*) FROM people WHERE city = 'lima'",
+            Some(", count"),
+        ),
+        (
+            "SELECT id, age FROM people WHERE city = 'oslo' ORDER BY age LIMIT 3",
+            Some("sorted_search=age ASC limit=3"),
+        ),
+        (
+            "SELECT id, age FROM people WHERE city IN ('oslo', 'pune') ORDER BY age DESC NULLS LAST LIMIT 4",
+            Some("sorted_search=age DESC limit=4"),
+        ),
+        // DESC puts NULLs first in PostgreSQL: the search is not sorted then.
+        (
+            "SELECT id, age FROM people WHERE city = 'pune' ORDER BY age DESC LIMIT 2",
+            None,
+        ),
+    ] {
+        let plan = format!("{:?}", q(&s, &format!("EXPLAIN {sql}")).await);
+        assert!(plan.contains("SubspaceSearchExec"), "{sql}: {plan}");
+        match shows {
+            Some(text) => assert!(plan.contains(text), "{sql}: {plan}"),
+            None => assert!(!plan.contains("sorted_search="), "{sql}: {plan}"),
+        }
+        let found = q(&s, sql).await;
+        q(&s, "SET cairn.subspace_search = false").await;
+        let scanned = q(&s, sql).await;
+        q(&s, "SET cairn.subspace_search = true").await;
+        assert_eq!(found, scanned, "{sql}");
+    }
+
     q(&s, "ALTER TABLE people DROP SUBSPACE (city, age)").await;
     same_as_scan(&s, "city = 'lima'", false).await;
 }
