@@ -196,6 +196,113 @@ pub fn set(events: &[Event], final_read: &[i64]) -> Verdict {
     }
 }
 
+/// Checks the set's searches and counts of a group `g` (HyperDex's search
+/// consistency): a search finds every element whose insert was acknowledged before the
+/// search began, finds nothing outside group `g` or never inserted (or whose insert
+/// began after the search ended), and finds each element once; a count lies between
+/// the acknowledged-before and the attempted elements of its group.
+pub fn search(events: &[Event], groups: i64) -> Verdict {
+    use std::collections::HashMap;
+    // When each element's insert began and when it was acknowledged.
+    let mut invoked: HashMap<i64, u64> = HashMap::new();
+    let mut acked: HashMap<i64, u64> = HashMap::new();
+    // The invoke time of each process's operation in progress.
+    let mut started: HashMap<usize, u64> = HashMap::new();
+    let mut problems: Vec<String> = Vec::new();
+    let (mut searches, mut counts) = (0usize, 0usize);
+    for e in events {
+        match (e.f, e.kind) {
+            ("insert", Kind::Invoke) => {
+                if let Some(v) = e.value {
+                    invoked.insert(v, e.time);
+                }
+            }
+            ("insert", Kind::Ok) => {
+                if let Some(v) = e.value {
+                    acked.insert(v, e.time);
+                }
+            }
+            ("search" | "count", Kind::Invoke) => {
+                started.insert(e.process, e.time);
+            }
+            (f @ ("search" | "count"), Kind::Ok) => {
+                let began = started.get(&e.process).copied().unwrap_or(0);
+                let Ok(g) = e.key.parse::<i64>() else {
+                    problems.push(format!("a {f} of group '{}'", e.key));
+                    continue;
+                };
+                let in_group = |x: &i64| x.rem_euclid(groups) == g;
+                let must: BTreeSet<i64> = acked
+                    .iter()
+                    .filter(|(x, t)| in_group(x) && **t < began)
+                    .map(|(x, _)| *x)
+                    .collect();
+                let may: BTreeSet<i64> = invoked
+                    .iter()
+                    .filter(|(x, t)| in_group(x) && **t < e.time)
+                    .map(|(x, _)| *x)
+                    .collect();
+                if f == "count" {
+                    counts += 1;
+                    let n = e.value.unwrap_or(-1);
+                    if n < must.len() as i64 || n > may.len() as i64 {
+                        problems.push(format!(
+                            "count of group {g} at {} ns = {n}, outside [{}, {}]",
+                            e.time,
+                            must.len(),
+                            may.len()
+                        ));
+                    }
+                    continue;
+                }
+                searches += 1;
+                let found = e.found.clone().unwrap_or_default();
+                let set: BTreeSet<i64> = found.iter().copied().collect();
+                if set.len() != found.len() {
+                    problems.push(format!(
+                        "search of group {g} at {} ns found {} elements twice",
+                        e.time,
+                        found.len() - set.len()
+                    ));
+                }
+                let missed: Vec<i64> = must.difference(&set).copied().collect();
+                if !missed.is_empty() {
+                    problems.push(format!(
+                        "search of group {g} at {} ns MISSED acknowledged elements {:?}",
+                        e.time,
+                        &missed[..missed.len().min(10)]
+                    ));
+                }
+                let phantom: Vec<i64> = set.difference(&may).copied().collect();
+                if !phantom.is_empty() {
+                    problems.push(format!(
+                        "search of group {g} at {} ns found elements never inserted into it \
+                         by then {:?}",
+                        e.time,
+                        &phantom[..phantom.len().min(10)]
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    Verdict {
+        checker: "search".into(),
+        ok: problems.is_empty(),
+        operations: searches + counts,
+        detail: if problems.is_empty() {
+            format!("{searches} searches and {counts} counts agree with the inserts")
+        } else {
+            format!(
+                "{} of {} operations wrong: {}",
+                problems.len(),
+                searches + counts,
+                problems[..problems.len().min(5)].join("; ")
+            )
+        },
+    }
+}
+
 /// Checks the bank: every balances read that succeeded — and the final read — saw
 /// every account once and the total they opened with (snapshot isolation: a
 /// transfer is seen whole or not at all); at least one transfer committed.
@@ -282,6 +389,46 @@ mod tests {
             !bank(&none.events(), &good, 2, 200).ok,
             "no transfer committed"
         );
+    }
+
+    #[test]
+    fn search_checker_catches_missed_phantom_and_doubled_elements() {
+        let h = History::new();
+        // 8 and 16 are in group 0 (of 8), acknowledged; 3 is in group 3.
+        for e in [8, 16, 3] {
+            h.invoke(0, "insert", &e.to_string(), Some(e), None)
+                .complete(Kind::Ok, None);
+        }
+        let good = h.invoke(1, "search", "0", None, None);
+        // Begun during the search: it may or may not be found.
+        h.invoke(0, "insert", "24", Some(24), None)
+            .complete(Kind::Info, None);
+        good.found(vec![16, 8, 24]);
+        h.invoke(1, "count", "0", None, None)
+            .complete(Kind::Ok, Some(2));
+        assert!(search(&h.events(), 8).ok, "{:?}", search(&h.events(), 8));
+
+        for (found, what) in [
+            (vec![8], "MISSED"),
+            (vec![8, 16, 3], "never inserted into it"),
+            (vec![8, 16, 8], "twice"),
+            (vec![8, 16, 32], "never inserted into it"),
+        ] {
+            let bad = History::new();
+            for e in [8, 16, 3] {
+                bad.invoke(0, "insert", &e.to_string(), Some(e), None)
+                    .complete(Kind::Ok, None);
+            }
+            bad.invoke(1, "search", "0", None, None).found(found);
+            let v = search(&bad.events(), 8);
+            assert!(!v.ok && v.detail.contains(what), "{what}: {v:?}");
+        }
+        let bad = History::new();
+        bad.invoke(0, "insert", "8", Some(8), None)
+            .complete(Kind::Ok, None);
+        bad.invoke(1, "count", "0", None, None)
+            .complete(Kind::Ok, Some(0));
+        assert!(!search(&bad.events(), 8).ok);
     }
 
     #[test]

@@ -35,9 +35,9 @@ pub struct Event {
     #[serde(rename = "type")]
     pub kind: Kind,
     /// The operation: read, write, cas, add, insert; the bank's transfer and
-    /// balances.
+    /// balances; the set's search and count.
     pub f: &'static str,
-    /// The key (registers, counter) or element (set).
+    /// The key (registers, counter), element (set insert) or group (set search).
     pub key: String,
     /// The value read or written (cas: the new value).
     pub value: Option<i64>,
@@ -51,6 +51,9 @@ pub struct Event {
     /// balances: every account's (id, balance) as one snapshot read saw them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rows: Option<Vec<(i64, i64)>>,
+    /// search: the set's elements it found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub found: Option<Vec<i64>>,
     /// Nanoseconds since the run started.
     pub time: u64,
 }
@@ -93,6 +96,7 @@ impl History {
             expected,
             error: None,
             rows: None,
+            found: None,
             time: self.now(),
         };
         self.events.lock().push(e.clone());
@@ -135,11 +139,20 @@ impl Pending {
         self.complete(Kind::Ok, None)
     }
 
-    /// Records the completion (for reads, `value` is what was read); returns `kind`.
+    /// Records an `ok` completion of a search that found `elements`; returns
+    /// [`Kind::Ok`].
+    pub fn found(mut self, elements: Vec<i64>) -> Kind {
+        self.invoke.value = Some(elements.len() as i64);
+        self.invoke.found = Some(elements);
+        self.complete(Kind::Ok, None)
+    }
+
+    /// Records the completion (for reads and counts, `value` is what was read);
+    /// returns `kind`.
     pub fn complete(self, kind: Kind, value: Option<i64>) -> Kind {
         let mut e = self.invoke;
         e.kind = kind;
-        if e.f == "read" {
+        if e.f == "read" || e.f == "count" {
             e.value = value;
         }
         e.time = self.history.now();

@@ -14,13 +14,15 @@
 //! - [`workload`]: clients that record every operation as invoke / ok / fail / info
 //!   events with monotonic timestamps ([`history`]): single-key registers (read,
 //!   write, compare-and-set) through the native client and through SQL, a counter of
-//!   atomic increments through SQL, a set of unique inserts, and a bank (transfers
-//!   in SQL transactions across tablets, with snapshot reads of every balance).
+//!   atomic increments through SQL, a set of unique inserts searched and counted by
+//!   group through a subspace (hyperspace search), and a bank (transfers in SQL
+//!   transactions across tablets, with snapshot reads of every balance).
 //! - [`check`]: the checkers — linearizability of the register histories with
 //!   porcupine (a small Go program in `porcupine/`, built by the harness), the counter
 //!   within [acknowledged, attempted], the set (no acknowledged insert lost,
-//!   nothing that was never attempted), and the bank (every snapshot read totals
-//!   what the accounts opened with).
+//!   nothing that was never attempted), its searches (each finds every element
+//!   acknowledged before it began, once, and nothing outside its group; counts in
+//!   range), and the bank (every snapshot read totals what the accounts opened with).
 //! - [`run`]: one run — start, load, fault cycles, heal, final reads, checks, report.
 //!
 //! `cairn-faults run --help` explains the flags; `crates/cairn/tests/faults.rs` runs a

@@ -187,6 +187,18 @@ pub async fn run(cfg: RunConfig) -> Result<Report> {
         ));
         process += 1;
     }
+    // With the set, one searcher reads its groups through the subspace.
+    if cfg.sets > 0 {
+        tasks.spawn(workload::set_searches(
+            client.clone(),
+            elements.clone(),
+            process,
+            history.clone(),
+            stop.clone(),
+            cfg.seed ^ process as u64,
+        ));
+        process += 1;
+    }
 
     let bank_engine = sql_engine(&cluster).await?;
     for i in 0..cfg.banks + usize::from(cfg.banks > 0) {
@@ -258,6 +270,9 @@ pub async fn run(cfg: RunConfig) -> Result<Report> {
     }
     verdicts.push(check::counter(&events, final_count));
     verdicts.push(check::set(&events, &final_set));
+    if cfg.sets > 0 {
+        verdicts.push(check::search(&events, workload::GROUPS));
+    }
     if cfg.banks > 0 {
         let final_bank = workload::read_bank(&bank_engine).await?;
         verdicts.push(check::bank(

@@ -8,7 +8,9 @@
 //!   k = …`, `UPSERT INTO …`, `UPDATE … SET v = new WHERE k = … AND v = expected`
 //!   (one row changed: ok; none: fail).
 //! - **Counter**: `UPDATE counters SET v = v + 1 WHERE k = 'c'` through SQL.
-//! - **Set**: unique inserts through the native client.
+//! - **Set**: unique inserts through the native client, each element `e` in group
+//!   `e % GROUPS`, which a subspace indexes; a searcher searches and counts a group
+//!   through the subspace (hyperspace search) while the inserts go on.
 //! - **Bank**: [`ACCOUNT_COUNT`] accounts spread over the tablets of one table;
 //!   transfer processes move money between two accounts in a SQL transaction
 //!   (`BEGIN`, two `UPDATE`s, `COMMIT`), and a reader reads every balance in one
@@ -36,8 +38,10 @@ use crate::{FaultsError, Result};
 pub const REGISTERS: &str = "registers";
 /// The counter table.
 pub const COUNTERS: &str = "counters";
-/// The set table.
+/// The set table: `e BIGINT` primary key, `g BIGINT` (its group), a subspace on `g`.
 pub const ELEMENTS: &str = "elements";
+/// The groups of the set's elements.
+pub const GROUPS: i64 = 8;
 /// The bank's table: `id BIGINT` primary key, `balance BIGINT`.
 pub const ACCOUNTS: &str = "accounts";
 /// Accounts in the bank.
@@ -94,8 +98,29 @@ pub async fn create_tables(client: &Client) -> Result<()> {
         .await
         .map_err(setup)?;
     create(COUNTERS, kv, None).await.map_err(setup)?;
-    let set = schema(vec![ColumnSpec::new("e", DataType::Int64)], "e")?;
-    create(ELEMENTS, set, Some("e")).await.map_err(setup)?;
+    let set = schema(
+        vec![
+            ColumnSpec::new("e", DataType::Int64),
+            ColumnSpec::new("g", DataType::Int64),
+        ],
+        "e",
+    )?;
+    let set_spec = cairn_client::CreateTableSpec::new(ELEMENTS, set)
+        .replicas(3)
+        .partition(PartitionSchema {
+            hash_levels: vec![HashLevel {
+                columns: vec!["e".into()],
+                num_buckets: 4,
+                seed: 0,
+            }],
+            range_columns: vec![],
+        })
+        .subspace(
+            cairn_client::SubspaceSpec::new(&["g"])
+                .regions(16)
+                .tablets(2),
+        );
+    client.create_table(set_spec).await.map_err(setup)?;
     let accounts = schema(
         vec![
             ColumnSpec::new("id", DataType::Int64),
@@ -421,12 +446,71 @@ pub async fn set_inserts(
         i += 1;
         let p = history.invoke(process, "insert", &e.to_string(), Some(e), None);
         let mut s = client.new_session(&table);
-        match s.apply(Operation::insert(vec![Value::Int64(e)])).await {
+        match s
+            .apply(Operation::insert(vec![
+                Value::Int64(e),
+                Value::Int64(e % GROUPS),
+            ]))
+            .await
+        {
             Ok(()) => p.complete(Kind::Ok, None),
             Err(err) if indeterminate(&err) => p.complete(Kind::Info, None),
             Err(e) => p.error(e),
         };
         tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+    }
+}
+
+/// A set searcher: searches a random group of the set through its subspace, then
+/// counts one.
+pub async fn set_searches(
+    client: Client,
+    table: Table,
+    process: usize,
+    history: History,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    while !stop.load(Ordering::Acquire) {
+        let g = rng.random_range(0..GROUPS);
+        let preds = [ColumnPredicate::eq("g", Value::Int64(g))];
+        let p = history.invoke(process, "search", &g.to_string(), None, None);
+        match client.search(&table, &preds).await {
+            Ok(r) => {
+                let found = r
+                    .batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .map(|a| a.values().to_vec());
+                match found {
+                    Some(f) => p.found(f),
+                    None => p.error("a search returned a batch without the element column"),
+                };
+            }
+            Err(e) if indeterminate(&e) => {
+                p.complete(Kind::Info, None);
+            }
+            Err(e) => {
+                p.error(e);
+            }
+        }
+        let g = rng.random_range(0..GROUPS);
+        let preds = [ColumnPredicate::eq("g", Value::Int64(g))];
+        let p = history.invoke(process, "count", &g.to_string(), None, None);
+        match client.count(&table, &preds).await {
+            Ok(n) => {
+                p.complete(Kind::Ok, Some(n as i64));
+            }
+            Err(e) if indeterminate(&e) => {
+                p.complete(Kind::Info, None);
+            }
+            Err(e) => {
+                p.error(e);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(20..80))).await;
     }
 }
 

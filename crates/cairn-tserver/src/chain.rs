@@ -151,22 +151,25 @@ impl ChainDriver {
         tablet_id: &str,
         keys: &[Vec<u8>],
     ) -> Vec<tokio::sync::OwnedMutexGuard<()>> {
-        let mut stripes: Vec<usize> = keys
-            .iter()
-            .map(|k| {
-                let mut h = xxhash_rust::xxh64::Xxh64::new(0);
-                h.update(tablet_id.as_bytes());
-                h.update(k);
-                (h.digest() % STRIPES as u64) as usize
-            })
-            .collect();
-        stripes.sort_unstable();
-        stripes.dedup();
+        let stripes = stripes_of(tablet_id, keys);
         let mut guards = Vec::with_capacity(stripes.len());
         for s in stripes {
             guards.push(self.stripes[s].clone().lock_owned().await);
         }
         guards
+    }
+
+    /// The chain locks of `keys`, if none is held now (`None`: a chain of one of them, or
+    /// of a row sharing a stripe, is running).
+    pub fn try_lock_keys(
+        &self,
+        tablet_id: &str,
+        keys: &[Vec<u8>],
+    ) -> Option<Vec<tokio::sync::OwnedMutexGuard<()>>> {
+        stripes_of(tablet_id, keys)
+            .into_iter()
+            .map(|s| self.stripes[s].clone().try_lock_owned().ok())
+            .collect()
     }
 
     /// Sends every change of `changes` (rows of `schema`) along its chain through
@@ -255,6 +258,22 @@ impl ChainDriver {
             .await
             .map_err(client_error)
     }
+}
+
+/// The chain-lock stripes of `keys` of tablet `tablet_id`, in order, each once.
+fn stripes_of(tablet_id: &str, keys: &[Vec<u8>]) -> Vec<usize> {
+    let mut stripes: Vec<usize> = keys
+        .iter()
+        .map(|k| {
+            let mut h = xxhash_rust::xxh64::Xxh64::new(0);
+            h.update(tablet_id.as_bytes());
+            h.update(k);
+            (h.digest() % STRIPES as u64) as usize
+        })
+        .collect();
+    stripes.sort_unstable();
+    stripes.dedup();
+    stripes
 }
 
 /// One region row a chain writes, and how to try writing it first.

@@ -258,7 +258,12 @@ impl TabletService {
                 .iter()
                 .map(|k| cairn_common::key::decode_row_key(&schema, k))
                 .collect::<cairn_common::Result<Vec<_>>>()?;
-            let _locks = driver.lock_keys(id, &encoded).await;
+            // A change whose row is being chained right now is left to that chain
+            // (under load a chain may take longer than RESUME_AFTER; chaining it again
+            // meanwhile would only add load).
+            let Some(_locks) = driver.try_lock_keys(id, &encoded) else {
+                continue;
+            };
             let deadline = tokio::time::Instant::now() + crate::chain::MIN_CHAIN_TIMEOUT;
             self.chain_rows(driver, replica, &schema, keys, HybridTime(ts), deadline)
                 .await?;
