@@ -698,6 +698,7 @@ async fn run(a: SearchArgs) -> BoxResult<()> {
         "tservers": a.tservers,
         "replicas": a.replicas,
         "regions": a.regions,
+        "region_tablets": t.subspaces.first().map(|s| s.tablet_count()),
         "load_s": load_s,
         "pg_load_s": pg.as_ref().map(|(_, s)| *s),
         "get": get.json(),

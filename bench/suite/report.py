@@ -638,7 +638,8 @@ def search_section(key, lines):
             f"Run {x['date']}, git `{x['git']}`, {x['machine']['cpu']}. `bench/run search`: "
             "objects `(id, a, b, c, v)` with `a` about 10 objects per value, `b` uniform in "
             "`[0, objects)`, `c` one of 1,000 strings; subspaces `(a)` and `(b)` with "
-            f"{x['regions']:,} regions each and `(c)` with 1,024, 8 tablets each. Loaded "
+            f"{x['regions']:,} regions each and `(c)` with 1,024, "
+            f"{x.get('region_tablets') or 8} tablets each. Loaded "
             f"through chained writes in {x['load_s']:,.0f} s"
             + (f" (PostgreSQL: `COPY` and three B-tree indexes in {x['pg_load_s']:,.0f} s)"
                if x.get("pg_load_s") else "")

@@ -42,7 +42,7 @@ pub use plan::{
     RegionRun, RegionSet, SearchPlan, plan_search, region_runs, regions_for, sorted_groups,
 };
 pub use region::{
-    DEFAULT_REGION_TABLETS, DEFAULT_REGIONS, REGION_COLUMN, REMOVED_COLUMN, SubspaceEntry,
-    SubspaceSpec, VERSION_COLUMN, default_region_tablets, is_region_table_name,
-    region_partitioning, region_row, region_table_name, region_table_schema, split_region_row,
+    DEFAULT_REGIONS, REGION_COLUMN, REMOVED_COLUMN, SubspaceEntry, SubspaceSpec, VERSION_COLUMN,
+    default_region_tablets, is_region_table_name, region_partitioning, region_row,
+    region_table_name, region_table_schema, split_region_row,
 };

@@ -43,7 +43,8 @@ pub struct SubspaceSpec {
     pub columns: Vec<String>,
     /// About how many regions it gets.
     pub regions: u32,
-    /// How many tablets hold them (0: [`default_region_tablets`] of the region count).
+    /// How many tablets hold them (0: [`default_region_tablets`]: as many as the table
+    /// has).
     #[serde(default)]
     pub tablets: u32,
     /// Rows of the subspace's attribute values (in its column order) sampled from the
@@ -126,10 +127,11 @@ impl SubspaceEntry {
     }
 }
 
-/// The tablets a subspace of `regions` regions gets when none are asked for: one per
-/// region up to [`DEFAULT_REGION_TABLETS`].
-pub fn default_region_tablets(regions: u32) -> u32 {
-    regions.clamp(1, DEFAULT_REGION_TABLETS)
+/// The tablets a subspace of `regions` regions of a table of `table_tablets` tablets
+/// gets when none are asked for: as many as the table has (a region table holds a
+/// copy of every row, so it needs the table's spread), at most one per region.
+pub fn default_region_tablets(regions: u32, table_tablets: u32) -> u32 {
+    table_tablets.clamp(1, regions.max(1))
 }
 
 /// The name of the region table of subspace `subspace` of the table with id `base_id`.
@@ -243,23 +245,27 @@ pub fn split_region_row(row: &[Value]) -> Option<(RegionId, &[Value], Version, b
 }
 
 impl SubspaceEntry {
-    /// The entries of a table being created with `subspaces`, over base table `base_id` with schema `base`. `table_ids` gives each
-    /// region table's id, in order. The layouts use default cuts (the table is empty).
+    /// The entries of a table being created with `subspaces`, over base table `base_id`
+    /// with schema `base` and `table_tablets` tablets. `table_ids` gives each region
+    /// table's id, in order. The layouts use default cuts (the table is empty).
     pub fn for_new_table(
         base_id: &str,
         base: &Schema,
+        table_tablets: u32,
         subspaces: &[SubspaceSpec],
         table_ids: &[String],
     ) -> Result<Vec<SubspaceEntry>> {
-        Self::build(base_id, base, &[], subspaces, table_ids)
+        Self::build(base_id, base, table_tablets, &[], subspaces, table_ids)
     }
 
-    /// The entry of subspace `spec` added to the table `base_id` (schema `base`) that
-    /// has subspaces `existing`, held in region table `table_id`. Its layout's cuts come
-    /// from the spec's sample; it starts [`SubspaceEntry::building`].
+    /// The entry of subspace `spec` added to the table `base_id` (schema `base`,
+    /// `table_tablets` tablets) that has subspaces `existing`, held in region table
+    /// `table_id`. Its layout's cuts come from the spec's sample; it starts
+    /// [`SubspaceEntry::building`].
     pub fn for_existing_table(
         base_id: &str,
         base: &Schema,
+        table_tablets: u32,
         existing: &[SubspaceEntry],
         spec: &SubspaceSpec,
         table_id: &str,
@@ -267,6 +273,7 @@ impl SubspaceEntry {
         let mut built = Self::build(
             base_id,
             base,
+            table_tablets,
             existing,
             std::slice::from_ref(spec),
             &[table_id.to_string()],
@@ -283,6 +290,7 @@ impl SubspaceEntry {
     fn build(
         base_id: &str,
         base: &Schema,
+        table_tablets: u32,
         existing: &[SubspaceEntry],
         subspaces: &[SubspaceSpec],
         table_ids: &[String],
@@ -314,7 +322,7 @@ impl SubspaceEntry {
             let axes = Subspace::axes_of(base, columns)?;
             let layout = Subspace::from_sample(name.clone(), axes, *regions, &spec.sample)?;
             let tablets = if spec.tablets == 0 {
-                default_region_tablets(layout.region_count())
+                default_region_tablets(layout.region_count(), table_tablets)
             } else {
                 spec.tablets
             };
@@ -340,9 +348,6 @@ pub fn default_subspace_name(columns: &[String]) -> String {
 
 /// The default number of regions per subspace.
 pub const DEFAULT_REGIONS: u32 = 4096;
-
-/// The most tablets a subspace gets by default.
-pub const DEFAULT_REGION_TABLETS: u32 = 8;
 
 #[cfg(test)]
 mod tests {
@@ -424,27 +429,27 @@ mod tests {
             SubspaceSpec::new(&["a"]).named("s").regions(4),
             SubspaceSpec::new(&["b"]).named("s").regions(4),
         ];
-        assert!(SubspaceEntry::for_new_table("base", &base(), &same_name, &ids).is_err());
+        assert!(SubspaceEntry::for_new_table("base", &base(), 6, &same_name, &ids).is_err());
         let same_cols = vec![
             SubspaceSpec::new(&["a"]).named("s1"),
             SubspaceSpec::new(&["a"]).named("s2"),
         ];
-        assert!(SubspaceEntry::for_new_table("base", &base(), &same_cols, &ids).is_err());
+        assert!(SubspaceEntry::for_new_table("base", &base(), 6, &same_cols, &ids).is_err());
         let ok = vec![SubspaceSpec::new(&["a", "b"]).regions(4)];
         let bad_name = vec![SubspaceSpec::new(&["a"]).named("x/y")];
-        assert!(SubspaceEntry::for_new_table("base", &base(), &bad_name, &ids).is_err());
-        let e = SubspaceEntry::for_new_table("base", &base(), &ok, &ids).unwrap();
+        assert!(SubspaceEntry::for_new_table("base", &base(), 6, &bad_name, &ids).is_err());
+        let e = SubspaceEntry::for_new_table("base", &base(), 6, &ok, &ids).unwrap();
         assert_eq!(e[0].table_name, "__subspace/base/a_b");
         assert!(is_region_table_name(&e[0].table_name));
         assert_eq!(e[0].layout.region_count(), 4);
         assert_eq!((e[0].tablets, e[0].tablet_count()), (4, 4));
         let many = vec![SubspaceSpec::new(&["a"])];
-        let e = SubspaceEntry::for_new_table("base", &base(), &many, &ids).unwrap();
+        let e = SubspaceEntry::for_new_table("base", &base(), 6, &many, &ids).unwrap();
         assert_eq!(e[0].layout.region_count(), DEFAULT_REGIONS);
-        assert_eq!(e[0].tablets, DEFAULT_REGION_TABLETS);
+        assert_eq!(e[0].tablets, 6, "as many tablets as the table");
         let too_many_tablets = vec![SubspaceSpec::new(&["a"]).regions(4).tablets(5)];
-        assert!(SubspaceEntry::for_new_table("base", &base(), &too_many_tablets, &ids).is_err());
+        assert!(SubspaceEntry::for_new_table("base", &base(), 6, &too_many_tablets, &ids).is_err());
         let no_regions = vec![SubspaceSpec::new(&["a"]).regions(0)];
-        assert!(SubspaceEntry::for_new_table("base", &base(), &no_regions, &ids).is_err());
+        assert!(SubspaceEntry::for_new_table("base", &base(), 6, &no_regions, &ids).is_err());
     }
 }

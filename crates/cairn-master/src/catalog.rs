@@ -852,6 +852,7 @@ mod tests {
         base.subspaces = cairn_hyperspace::SubspaceEntry::for_new_table(
             "a",
             &schema,
+            1,
             &[cairn_hyperspace::SubspaceSpec::new(&["x"]).regions(2)],
             &["r".to_string()],
         )
@@ -904,7 +905,7 @@ mod tests {
         .unwrap();
         let spec = cairn_hyperspace::SubspaceSpec::new(&["x"]).regions(4);
         let entry =
-            cairn_hyperspace::SubspaceEntry::for_existing_table("a", &schema, &[], &spec, "r")
+            cairn_hyperspace::SubspaceEntry::for_existing_table("a", &schema, 1, &[], &spec, "r")
                 .unwrap();
         assert!(entry.building);
         let mut region = table("r", "__subspace/a/x");
@@ -924,6 +925,7 @@ mod tests {
             cairn_hyperspace::SubspaceEntry::for_existing_table(
                 "a",
                 &schema,
+                1,
                 &c.tables["a"].subspaces,
                 &spec.clone().named("y"),
                 "r2"

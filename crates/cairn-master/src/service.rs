@@ -312,9 +312,14 @@ impl MasterService {
         let specs: Vec<cairn_hyperspace::SubspaceSpec> =
             parse_json_list(&req.subspaces_json, "subspaces")?;
         let region_ids: Vec<String> = specs.iter().map(|_| new_id()).collect();
-        let subspaces =
-            cairn_hyperspace::SubspaceEntry::for_new_table(&table_id, &schema, &specs, &region_ids)
-                .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
+        let subspaces = cairn_hyperspace::SubspaceEntry::for_new_table(
+            &table_id,
+            &schema,
+            tablets.len() as u32,
+            &specs,
+            &region_ids,
+        )
+        .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
         let mut regions = Vec::with_capacity(subspaces.len());
         for s in &subspaces {
             regions.push(self.region_table_entry(&table_id, &schema, &owner, replicas, s, &live)?);

@@ -19,7 +19,9 @@
 //!    region table carrying the version (the write's timestamp), applied by the region
 //!    only if its copy is older or absent ([`cairn_hyperspace::admit`],
 //!    [`cairn_client::Client::write_region_rows`]): a link applied before is
-//!    acknowledged as a duplicate.
+//!    acknowledged as a duplicate. The links of concurrent chains bound for one region
+//!    table share writes: while one write to it runs, the next links queue and go out
+//!    together, so a busy server appends and fsyncs once for many chains.
 //! 5. Only then is the writer answered, with a timestamp at or after the region writes,
 //!    so that the writer's next search sees its change.
 //!
@@ -77,6 +79,8 @@ pub struct ChainDriver {
     done: parking_lot::Mutex<HashMap<String, Vec<Unchained>>>,
     /// Tablets whose bookkeeping round is running.
     tending: Arc<parking_lot::Mutex<HashSet<String>>>,
+    /// Region rows of concurrent chains, batched per region table.
+    batches: Arc<LinkBatches>,
 }
 
 /// Marks a tablet's bookkeeping round as running until dropped.
@@ -102,6 +106,7 @@ impl ChainDriver {
                 .collect(),
             done: parking_lot::Mutex::new(HashMap::new()),
             tending: Arc::new(parking_lot::Mutex::new(HashSet::new())),
+            batches: Arc::new(LinkBatches::default()),
         }
     }
 
@@ -245,18 +250,117 @@ impl ChainDriver {
         Ok(())
     }
 
-    /// Writes a step's region rows ([`Client::write_region_rows`]).
+    /// Writes a step's region rows ([`Client::write_region_rows`]) together with the
+    /// rows other chains have for the same region table meanwhile: one write per region
+    /// table is in flight at a time, and the links that arrive while it runs go out
+    /// together in the next one ([`LinkBatches`]). Under load that turns many small
+    /// replicated writes (each a log append and an fsync on its region) into a few
+    /// larger ones. Every link of a batch shares its outcome.
     async fn apply_links(
         &self,
         table: &cairn_client::Table,
         links: Vec<Link>,
         timeout: Duration,
     ) -> Result<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
         let rows = links.into_iter().map(|l| (l.row, l.first)).collect();
-        self.client
-            .write_region_rows(table, rows, timeout)
-            .await
-            .map_err(client_error)
+        let start_writer = self.batches.submit(&table.name, rows, timeout, tx);
+        if start_writer {
+            let (client, batches, table) =
+                (self.client.clone(), self.batches.clone(), table.clone());
+            tokio::spawn(async move { batches.write_all(&client, &table).await });
+        }
+        rx.await.map_err(|_| {
+            TserverError::Unavailable("a region write was dropped; retry the write".into())
+        })?
+    }
+}
+
+/// Links waiting to be written to one region table, and whether a writer runs for it.
+#[derive(Default)]
+struct LinkQueue {
+    writing: bool,
+    waiting: Vec<WaitingLinks>,
+}
+
+/// One chain step's region rows, its timeout, and where its outcome goes.
+struct WaitingLinks {
+    rows: Vec<(Vec<Value>, RegionWrite)>,
+    timeout: Duration,
+    done: tokio::sync::oneshot::Sender<Result<()>>,
+}
+
+/// The links of concurrent chains, per region table, batched into shared writes (see
+/// [`ChainDriver::apply_links`]). At most one writer task per region table runs; it
+/// writes everything waiting, then whatever arrived meanwhile, until nothing waits.
+#[derive(Default)]
+struct LinkBatches {
+    queues: parking_lot::Mutex<HashMap<String, LinkQueue>>,
+}
+
+impl LinkBatches {
+    /// Queues `rows` for region table `table`; `done` receives their outcome. Returns
+    /// whether the caller must start the table's writer ([`LinkBatches::write_all`]).
+    fn submit(
+        &self,
+        table: &str,
+        rows: Vec<(Vec<Value>, RegionWrite)>,
+        timeout: Duration,
+        done: tokio::sync::oneshot::Sender<Result<()>>,
+    ) -> bool {
+        let mut queues = self.queues.lock();
+        let q = queues.entry(table.to_string()).or_default();
+        q.waiting.push(WaitingLinks {
+            rows,
+            timeout,
+            done,
+        });
+        !std::mem::replace(&mut q.writing, true)
+    }
+
+    /// The writer of region table `table`: writes the waiting links in batches until
+    /// none wait, then retires (the next [`LinkBatches::submit`] starts a new one).
+    async fn write_all(&self, client: &Client, table: &cairn_client::Table) {
+        loop {
+            let batch = {
+                let mut queues = self.queues.lock();
+                let Some(q) = queues.get_mut(&table.name) else {
+                    return;
+                };
+                if q.waiting.is_empty() {
+                    queues.remove(&table.name);
+                    return;
+                }
+                std::mem::take(&mut q.waiting)
+            };
+            let timeout = batch.iter().map(|w| w.timeout).max().unwrap_or_default();
+            let mut rows = Vec::with_capacity(batch.iter().map(|w| w.rows.len()).sum());
+            let mut senders = Vec::with_capacity(batch.len());
+            for w in batch {
+                rows.extend(w.rows);
+                senders.push(w.done);
+            }
+            let outcome = client
+                .write_region_rows(table, rows, timeout)
+                .await
+                .map_err(client_error);
+            for s in senders {
+                // A chain that went away no longer needs its answer.
+                let _ = s.send(match &outcome {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(shared_error(e)),
+                });
+            }
+        }
+    }
+}
+
+/// A copy of a batch's error for each of its chains ([`client_error`] makes only
+/// these two kinds).
+fn shared_error(e: &TserverError) -> TserverError {
+    match e {
+        TserverError::Internal(m) => TserverError::Internal(m.clone()),
+        e => TserverError::Unavailable(e.to_string()),
     }
 }
 

@@ -161,9 +161,15 @@ impl MasterService {
             if st.answered(key.as_ref()).is_some() {
                 continue;
             }
-            let entry =
-                SubspaceEntry::for_existing_table(&t.id, &schema, &subspaces, &spec, &new_id())
-                    .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
+            let entry = SubspaceEntry::for_existing_table(
+                &t.id,
+                &schema,
+                t.tablets.len() as u32,
+                &subspaces,
+                &spec,
+                &new_id(),
+            )
+            .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
             let region =
                 self.region_table_entry(&t.id, &schema, &t.owner, t.replicas, &entry, &servers)?;
             subspaces.push(entry);
