@@ -25,8 +25,8 @@ use arrow::record_batch::RecordBatch;
 use cairn_common::types::RowsToColumns;
 use cairn_common::{ColumnPredicate, ColumnSchema, Schema, Value};
 use cairn_hyperspace::{
-    REGION_COLUMN, REMOVED_COLUMN, RegionId, RegionRun, SubspaceEntry, VERSION_COLUMN, plan_search,
-    region_partitioning, region_runs, region_table_schema, sorted_groups,
+    REGION_COLUMN, REMOVED_COLUMN, RegionId, RegionRun, SearchPlan, SubspaceEntry, VERSION_COLUMN,
+    plan_search, region_partitioning, region_runs, region_table_schema, sorted_groups,
 };
 
 use crate::client::Client;
@@ -147,6 +147,23 @@ fn snapshot_of(mode: ReadMode) -> u64 {
         ReadMode::Snapshot(ts) => ts,
         ReadMode::Latest | ReadMode::ReadYourWrites => 0,
     }
+}
+
+/// Checks `preds` against `table` and plans them onto its searchable subspaces: the
+/// subspace that needs the fewest regions with its plan, or `None` when no subspace
+/// attribute is constrained (the table itself is read).
+fn plan_subspace<'t>(
+    table: &'t Table,
+    preds: &[ColumnPredicate],
+) -> Result<Option<(&'t SubspaceEntry, SearchPlan)>> {
+    for p in preds {
+        p.validate(&table.schema)?;
+    }
+    let searchable = table.searchable_subspaces();
+    let layouts: Vec<_> = searchable.iter().map(|s| s.layout.clone()).collect();
+    Ok(plan_search(&layouts, preds)
+        .map_err(hs_error)?
+        .map(|plan| (searchable[plan.subspace], plan)))
 }
 
 fn hs_error(e: cairn_hyperspace::HyperspaceError) -> ClientError {
@@ -684,12 +701,7 @@ impl Client {
         preds: &[ColumnPredicate],
         mut mode: ReadMode,
     ) -> Result<SearchResult> {
-        for p in preds {
-            p.validate(&table.schema)?;
-        }
-        let searchable = table.searchable_subspaces();
-        let layouts: Vec<_> = searchable.iter().map(|s| s.layout.clone()).collect();
-        let Some(plan) = plan_search(&layouts, preds).map_err(hs_error)? else {
+        let Some((entry, plan)) = plan_subspace(table, preds)? else {
             let mut scan = self.scan(table).read_mode(mode);
             for p in preds {
                 scan = scan.predicate(p.clone());
@@ -701,7 +713,6 @@ impl Client {
                 snapshot_timestamp: result.snapshot_timestamp,
             });
         };
-        let entry = searchable[plan.subspace];
         let mut found = Found::new(table.schema.clone());
         self.scan_regions(table, entry, &plan.regions, preds, &mut found, &mut mode)
             .await?;
@@ -730,12 +741,7 @@ impl Client {
         preds: &[ColumnPredicate],
         mut mode: ReadMode,
     ) -> Result<(u64, Option<SearchPlanInfo>, u64)> {
-        for p in preds {
-            p.validate(&table.schema)?;
-        }
-        let searchable = table.searchable_subspaces();
-        let layouts: Vec<_> = searchable.iter().map(|s| s.layout.clone()).collect();
-        let Some(plan) = plan_search(&layouts, preds).map_err(hs_error)? else {
+        let Some((entry, plan)) = plan_subspace(table, preds)? else {
             let key = table
                 .schema
                 .column(table.schema.key_indexes()[0])
@@ -748,7 +754,6 @@ impl Client {
             let result = scan.execute().await?;
             return Ok((result.num_rows() as u64, None, result.snapshot_timestamp));
         };
-        let entry = searchable[plan.subspace];
         let mut found = Found::keys_only(table.schema.clone());
         self.scan_regions(table, entry, &plan.regions, preds, &mut found, &mut mode)
             .await?;

@@ -149,6 +149,16 @@ fn indeterminate(e: &ClientError) -> bool {
     )
 }
 
+/// Completes `p` with error `e`: `info` when its outcome is unknown
+/// ([`indeterminate`]), an error of the history otherwise.
+fn settle_error(p: Pending, e: ClientError) -> Kind {
+    if indeterminate(&e) {
+        p.complete(Kind::Info, None)
+    } else {
+        p.error(e)
+    }
+}
+
 /// The register keys a workload draws from: `live` keys at a time, in generations.
 /// A generation is retired for a fresh one after `live × ops_per_key` operations, or
 /// as soon as [`UNKNOWN_PER_KEY`] × `live` of its operations ended with an unknown
@@ -244,8 +254,7 @@ pub async fn native_register(
                 let op = Operation::upsert(vec![Value::String(key.clone()), Value::Int64(v)]);
                 match s.apply(op).await {
                     Ok(()) => p.complete(Kind::Ok, None),
-                    Err(e) if indeterminate(&e) => p.complete(Kind::Info, None),
-                    Err(e) => p.error(e),
+                    Err(e) => settle_error(p, e),
                 }
             }
             _ => {
@@ -274,8 +283,7 @@ pub async fn native_register(
                     {
                         p.complete(Kind::Fail, None)
                     }
-                    Err(e) if indeterminate(&e) => p.complete(Kind::Info, None),
-                    Err(e) => p.error(e),
+                    Err(e) => settle_error(p, e),
                 }
             }
         };
@@ -454,8 +462,7 @@ pub async fn set_inserts(
             .await
         {
             Ok(()) => p.complete(Kind::Ok, None),
-            Err(err) if indeterminate(&err) => p.complete(Kind::Info, None),
-            Err(e) => p.error(e),
+            Err(e) => settle_error(p, e),
         };
         tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
     }
@@ -489,11 +496,8 @@ pub async fn set_searches(
                     None => p.error("a search returned a batch without the element column"),
                 };
             }
-            Err(e) if indeterminate(&e) => {
-                p.complete(Kind::Info, None);
-            }
             Err(e) => {
-                p.error(e);
+                settle_error(p, e);
             }
         }
         let g = rng.random_range(0..GROUPS);
@@ -503,11 +507,8 @@ pub async fn set_searches(
             Ok(n) => {
                 p.complete(Kind::Ok, Some(n as i64));
             }
-            Err(e) if indeterminate(&e) => {
-                p.complete(Kind::Info, None);
-            }
             Err(e) => {
-                p.error(e);
+                settle_error(p, e);
             }
         }
         tokio::time::sleep(Duration::from_millis(rng.random_range(20..80))).await;
