@@ -877,7 +877,8 @@ async fn subspaces_survive_kill9_of_point_and_region_leaders() {
     .unwrap();
     let spec = CreateTableSpec::new("hs", schema)
         .replicas(3)
-        .subspace(SubspaceSpec::new(&["tag"]).regions(4))
+        // Two region tablets: the second one's leader is killed below.
+        .subspace(SubspaceSpec::new(&["tag"]).regions(4).tablets(2))
         .subspace(SubspaceSpec::new(&["n"]).regions(4));
     c.create_table(spec).await.unwrap();
     let t = c.open_table("hs").await.unwrap();
