@@ -276,13 +276,6 @@ impl ChainDriver {
     }
 }
 
-/// Links waiting to be written to one region table, and whether a writer runs for it.
-#[derive(Default)]
-struct LinkQueue {
-    writing: bool,
-    waiting: Vec<WaitingLinks>,
-}
-
 /// One chain step's region rows, its timeout, and where its outcome goes.
 struct WaitingLinks {
     rows: Vec<(Vec<Value>, RegionWrite)>,
@@ -293,9 +286,10 @@ struct WaitingLinks {
 /// The links of concurrent chains, per region table, batched into shared writes (see
 /// [`ChainDriver::apply_links`]). At most one writer task per region table runs; it
 /// writes everything waiting, then whatever arrived meanwhile, until nothing waits.
+/// A region table has a queue exactly while its writer runs.
 #[derive(Default)]
 struct LinkBatches {
-    queues: parking_lot::Mutex<HashMap<String, LinkQueue>>,
+    queues: parking_lot::Mutex<HashMap<String, Vec<WaitingLinks>>>,
 }
 
 impl LinkBatches {
@@ -308,14 +302,21 @@ impl LinkBatches {
         timeout: Duration,
         done: tokio::sync::oneshot::Sender<Result<()>>,
     ) -> bool {
-        let mut queues = self.queues.lock();
-        let q = queues.entry(table.to_string()).or_default();
-        q.waiting.push(WaitingLinks {
+        let links = WaitingLinks {
             rows,
             timeout,
             done,
-        });
-        !std::mem::replace(&mut q.writing, true)
+        };
+        match self.queues.lock().entry(table.to_string()) {
+            std::collections::hash_map::Entry::Occupied(mut q) => {
+                q.get_mut().push(links);
+                false
+            }
+            std::collections::hash_map::Entry::Vacant(q) => {
+                q.insert(vec![links]);
+                true
+            }
+        }
     }
 
     /// The writer of region table `table`: writes the waiting links in batches until
@@ -327,11 +328,11 @@ impl LinkBatches {
                 let Some(q) = queues.get_mut(&table.name) else {
                     return;
                 };
-                if q.waiting.is_empty() {
+                if q.is_empty() {
                     queues.remove(&table.name);
                     return;
                 }
-                std::mem::take(&mut q.waiting)
+                std::mem::take(q)
             };
             let timeout = batch.iter().map(|w| w.timeout).max().unwrap_or_default();
             let mut rows = Vec::with_capacity(batch.iter().map(|w| w.rows.len()).sum());
