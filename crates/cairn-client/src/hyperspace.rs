@@ -25,8 +25,9 @@ use arrow::record_batch::RecordBatch;
 use cairn_common::types::RowsToColumns;
 use cairn_common::{ColumnPredicate, ColumnSchema, Schema, Value};
 use cairn_hyperspace::{
-    REGION_COLUMN, REMOVED_COLUMN, RegionId, RegionRun, SearchPlan, SubspaceEntry, VERSION_COLUMN,
-    plan_search, region_partitioning, region_runs, region_table_schema, sorted_groups,
+    CELL_COLUMN, Cell, REGION_COLUMN, REMOVED_COLUMN, RegionId, RegionRun, SearchPlan,
+    SubspaceEntry, VERSION_COLUMN, cell_bounds, plan_search, region_partitioning, region_runs,
+    region_table_schema, sorted_groups,
 };
 
 use crate::client::Client;
@@ -164,6 +165,20 @@ fn plan_subspace<'t>(
     Ok(plan_search(&layouts, preds)
         .map_err(hs_error)?
         .map(|plan| (searchable[plan.subspace], plan)))
+}
+
+/// The predicate `lo <= __cell <= hi`.
+fn cell_range(lo: Cell, hi: Cell) -> ColumnPredicate {
+    if lo == hi {
+        return ColumnPredicate::eq(CELL_COLUMN, Value::Int64(lo));
+    }
+    ColumnPredicate {
+        column: CELL_COLUMN.to_string(),
+        op: cairn_common::PredicateOp::Range {
+            lower: Some((Value::Int64(lo), true)),
+            upper: Some((Value::Int64(hi), true)),
+        },
+    }
 }
 
 fn hs_error(e: cairn_hyperspace::HyperspaceError) -> ClientError {
@@ -342,10 +357,11 @@ impl Client {
             for b in &scan.batches {
                 for r in 0..b.num_rows() {
                     let row = row_at(b, r, region.schema.columns())?;
-                    let Some((reg, values, _, _)) = cairn_hyperspace::split_region_row(&row) else {
+                    let Some(split) = cairn_hyperspace::split_region_row(&row) else {
                         note(format!("subspace {name}: a row of the wrong shape"));
                         continue;
                     };
+                    let (place, values) = (split.place, split.values);
                     let key = cairn_common::key::encode_row_key(&table.schema, values)?;
                     let shown = |v: &[Value]| {
                         table
@@ -373,11 +389,13 @@ impl Client {
                         )),
                         Some(_) => {}
                     }
-                    match entry.layout.region_of_row(&table.schema, values) {
-                        Ok(want) if want == reg => {}
+                    match entry.layout.place_of_row(&table.schema, values) {
+                        Ok(want) if want == place => {}
                         _ => note(format!(
-                            "subspace {name}: key ({}) is in region {reg}, not the region its values select",
-                            shown(values)
+                            "subspace {name}: key ({}) is in region {} cell {}, not where its values place it",
+                            shown(values),
+                            place.0,
+                            place.1
                         )),
                     }
                 }
@@ -548,15 +566,15 @@ impl Client {
                 .read_mode(ReadMode::Snapshot(snapshot))
                 .execute()
                 .await?;
-            // Per key: the region holding a live copy with the table's values, if any.
-            let mut good: HashMap<Vec<u8>, RegionId> = HashMap::new();
-            let mut held: HashSet<(Vec<u8>, RegionId)> = HashSet::new();
+            // Per key: the place (region and cell) holding a live copy with the table's
+            // values, if any.
+            let mut good: HashMap<Vec<u8>, (RegionId, Cell)> = HashMap::new();
+            let mut held: HashSet<(Vec<u8>, (RegionId, Cell))> = HashSet::new();
             let mut writes: Vec<(Vec<Value>, RegionWrite)> = Vec::new();
             for b in &scan.batches {
                 for r in 0..b.num_rows() {
                     let row = row_at(b, r, region.schema.columns())?;
-                    let Some((reg, values, _, removed)) = cairn_hyperspace::split_region_row(&row)
-                    else {
+                    let Some(split) = cairn_hyperspace::split_region_row(&row) else {
                         return Err(ClientError::Subspace {
                             message: format!(
                                 "subspace {} holds a row of the wrong shape",
@@ -565,23 +583,28 @@ impl Client {
                             retryable: false,
                         });
                     };
+                    let (place, values) = (split.place, split.values);
                     let key = cairn_common::key::encode_row_key(&table.schema, values)?;
-                    held.insert((key.clone(), reg));
-                    if removed {
+                    held.insert((key.clone(), place));
+                    if split.removed {
                         continue;
                     }
                     let wanted = match base.get(&key) {
-                        Some(b) => entry
-                            .layout
-                            .region_of_row(&table.schema, b)
-                            .map_err(hs_error)?,
-                        None => RegionId::MAX,
+                        Some(b) => Some(
+                            entry
+                                .layout
+                                .place_of_row(&table.schema, b)
+                                .map_err(hs_error)?,
+                        ),
+                        None => None,
                     };
-                    if wanted == reg && base.get(&key).is_some_and(|b| b.as_slice() == values) {
-                        good.insert(key, reg);
-                    } else if wanted != reg {
+                    if wanted == Some(place)
+                        && base.get(&key).is_some_and(|b| b.as_slice() == values)
+                    {
+                        good.insert(key, place);
+                    } else if wanted != Some(place) {
                         writes.push((
-                            cairn_hyperspace::region_row(values, reg, version as u64, true),
+                            cairn_hyperspace::region_row(values, place, version as u64, true),
                             RegionWrite::IfOlder,
                         ));
                         report.copies_removed += 1;
@@ -592,17 +615,17 @@ impl Client {
                 if good.contains_key(key) {
                     continue;
                 }
-                let reg = entry
+                let place = entry
                     .layout
-                    .region_of_row(&table.schema, row)
+                    .place_of_row(&table.schema, row)
                     .map_err(hs_error)?;
-                let how = if held.contains(&(key.clone(), reg)) {
+                let how = if held.contains(&(key.clone(), place)) {
                     RegionWrite::IfOlder
                 } else {
                     RegionWrite::Insert
                 };
                 writes.push((
-                    cairn_hyperspace::region_row(row, reg, version as u64, false),
+                    cairn_hyperspace::region_row(row, place, version as u64, false),
                     how,
                 ));
                 report.copies_written += 1;
@@ -622,7 +645,9 @@ impl Client {
     /// adding them to `found`, at `mode`; a mode that lets the server pick the snapshot
     /// becomes that snapshot, so that every later scan of the search reads the same.
     /// Each run of regions ([`region_runs`]) is one key-range scan; the first fixes the
-    /// snapshot, the rest run concurrently at it.
+    /// snapshot, the rest run concurrently at it. A run of one region is narrowed to the
+    /// cells the predicates allow ([`cell_bounds`]), so it reads only matching rows'
+    /// key range rather than the whole region.
     async fn scan_regions(
         &self,
         table: &Table,
@@ -638,8 +663,11 @@ impl Client {
         }
         let region = region_table(&table.schema, table.replicas, entry)?;
         let projection = found.projection();
+        let cells = cell_bounds(&entry.layout, preds).map_err(hs_error)?;
         let scan_of = |run: RegionRun, mode: ReadMode| {
-            let region_pred = if run.dense {
+            let region_pred = if run.first == run.last {
+                ColumnPredicate::eq(REGION_COLUMN, Value::Int32(run.first as i32))
+            } else if run.dense {
                 ColumnPredicate::range(
                     REGION_COLUMN,
                     Value::Int32(run.first as i32),
@@ -661,6 +689,9 @@ impl Client {
                 .read_mode(mode)
                 .predicate(region_pred)
                 .predicate(ColumnPredicate::eq(REMOVED_COLUMN, Value::Bool(false)));
+            if let (Some((lo, hi)), true) = (cells, run.first == run.last) {
+                scan = scan.predicate(cell_range(lo, hi));
+            }
             for p in preds {
                 scan = scan.predicate(p.clone());
             }

@@ -50,7 +50,7 @@ use std::collections::BTreeMap;
 use cairn_common::{Schema, Value};
 
 use crate::error::Result;
-use crate::grid::{RegionId, Subspace};
+use crate::grid::{Cell, RegionId, Subspace};
 
 /// The version of an object: the HybridTime (raw) at which its point leader committed the
 /// change. Versions of one object only grow.
@@ -73,14 +73,18 @@ pub struct ChainLink {
     pub subspace: usize,
     /// The region within that subspace.
     pub region: RegionId,
+    /// The row's cell within the region ([`Cell`]): a change of the subspace's first
+    /// attribute moves the row even when its region stays.
+    pub cell: Cell,
     /// Put or remove.
     pub action: LinkAction,
 }
 
 /// The chain of a change from `old` to `new` (full rows of `schema`; `None` for an object
 /// that did not exist before, or that the change deletes). Per subspace in order: the new
-/// value's region (put), then the old value's region if it differs (remove). A change
-/// that neither had nor leaves an object has an empty chain.
+/// value's region (put), then the old value's region if the object leaves it or moves
+/// to another cell of it (remove). A change that neither had nor leaves an object has an
+/// empty chain.
 pub fn build_chain(
     subspaces: &[Subspace],
     schema: &Schema,
@@ -89,19 +93,21 @@ pub fn build_chain(
 ) -> Result<Vec<ChainLink>> {
     let mut links = Vec::with_capacity(subspaces.len() * 2);
     for (i, s) in subspaces.iter().enumerate() {
-        let old_region = old.map(|row| s.region_of_row(schema, row)).transpose()?;
-        let new_region = new.map(|row| s.region_of_row(schema, row)).transpose()?;
-        if let Some(region) = new_region {
+        let old_place = old.map(|row| s.place_of_row(schema, row)).transpose()?;
+        let new_place = new.map(|row| s.place_of_row(schema, row)).transpose()?;
+        if let Some((region, cell)) = new_place {
             links.push(ChainLink {
                 subspace: i,
                 region,
+                cell,
                 action: LinkAction::Put,
             });
         }
-        if let Some(region) = old_region.filter(|r| Some(*r) != new_region) {
+        if let Some((region, cell)) = old_place.filter(|p| Some(*p) != new_place) {
             links.push(ChainLink {
                 subspace: i,
                 region,
+                cell,
                 action: LinkAction::Remove,
             });
         }
@@ -117,7 +123,8 @@ pub struct LinkMessage {
     /// The change's version.
     pub version: Version,
     /// The newest version older than `version` whose chain is still at work and visits
-    /// the same region: the region applies this link only once it has applied that one.
+    /// the same region and cell: the region applies this link only once it has applied
+    /// that one.
     pub after: Option<Version>,
 }
 
@@ -155,7 +162,7 @@ pub struct KeyChains {
 impl KeyChains {
     /// Registers the chain of change `version` and returns its messages in chain order.
     /// Each message waits for the newest older chain whose links are not all applied and
-    /// that visits the same region.
+    /// that visits the same region and cell.
     ///
     /// REQUIRES: `version` is newer than every version registered for this object (the
     /// point leader assigns versions in order under the object's row lock), or is one of
@@ -172,9 +179,10 @@ impl KeyChains {
                     .rev()
                     .find(|(_, (chain, done))| {
                         !done
-                            && chain
-                                .iter()
-                                .any(|l| l.subspace == link.subspace && l.region == link.region)
+                            && chain.iter().any(|l| {
+                                l.subspace == link.subspace
+                                    && (l.region, l.cell) == (link.region, link.cell)
+                            })
                     })
                     .map(|(v, _)| *v),
             })
@@ -252,8 +260,18 @@ mod tests {
         let insert = build_chain(&s, &sc, None, Some(&small)).unwrap();
         assert_eq!(insert.len(), 1);
         assert_eq!(insert[0].action, LinkAction::Put);
-        let same = build_chain(&s, &sc, Some(&small), Some(&row(-3))).unwrap();
+        let same = build_chain(&s, &sc, Some(&small), Some(&small)).unwrap();
         assert_eq!(same.len(), 1, "an update in place visits one region");
+        // Another value in the same region is another cell: put there, then remove.
+        let near = build_chain(&s, &sc, Some(&small), Some(&row(-3))).unwrap();
+        assert_eq!(r(-3), r(0));
+        assert_eq!(
+            near.iter()
+                .map(|l| (l.region, l.action))
+                .collect::<Vec<_>>(),
+            vec![(r(0), LinkAction::Put), (r(0), LinkAction::Remove)]
+        );
+        assert_ne!(near[0].cell, near[1].cell);
         let moved = build_chain(&s, &sc, Some(&small), Some(&big)).unwrap();
         assert_eq!(
             moved
@@ -283,6 +301,7 @@ mod tests {
         let link = |region, action| ChainLink {
             subspace: 0,
             region,
+            cell: 0,
             action,
         };
         let mut k = KeyChains::default();

@@ -28,6 +28,20 @@ use crate::error::{HyperspaceError, Result};
 /// first dimension most significant. Regions are numbered `0..region_count()`.
 pub type RegionId = u32;
 
+/// An object's place within its region: its coordinate on the subspace's first axis,
+/// as a signed integer of the same order ([`cell_of`]). A region table's key is the
+/// region, then the cell, then the object's key, so a region's rows are sorted by the
+/// subspace's first attribute: a search that fixes or bounds that attribute reads only
+/// the key range of matching cells instead of the whole region (an index within each
+/// region), and a change of the attribute that stays in its region still moves the row.
+pub type Cell = i64;
+
+/// The cell of coordinate `c`: `c` with its top bit flipped, so that cells compare as
+/// signed integers the way coordinates compare unsigned.
+pub fn cell_of(c: Coordinate) -> Cell {
+    (c ^ (1 << 63)) as i64
+}
+
 /// The most regions one subspace may ask for. Each region is a tablet with its own Raft
 /// group, so this is a sanity bound on what a cluster can host, not a format limit.
 pub const MAX_REGIONS: u32 = 1 << 16;
@@ -330,6 +344,21 @@ impl Subspace {
 
     /// The region that holds `row`, a full row of `schema`.
     pub fn region_of_row(&self, schema: &Schema, row: &[Value]) -> Result<RegionId> {
+        self.region_of_values(&self.axis_values(schema, row)?)
+    }
+
+    /// Where `row`, a full row of `schema`, lies in this subspace: its region and its
+    /// [`Cell`] within the region.
+    pub fn place_of_row(&self, schema: &Schema, row: &[Value]) -> Result<(RegionId, Cell)> {
+        let values = self.axis_values(schema, row)?;
+        let region = self.region_of_values(&values)?;
+        let first = self.dimensions[0].axis.coordinate(values[0])?;
+        Ok((region, cell_of(first)))
+    }
+
+    /// The values of `row` (a full row of `schema`) on the subspace's axes, in axis
+    /// order.
+    fn axis_values<'r>(&self, schema: &Schema, row: &'r [Value]) -> Result<Vec<&'r Value>> {
         let mut values = Vec::with_capacity(self.dimensions.len());
         for d in &self.dimensions {
             let i = schema.index_of(&d.axis.column)?;
@@ -342,7 +371,7 @@ impl Subspace {
             })?;
             values.push(v);
         }
-        self.region_of_values(&values)
+        Ok(values)
     }
 
     /// A readable description of a region's box, e.g. `a#2/4, b#0/4` (interval `2` of

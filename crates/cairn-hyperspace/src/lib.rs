@@ -19,8 +19,9 @@
 //! - [`chain`]: the value-dependent chain of a change from an old to a new value
 //!   ([`build_chain`]), the predecessor each link waits for ([`KeyChains`]) and the rule
 //!   a region applies each arriving link by ([`admit`]). Paper §4.1.
-//! - [`region`]: how a subspace is stored: a hidden region table, one tablet per region,
-//!   rows carrying their version and a tombstone flag ([`SubspaceEntry`]). Paper §3.2.
+//! - [`region`]: how a subspace is stored: a hidden region table whose tablets hold runs
+//!   of regions, rows sorted within a region by the first attribute ([`Cell`]) and
+//!   carrying their version and a tombstone flag ([`SubspaceEntry`]). Paper §3.2.
 //!
 //! The key subspace of the paper (§3.1) is the table's own tablets and needs nothing
 //! here. Errors are one [`HyperspaceError`] enum.
@@ -37,12 +38,13 @@ pub use chain::{
 };
 pub use coord::{Axis, AxisKind, Coordinate, NULL_COORDINATE};
 pub use error::{HyperspaceError, Result};
-pub use grid::{Dimension, MAX_DIMENSIONS, MAX_REGIONS, RegionId, Subspace};
+pub use grid::{Cell, Dimension, MAX_DIMENSIONS, MAX_REGIONS, RegionId, Subspace, cell_of};
 pub use plan::{
-    RegionRun, RegionSet, SearchPlan, plan_search, region_runs, regions_for, sorted_groups,
+    RegionRun, RegionSet, SearchPlan, cell_bounds, plan_search, region_runs, regions_for,
+    sorted_groups,
 };
 pub use region::{
-    DEFAULT_REGIONS, REGION_COLUMN, REMOVED_COLUMN, SubspaceEntry, SubspaceSpec, VERSION_COLUMN,
-    default_region_tablets, is_region_table_name, region_partitioning, region_row,
-    region_table_name, region_table_schema, split_region_row,
+    CELL_COLUMN, DEFAULT_REGIONS, REGION_COLUMN, REMOVED_COLUMN, RegionRow, SubspaceEntry,
+    SubspaceSpec, VERSION_COLUMN, default_region_tablets, is_region_table_name,
+    region_partitioning, region_row, region_table_name, region_table_schema, split_region_row,
 };

@@ -19,13 +19,17 @@
 //! that matches lies in a planned region (exclusive bounds are treated as inclusive,
 //! hashed ranges as unconstrained), and the regions are still scanned with the full
 //! predicate.
+//!
+//! Within a region, rows are sorted by their [`Cell`], the coordinate on the subspace's
+//! first axis; [`cell_bounds`] turns the predicate on that attribute into the cells a
+//! match can lie in, so that a region is read as the key range of those cells.
 
 use cairn_common::predicate::simplify_conjunction;
 use cairn_common::{ColumnPredicate, PredicateOp};
 
 use crate::coord::{AxisKind, Coordinate, NULL_COORDINATE};
 use crate::error::Result;
-use crate::grid::{Dimension, RegionId, Subspace};
+use crate::grid::{Cell, Dimension, RegionId, Subspace, cell_of};
 
 /// The intervals a search selects on each dimension of one subspace; the regions are
 /// their cross product.
@@ -115,21 +119,63 @@ fn intervals_for(d: &Dimension, op: &PredicateOp) -> Result<Vec<usize>> {
                 all()
             }
             AxisKind::Ordered => {
-                // Ranges never match NULL, so the low end is the first non-null
-                // coordinate when unbounded.
-                let lo = match lower {
-                    Some((v, _)) => d.axis.coordinate(v)?.max(NULL_COORDINATE + 1),
-                    None => NULL_COORDINATE + 1,
-                };
-                let hi = match upper {
-                    Some((v, _)) => d.axis.coordinate(v)?,
-                    None => u64::MAX,
-                };
+                let (lo, hi) = ordered_bounds(d, lower, upper)?;
                 d.intervals_between(lo, hi).collect()
             }
         },
     })
 }
+
+/// The cells of `subspace` that can hold a row matching every predicate of `preds`: an
+/// inclusive `[low, high]` from the predicate on the subspace's first attribute, or
+/// `None` when that predicate does not narrow them (there is none, or it is a range on
+/// a hashed axis). Conservative like the regions: exclusive bounds count as inclusive.
+pub fn cell_bounds(subspace: &Subspace, preds: &[ColumnPredicate]) -> Result<Option<(Cell, Cell)>> {
+    let preds = simplify_conjunction(preds);
+    let Some(d) = subspace.dimensions.first() else {
+        return Ok(None);
+    };
+    let Some(p) = preds.iter().find(|p| p.column == d.axis.column) else {
+        return Ok(None);
+    };
+    let coords = match &p.op {
+        PredicateOp::IsNull => Some((NULL_COORDINATE, NULL_COORDINATE)),
+        PredicateOp::Equality(v) if !v.is_null() => {
+            let c = d.axis.coordinate(v)?;
+            Some((c, c))
+        }
+        PredicateOp::InList(vs) => {
+            let cs = vs
+                .iter()
+                .filter(|v| !v.is_null())
+                .map(|v| d.axis.coordinate(v))
+                .collect::<Result<Vec<_>>>()?;
+            cs.iter().min().copied().zip(cs.iter().max().copied())
+        }
+        PredicateOp::Range { lower, upper } if d.axis.kind == AxisKind::Ordered => {
+            Some(ordered_bounds(d, lower, upper)?)
+        }
+        _ => None,
+    };
+    Ok(coords.map(|(lo, hi)| (cell_of(lo), cell_of(hi))))
+}
+
+/// The inclusive coordinates a range on ordered dimension `d` spans. Ranges never
+/// match NULL, so an unbounded low end is the first non-null coordinate.
+fn ordered_bounds(d: &Dimension, lower: &Bound, upper: &Bound) -> Result<(Coordinate, Coordinate)> {
+    let lo = match lower {
+        Some((v, _)) => d.axis.coordinate(v)?.max(NULL_COORDINATE + 1),
+        None => NULL_COORDINATE + 1,
+    };
+    let hi = match upper {
+        Some((v, _)) => d.axis.coordinate(v)?,
+        None => u64::MAX,
+    };
+    Ok((lo, hi))
+}
+
+/// One end of a range predicate: the value and whether it is inclusive.
+type Bound = Option<(cairn_common::Value, bool)>;
 
 /// The plan of a search: the subspace to ask and its regions.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -470,9 +516,23 @@ mod tests {
         ) {
             let axes = vec![Axis::new("a", DataType::Int64), Axis::new("b", DataType::String)];
             let sample: Vec<Vec<Value>> = sample.into_iter().map(|(a, b)| vec![a, b]).collect();
-            let s = Subspace::from_sample("ab", axes, n, &sample).unwrap();
+            let s = Subspace::from_sample("ab", axes.clone(), n, &sample).unwrap();
             let planned = regions_for(&s, &preds).unwrap().regions();
             prop_assert!(planned.windows(2).all(|w| w[0] < w[1]));
+            // The same attributes with the hashed one first, for its cells.
+            let flipped: Vec<Vec<Value>> =
+                sample.iter().map(|r| vec![r[1].clone(), r[0].clone()]).collect();
+            let axes_ba = axes.into_iter().rev().collect();
+            let ba = Subspace::from_sample("ba", axes_ba, n, &flipped).unwrap();
+            let schema = cairn_common::Schema::new(
+                vec![
+                    cairn_common::ColumnSpec::new("k", DataType::Int64),
+                    cairn_common::ColumnSpec::new("a", DataType::Int64).nullable(),
+                    cairn_common::ColumnSpec::new("b", DataType::String).nullable(),
+                ],
+                &["k"],
+            )
+            .unwrap();
             for (a, b) in &rows {
                 let matches = preds.iter().all(|p| {
                     p.matches_value(if p.column == "a" { a } else { b })
@@ -480,6 +540,17 @@ mod tests {
                 if matches {
                     let r = s.region_of_values(&[a, b]).unwrap();
                     prop_assert!(planned.contains(&r), "row ({a:?}, {b:?}) in region {r} not planned {planned:?} for {preds:?}");
+                    let row = vec![Value::Int64(1), a.clone(), b.clone()];
+                    for sub in [&s, &ba] {
+                        let (_, cell) = sub.place_of_row(&schema, &row).unwrap();
+                        if let Some((lo, hi)) = cell_bounds(sub, &preds).unwrap() {
+                            prop_assert!(
+                                lo <= cell && cell <= hi,
+                                "row ({a:?}, {b:?}) in cell {cell} outside [{lo}, {hi}] of {} for {preds:?}",
+                                sub.name
+                            );
+                        }
+                    }
                 }
             }
         }

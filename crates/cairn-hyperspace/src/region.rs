@@ -5,10 +5,15 @@
 //! regions live in ordinary Raft-replicated tablets that the master places,
 //! re-replicates and deletes like any other:
 //!
-//! - its columns are [`REGION_COLUMN`] (the region, `INT`), every column of the base
-//!   table with the same name, type and nullability, then [`VERSION_COLUMN`] (the
-//!   object's version, `BIGINT`) and [`REMOVED_COLUMN`] (`BOOLEAN`, a tombstone);
-//! - its primary key is the region followed by the base table's key;
+//! - its columns are [`REGION_COLUMN`] (the region, `INT`), [`CELL_COLUMN`] (the row's
+//!   [`Cell`]: its coordinate on the subspace's first axis, `BIGINT`), every column of
+//!   the base table with the same name, type and nullability, then [`VERSION_COLUMN`]
+//!   (the object's version, `BIGINT`) and [`REMOVED_COLUMN`] (`BOOLEAN`, a tombstone);
+//! - its primary key is the region, the cell, then the base table's key. Within a
+//!   region, rows are sorted by the subspace's first attribute, so a search that fixes
+//!   or bounds it reads only the matching cells: a region is as cheap to search whether
+//!   it holds ten rows or ten thousand, which matters when the grid was cut without a
+//!   sample of the data and its regions are uneven;
 //! - it is range-partitioned on the region column into a few tablets, each holding a
 //!   contiguous run of regions ([`region_partitioning`]). A region is a key range of its
 //!   tablet, so a search reads a region with one key-range scan, however many regions
@@ -25,7 +30,10 @@ use cairn_common::{ColumnSpec, DataType, PartitionSchema, Schema, Value};
 
 use crate::chain::Version;
 use crate::error::{HyperspaceError, Result};
-use crate::grid::{MAX_REGIONS, RegionId, Subspace};
+use crate::grid::{Cell, MAX_REGIONS, RegionId, Subspace};
+
+/// The cell column of a region table (its second key column, see [`Cell`]).
+pub const CELL_COLUMN: &str = "__cell";
 
 /// The region column of a region table (its first key column).
 pub const REGION_COLUMN: &str = "__region";
@@ -147,10 +155,11 @@ pub fn is_region_table_name(name: &str) -> bool {
 
 /// The schema of a region table for base schema `base`.
 pub fn region_table_schema(base: &Schema) -> Result<Schema> {
-    let mut cols = Vec::with_capacity(base.num_columns() + 3);
+    let mut cols = Vec::with_capacity(base.num_columns() + 4);
     cols.push(ColumnSpec::new(REGION_COLUMN, DataType::Int32));
+    cols.push(ColumnSpec::new(CELL_COLUMN, DataType::Int64));
     for c in base.columns() {
-        if [REGION_COLUMN, VERSION_COLUMN, REMOVED_COLUMN].contains(&c.name.as_str()) {
+        if [REGION_COLUMN, CELL_COLUMN, VERSION_COLUMN, REMOVED_COLUMN].contains(&c.name.as_str()) {
             return Err(HyperspaceError::InvalidSubspace(format!(
                 "column '{}' has a name subspaces reserve: rename it to give the table subspaces",
                 c.name
@@ -163,7 +172,7 @@ pub fn region_table_schema(base: &Schema) -> Result<Schema> {
     }
     cols.push(ColumnSpec::new(VERSION_COLUMN, DataType::Int64));
     cols.push(ColumnSpec::new(REMOVED_COLUMN, DataType::Bool));
-    let mut key: Vec<&str> = vec![REGION_COLUMN];
+    let mut key: Vec<&str> = vec![REGION_COLUMN, CELL_COLUMN];
     key.extend(
         base.key_indexes()
             .iter()
@@ -213,35 +222,56 @@ pub fn region_partitioning(
     Ok((ps, bounds))
 }
 
-/// The region-table row for a base row (schema order) stored in `region` at `version`;
+/// The region-table row for a base row (schema order) stored at `place` (its region
+/// and cell, [`Subspace::place_of_row`](crate::Subspace::place_of_row)) at `version`;
 /// `removed` marks a tombstone.
 pub fn region_row(
     base_row: &[Value],
-    region: RegionId,
+    place: (RegionId, Cell),
     version: Version,
     removed: bool,
 ) -> Vec<Value> {
-    let mut row = Vec::with_capacity(base_row.len() + 3);
-    row.push(Value::Int32(region as i32));
+    let mut row = Vec::with_capacity(base_row.len() + 4);
+    row.push(Value::Int32(place.0 as i32));
+    row.push(Value::Int64(place.1));
     row.extend_from_slice(base_row);
     row.push(Value::Int64(version as i64));
     row.push(Value::Bool(removed));
     row
 }
 
-/// The region-table row's parts: the region, the base row, the version and whether it is
-/// a tombstone. `None` when the row does not have a region table's shape.
-pub fn split_region_row(row: &[Value]) -> Option<(RegionId, &[Value], Version, bool)> {
+/// A region-table row taken apart ([`split_region_row`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RegionRow<'r> {
+    /// Where the row is stored: its region and cell.
+    pub place: (RegionId, Cell),
+    /// The object's row in the base table's schema.
+    pub values: &'r [Value],
+    /// The object's version.
+    pub version: Version,
+    /// Whether the row is a tombstone.
+    pub removed: bool,
+}
+
+/// The region-table row's parts. `None` when the row does not have a region table's
+/// shape.
+pub fn split_region_row(row: &[Value]) -> Option<RegionRow<'_>> {
     let [
         Value::Int32(r),
-        base @ ..,
+        Value::Int64(cell),
+        values @ ..,
         Value::Int64(v),
         Value::Bool(removed),
     ] = row
     else {
         return None;
     };
-    Some((*r as RegionId, base, *v as Version, *removed))
+    Some(RegionRow {
+        place: (*r as RegionId, *cell),
+        values,
+        version: *v as Version,
+        removed: *removed,
+    })
 }
 
 impl SubspaceEntry {
@@ -371,15 +401,23 @@ mod tests {
         let names: Vec<_> = s.columns().iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,
-            vec!["__region", "id", "a", "b", "__version", "__removed"]
+            vec![
+                "__region",
+                "__cell",
+                "id",
+                "a",
+                "b",
+                "__version",
+                "__removed"
+            ]
         );
         let key: Vec<_> = s
             .key_indexes()
             .iter()
             .map(|&i| s.column(i).name.as_str())
             .collect();
-        assert_eq!(key, vec!["__region", "id"]);
-        assert!(s.column(2).nullable && !s.column(3).nullable);
+        assert_eq!(key, vec!["__region", "__cell", "id"]);
+        assert!(s.column(3).nullable && !s.column(4).nullable);
         let bad = Schema::new(
             vec![ColumnSpec::new("__version", DataType::Int64)],
             &["__version"],
@@ -399,7 +437,7 @@ mod tests {
             for r in 0..regions {
                 let row = region_row(
                     &[Value::Int64(1), Value::Null, Value::String("x".into())],
-                    r,
+                    (r, -5),
                     7,
                     false,
                 );
@@ -411,8 +449,16 @@ mod tests {
                 // Regions fill the tablets in order, evenly.
                 assert!(holders[0] == last_holder || holders[0] == last_holder + 1);
                 last_holder = holders[0];
-                let (region, b, v, removed) = split_region_row(&row).unwrap();
-                assert_eq!((region, b.len(), v, removed), (r, 3, 7, false));
+                let split = split_region_row(&row).unwrap();
+                assert_eq!(
+                    (
+                        split.place,
+                        split.values.len(),
+                        split.version,
+                        split.removed
+                    ),
+                    ((r, -5), 3, 7, false)
+                );
             }
             assert_eq!(last_holder + 1, tablets as usize);
         }

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 
 use cairn_common::{ColumnSpec, DataType, Schema, Value};
 use cairn_hyperspace::{
-    Admission, Axis, KeyChains, LinkAction, LinkMessage, Subspace, Version, admit, build_chain,
+    Admission, Axis, Cell, KeyChains, LinkAction, LinkMessage, Subspace, Version, admit,
+    build_chain,
 };
 use proptest::prelude::*;
 
@@ -81,11 +82,14 @@ struct Update {
 /// One object in one region: the version applied and the live row (None: tombstone).
 type Copy = (Version, Option<Vec<Value>>);
 
+/// A region and a cell within it.
+type Place = (u32, Cell);
+
 struct Model {
     schema: Schema,
     subspaces: Vec<Subspace>,
-    /// regions[subspace][region] → key → copy.
-    regions: Vec<Vec<HashMap<i64, Copy>>>,
+    /// regions[subspace][region] → (cell, key) → copy.
+    regions: Vec<Vec<HashMap<(Cell, i64), Copy>>>,
     /// The key subspace: the newest version of each object the point leader decided.
     objects: HashMap<i64, (Version, Option<Vec<Value>>)>,
     /// The newest acknowledged change of each object.
@@ -94,8 +98,8 @@ struct Model {
     updates: Vec<Update>,
     /// Every change by version: its key and new value (the point leader's log).
     log: HashMap<Version, (i64, Option<Vec<Value>>)>,
-    /// Per (subspace, region, key): the versions applied there, in order.
-    applied: HashMap<(usize, u32, i64), Vec<Version>>,
+    /// Per (subspace, region, cell, key): the versions applied there, in order.
+    applied: HashMap<(usize, u32, Cell, i64), Vec<Version>>,
     /// Links delivered before, for retransmission.
     delivered: Vec<(i64, LinkMessage)>,
     next_version: Version,
@@ -155,10 +159,10 @@ impl Model {
         let u = &self.updates[i];
         let m = u.messages[u.cursor];
         let region = &mut self.regions[m.link.subspace][m.link.region as usize];
-        let applied = region.get(&u.key).map(|c| c.0);
+        let applied = region.get(&(m.link.cell, u.key)).map(|c| c.0);
         let history = self
             .applied
-            .entry((m.link.subspace, m.link.region, u.key))
+            .entry((m.link.subspace, m.link.region, m.link.cell, u.key))
             .or_default();
         match admit(applied, m.version, m.after) {
             Admission::Wait => return false,
@@ -181,7 +185,7 @@ impl Model {
                     LinkAction::Put => Some(u.value.clone().expect("a put carries a value")),
                     LinkAction::Remove => None,
                 };
-                region.insert(u.key, (m.version, live));
+                region.insert((m.link.cell, u.key), (m.version, live));
             }
         }
         self.delivered.push((u.key, m));
@@ -210,7 +214,7 @@ impl Model {
     fn retransmit(&mut self, i: usize) {
         let (key, m) = self.delivered[i];
         let applied = self.regions[m.link.subspace][m.link.region as usize]
-            .get(&key)
+            .get(&(m.link.cell, key))
             .map(|c| c.0);
         assert_eq!(
             admit(applied, m.version, m.after),
@@ -271,7 +275,7 @@ impl Model {
     fn check_search_view(&self) {
         for (s, sub) in self.subspaces.iter().enumerate() {
             for (r, region) in self.regions[s].iter().enumerate() {
-                for (key, (v, live)) in region {
+                for ((cell, key), (v, live)) in region {
                     let Some(row) = live else { continue };
                     // A live copy is never older than the object's acknowledged change.
                     let (acked, acked_value) =
@@ -283,7 +287,10 @@ impl Model {
                     if *v == acked {
                         assert_eq!(Some(row), acked_value.as_ref());
                     }
-                    assert_eq!(sub.region_of_row(&self.schema, row).unwrap() as usize, r);
+                    assert_eq!(
+                        sub.place_of_row(&self.schema, row).unwrap(),
+                        (r as u32, *cell)
+                    );
                 }
             }
         }
@@ -303,8 +310,8 @@ impl Model {
             for (s, regions) in self.regions.iter().enumerate() {
                 let present = regions.iter().any(|region| {
                     region
-                        .get(key)
-                        .is_some_and(|(v, live)| live.is_some() && v >= acked)
+                        .iter()
+                        .any(|((_, k), (v, live))| k == key && live.is_some() && v >= acked)
                 });
                 assert!(
                     present,
@@ -320,7 +327,7 @@ impl Model {
         assert!(self.chains.values().all(KeyChains::is_idle));
         assert_eq!(self.acknowledged, self.objects);
         // Every link of every change was applied at its region, exactly once.
-        let mut expected: HashMap<(usize, u32, i64), Vec<Version>> = HashMap::new();
+        let mut expected: HashMap<(usize, u32, Cell, i64), Vec<Version>> = HashMap::new();
         let mut versions: Vec<_> = self.log.keys().copied().collect();
         versions.sort_unstable();
         for v in versions {
@@ -335,7 +342,7 @@ impl Model {
             .unwrap();
             for l in links {
                 expected
-                    .entry((l.subspace, l.region, *key))
+                    .entry((l.subspace, l.region, l.cell, *key))
                     .or_default()
                     .push(v);
             }
@@ -344,11 +351,11 @@ impl Model {
         got.retain(|_, h| !h.is_empty());
         assert_eq!(got, expected);
         for (s, sub) in self.subspaces.iter().enumerate() {
-            let mut seen: HashMap<i64, (usize, Version, Vec<Value>)> = HashMap::new();
+            let mut seen: HashMap<i64, (Place, Version, Vec<Value>)> = HashMap::new();
             for (r, region) in self.regions[s].iter().enumerate() {
-                for (key, (v, live)) in region {
+                for ((cell, key), (v, live)) in region {
                     if let Some(row) = live {
-                        let twice = seen.insert(*key, (r, *v, row.clone()));
+                        let twice = seen.insert(*key, ((r as u32, *cell), *v, row.clone()));
                         assert!(twice.is_none(), "key {key} twice in subspace {s}");
                     }
                 }
@@ -357,11 +364,11 @@ impl Model {
                 match value {
                     None => assert!(!seen.contains_key(key), "deleted key {key} in subspace {s}"),
                     Some(row) => {
-                        let (r, got_v, got) = seen
+                        let (place, got_v, got) = seen
                             .remove(key)
                             .unwrap_or_else(|| panic!("key {key} missing from subspace {s}"));
                         assert_eq!((got_v, &got), (*v, row));
-                        assert_eq!(sub.region_of_row(&self.schema, row).unwrap() as usize, r);
+                        assert_eq!(sub.place_of_row(&self.schema, row).unwrap(), place);
                     }
                 }
             }

@@ -216,7 +216,12 @@ impl ChainDriver {
                             .iter()
                             .any(|o| o.subspace == l.subspace && o.action == LinkAction::Remove));
                 steps[step].push(Link {
-                    row: region_row(row, l.region, c.version, l.action == LinkAction::Remove),
+                    row: region_row(
+                        row,
+                        (l.region, l.cell),
+                        c.version,
+                        l.action == LinkAction::Remove,
+                    ),
                     first: if moves_in {
                         RegionWrite::Insert
                     } else {

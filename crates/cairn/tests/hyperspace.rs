@@ -444,30 +444,35 @@ async fn many_regions_share_few_tablets() {
 
     // What chains that never finished leave behind, written into the region table
     // directly: a missing copy, a stale copy in a wrong region, a copy of a deleted
-    // row, a copy with stale values in the right region.
+    // row, a copy with stale values in the right region, a copy in the right region but
+    // another cell.
     let entry = &t.subspaces[0];
     let region = cairn_client::hyperspace::region_table(&t.schema, 1, entry).unwrap();
-    let region_of = |row: &[Value]| entry.layout.region_of_row(&t.schema, row).unwrap();
+    let place_of = |row: &[Value]| entry.layout.place_of_row(&t.schema, row).unwrap();
     let stale = |id: i64| {
         let mut row = base[&id].clone();
         row[3] = Value::Double(-1.0);
         row
     };
     let mut rs = c.new_session(&region);
-    let r10 = region_of(&base[&10]);
+    let (r10, cell10) = place_of(&base[&10]);
     rs.apply(
         Operation::delete(
             &region.schema,
-            &[Value::Int32(r10 as i32), Value::Int64(10)],
+            &[
+                Value::Int32(r10 as i32),
+                Value::Int64(cell10),
+                Value::Int64(10),
+            ],
         )
         .unwrap(),
     )
     .await
     .unwrap();
-    let wrong = (region_of(&base[&11]) + 1) % 4096;
+    let (r11, cell11) = place_of(&base[&11]);
     rs.apply(Operation::upsert(cairn_hyperspace::region_row(
         &stale(11),
-        wrong,
+        ((r11 + 1) % 4096, cell11),
         1,
         false,
     )))
@@ -477,7 +482,7 @@ async fn many_regions_share_few_tablets() {
     gone[0] = Value::Int64(5);
     rs.apply(Operation::upsert(cairn_hyperspace::region_row(
         &gone,
-        region_of(&gone),
+        place_of(&gone),
         1,
         false,
     )))
@@ -485,14 +490,29 @@ async fn many_regions_share_few_tablets() {
     .unwrap();
     rs.apply(Operation::upsert(cairn_hyperspace::region_row(
         &stale(13),
-        region_of(&base[&13]),
+        place_of(&base[&13]),
+        1,
+        false,
+    )))
+    .await
+    .unwrap();
+    let (r14, cell14) = place_of(&base[&14]);
+    rs.apply(Operation::upsert(cairn_hyperspace::region_row(
+        &base[&14],
+        (r14, cell14 + 1),
         1,
         false,
     )))
     .await
     .unwrap();
     let (_, problems) = c.check_subspaces(&t, 20).await.unwrap();
-    assert!(problems.len() >= 4, "{problems:#?}");
+    assert!(problems.len() >= 5, "{problems:#?}");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains(&format!("cell {}", cell14 + 1))),
+        "{problems:#?}"
+    );
 
     // The repair runs while a writer moves rows around; afterwards the subspace agrees.
     let writer = {
