@@ -897,10 +897,17 @@ impl TabletReplica {
                 Some(0) => ReadMode::Snapshot(tablet.clock().now()),
                 Some(ts) => ReadMode::Snapshot(HybridTime(ts)),
             };
-            let t = tablet.clone();
-            let snap = tokio::task::spawn_blocking(move || t.snapshot_for(mode))
-                .await
-                .map_err(|e| TserverError::Internal(e.to_string()))??;
+            // Nothing in flight at or below the snapshot is the usual case: it needs no
+            // blocking thread (a hop to one and back costs more than a small scan).
+            let snap = match tablet.snapshot_if_safe(mode)? {
+                Some(snap) => snap,
+                None => {
+                    let t = tablet.clone();
+                    tokio::task::spawn_blocking(move || t.snapshot_for(mode))
+                        .await
+                        .map_err(|e| TserverError::Internal(e.to_string()))??
+                }
+            };
             self.group.confirm_leadership(deadline).await?;
             return Ok(ReadMode::Snapshot(snap));
         }

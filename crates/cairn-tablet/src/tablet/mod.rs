@@ -455,13 +455,29 @@ impl Tablet {
     /// timeout) for writes in flight at or below it. A snapshot further in the future
     /// than the clock's maximum offset is refused.
     pub fn snapshot_for(&self, mode: ReadMode) -> Result<HybridTime> {
+        self.snapshot_waiting(mode, self.opts.safe_time_timeout)
+    }
+
+    /// [`Tablet::snapshot_for`] without waiting: `None` when a write at or below the
+    /// snapshot is still in flight. An async caller resolves the common case (nothing
+    /// in flight) on its own task and moves to a thread that may block only for the
+    /// rest.
+    pub fn snapshot_if_safe(&self, mode: ReadMode) -> Result<Option<HybridTime>> {
+        match self.snapshot_waiting(mode, Duration::ZERO) {
+            Err(TabletError::SafeTimeTimeout { .. }) => Ok(None),
+            r => r.map(Some),
+        }
+    }
+
+    /// [`Tablet::snapshot_for`], waiting at most `timeout` for a snapshot to be safe.
+    fn snapshot_waiting(&self, mode: ReadMode, timeout: Duration) -> Result<HybridTime> {
         self.check_healthy()?;
         match mode {
             // A prepared transaction holds its prepare timestamp in flight until it
             // commits, possibly at a timestamp below writes acknowledged since: reading
             // below it would miss those. Wait for it instead (a commit round trip).
             ReadMode::Latest if self.txns.committing() > 0 => {
-                self.snapshot_for(ReadMode::Snapshot(self.clock.now()))
+                self.snapshot_waiting(ReadMode::Snapshot(self.clock.now()), timeout)
             }
             ReadMode::Latest => Ok(self.mvcc.snapshot_now(&self.clock)),
             ReadMode::Snapshot(ts) => {
@@ -473,7 +489,6 @@ impl Tablet {
                     });
                 }
                 self.clock.observe(ts)?;
-                let timeout = self.opts.safe_time_timeout;
                 if !self.mvcc.wait_until_safe(&self.clock, ts, timeout) {
                     return Err(TabletError::SafeTimeTimeout {
                         snapshot: ts,
