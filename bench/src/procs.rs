@@ -95,3 +95,33 @@ pub(crate) async fn pg_connect(url: &str) -> BoxResult<tokio_postgres::Client> {
     });
     Ok(client)
 }
+
+/// CPU seconds a process has used (Linux `/proc`); `None` elsewhere.
+pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start after ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Waits until process `pid` uses under 5% of a core over 3 seconds (or `max`
+/// passes); returns the seconds waited.
+pub(crate) async fn settle(pid: u32, max: Duration) -> f64 {
+    let t0 = Instant::now();
+    let window = Duration::from_secs(3);
+    while t0.elapsed() < max {
+        let Some(before) = cpu_seconds(pid) else {
+            break;
+        };
+        tokio::time::sleep(window).await;
+        let Some(after) = cpu_seconds(pid) else {
+            break;
+        };
+        if after - before < 0.05 * window.as_secs_f64() {
+            break;
+        }
+    }
+    t0.elapsed().as_secs_f64()
+}

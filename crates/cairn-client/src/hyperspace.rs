@@ -589,15 +589,11 @@ impl Client {
                     if split.removed {
                         continue;
                     }
-                    let wanted = match base.get(&key) {
-                        Some(b) => Some(
-                            entry
-                                .layout
-                                .place_of_row(&table.schema, b)
-                                .map_err(hs_error)?,
-                        ),
-                        None => None,
-                    };
+                    let wanted = base
+                        .get(&key)
+                        .map(|b| entry.layout.place_of_row(&table.schema, b))
+                        .transpose()
+                        .map_err(hs_error)?;
                     if wanted == Some(place)
                         && base.get(&key).is_some_and(|b| b.as_slice() == values)
                     {
