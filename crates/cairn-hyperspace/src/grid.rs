@@ -389,7 +389,7 @@ impl Subspace {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use cairn_common::DataType;
     use proptest::prelude::*;
@@ -533,9 +533,9 @@ mod tests {
         assert!(e.to_string().contains("choose between 1 and"), "{e}");
     }
 
-    #[test]
-    fn rows_locate_by_column_name() {
-        let schema = Schema::new(
+    /// A table `(k BIGINT PRIMARY KEY, a BIGINT NULL, b TEXT NULL)`.
+    pub(crate) fn kab_schema() -> Schema {
+        Schema::new(
             vec![
                 cairn_common::ColumnSpec::new("k", DataType::Int64),
                 cairn_common::ColumnSpec::new("a", DataType::Int64).nullable(),
@@ -543,7 +543,12 @@ mod tests {
             ],
             &["k"],
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn rows_locate_by_column_name() {
+        let schema = kab_schema();
         let axes = Subspace::axes_of(&schema, &["b", "a"]).unwrap();
         assert_eq!(axes[0].kind, AxisKind::Hashed);
         let s = Subspace::new("ab", axes, 16).unwrap();

@@ -524,15 +524,7 @@ mod tests {
                 sample.iter().map(|r| vec![r[1].clone(), r[0].clone()]).collect();
             let axes_ba = axes.into_iter().rev().collect();
             let ba = Subspace::from_sample("ba", axes_ba, n, &flipped).unwrap();
-            let schema = cairn_common::Schema::new(
-                vec![
-                    cairn_common::ColumnSpec::new("k", DataType::Int64),
-                    cairn_common::ColumnSpec::new("a", DataType::Int64).nullable(),
-                    cairn_common::ColumnSpec::new("b", DataType::String).nullable(),
-                ],
-                &["k"],
-            )
-            .unwrap();
+            let schema = crate::grid::tests::kab_schema();
             for (a, b) in &rows {
                 let matches = preds.iter().all(|p| {
                     p.matches_value(if p.column == "a" { a } else { b })
