@@ -5,7 +5,9 @@
 //! attribute values select. A change to the object is decided by the *point leader* (the
 //! leader of its key tablet), which gives it a [`Version`] (its commit timestamp) and then
 //! sends it along a chain: for each subspace in order, the region of the new value and,
-//! if the object moves, the region of the old value ([`build_chain`]). Each link is
+//! if the object moves, the region of the old value ([`build_chain`]). An object moves
+//! when its region changes or, within a region, its [`Cell`] (the first attribute's
+//! coordinate, which orders a region's rows) does. Each link is
 //! applied by that region's Raft group before the next is sent; the client is answered
 //! when the last link is applied.
 //!
