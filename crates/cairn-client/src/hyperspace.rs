@@ -25,7 +25,7 @@ use arrow::record_batch::RecordBatch;
 use cairn_common::types::RowsToColumns;
 use cairn_common::{ColumnPredicate, ColumnSchema, Schema, Value};
 use cairn_hyperspace::{
-    CELL_COLUMN, Cell, REGION_COLUMN, REMOVED_COLUMN, RegionId, RegionRun, SearchPlan,
+    CELL_COLUMN, Cell, Place, REGION_COLUMN, REMOVED_COLUMN, RegionId, RegionRun, SearchPlan,
     SubspaceEntry, VERSION_COLUMN, cell_bounds, plan_search, region_partitioning, region_runs,
     region_table_schema, sorted_groups,
 };
@@ -568,8 +568,8 @@ impl Client {
                 .await?;
             // Per key: the place (region and cell) holding a live copy with the table's
             // values, if any.
-            let mut good: HashMap<Vec<u8>, (RegionId, Cell)> = HashMap::new();
-            let mut held: HashSet<(Vec<u8>, (RegionId, Cell))> = HashSet::new();
+            let mut good: HashMap<Vec<u8>, Place> = HashMap::new();
+            let mut held: HashSet<(Vec<u8>, Place)> = HashSet::new();
             let mut writes: Vec<(Vec<Value>, RegionWrite)> = Vec::new();
             for b in &scan.batches {
                 for r in 0..b.num_rows() {
@@ -661,7 +661,8 @@ impl Client {
         let projection = found.projection();
         let cells = cell_bounds(&entry.layout, preds).map_err(hs_error)?;
         let scan_of = |run: RegionRun, mode: ReadMode| {
-            let region_pred = if run.first == run.last {
+            let one_region = run.first == run.last;
+            let region_pred = if one_region {
                 ColumnPredicate::eq(REGION_COLUMN, Value::Int32(run.first as i32))
             } else if run.dense {
                 ColumnPredicate::range(
@@ -685,7 +686,7 @@ impl Client {
                 .read_mode(mode)
                 .predicate(region_pred)
                 .predicate(ColumnPredicate::eq(REMOVED_COLUMN, Value::Bool(false)));
-            if let (Some((lo, hi)), true) = (cells, run.first == run.last) {
+            if let (Some((lo, hi)), true) = (cells, one_region) {
                 scan = scan.predicate(cell_range(lo, hi));
             }
             for p in preds {

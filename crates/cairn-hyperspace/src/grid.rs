@@ -36,6 +36,9 @@ pub type RegionId = u32;
 /// region), and a change of the attribute that stays in its region still moves the row.
 pub type Cell = i64;
 
+/// Where a row is stored in a subspace: its region and its cell within the region.
+pub type Place = (RegionId, Cell);
+
 /// The cell of coordinate `c`: `c` with its top bit flipped, so that cells compare as
 /// signed integers the way coordinates compare unsigned.
 pub fn cell_of(c: Coordinate) -> Cell {
@@ -349,7 +352,7 @@ impl Subspace {
 
     /// Where `row`, a full row of `schema`, lies in this subspace: its region and its
     /// [`Cell`] within the region.
-    pub fn place_of_row(&self, schema: &Schema, row: &[Value]) -> Result<(RegionId, Cell)> {
+    pub fn place_of_row(&self, schema: &Schema, row: &[Value]) -> Result<Place> {
         let values = self.axis_values(schema, row)?;
         let region = self.region_of_values(&values)?;
         let first = self.dimensions[0].axis.coordinate(values[0])?;

@@ -38,7 +38,7 @@ pub use chain::{
 };
 pub use coord::{Axis, AxisKind, Coordinate, NULL_COORDINATE};
 pub use error::{HyperspaceError, Result};
-pub use grid::{Cell, Dimension, MAX_DIMENSIONS, MAX_REGIONS, RegionId, Subspace, cell_of};
+pub use grid::{Cell, Dimension, MAX_DIMENSIONS, MAX_REGIONS, Place, RegionId, Subspace, cell_of};
 pub use plan::{
     RegionRun, RegionSet, SearchPlan, cell_bounds, plan_search, region_runs, regions_for,
     sorted_groups,

@@ -6,7 +6,7 @@
 //! re-replicates and deletes like any other:
 //!
 //! - its columns are [`REGION_COLUMN`] (the region, `INT`), [`CELL_COLUMN`] (the row's
-//!   [`Cell`]: its coordinate on the subspace's first axis, `BIGINT`), every column of
+//!   [`Cell`](crate::Cell): its coordinate on the subspace's first axis, `BIGINT`), every column of
 //!   the base table with the same name, type and nullability, then [`VERSION_COLUMN`]
 //!   (the object's version, `BIGINT`) and [`REMOVED_COLUMN`] (`BOOLEAN`, a tombstone);
 //! - its primary key is the region, the cell, then the base table's key. Within a
@@ -30,9 +30,9 @@ use cairn_common::{ColumnSpec, DataType, PartitionSchema, Schema, Value};
 
 use crate::chain::Version;
 use crate::error::{HyperspaceError, Result};
-use crate::grid::{Cell, MAX_REGIONS, RegionId, Subspace};
+use crate::grid::{MAX_REGIONS, Place, RegionId, Subspace};
 
-/// The cell column of a region table (its second key column, see [`Cell`]).
+/// The cell column of a region table (its second key column, see [`Cell`](crate::Cell)).
 pub const CELL_COLUMN: &str = "__cell";
 
 /// The region column of a region table (its first key column).
@@ -225,12 +225,7 @@ pub fn region_partitioning(
 /// The region-table row for a base row (schema order) stored at `place` (its region
 /// and cell, [`Subspace::place_of_row`](crate::Subspace::place_of_row)) at `version`;
 /// `removed` marks a tombstone.
-pub fn region_row(
-    base_row: &[Value],
-    place: (RegionId, Cell),
-    version: Version,
-    removed: bool,
-) -> Vec<Value> {
+pub fn region_row(base_row: &[Value], place: Place, version: Version, removed: bool) -> Vec<Value> {
     let mut row = Vec::with_capacity(base_row.len() + 4);
     row.push(Value::Int32(place.0 as i32));
     row.push(Value::Int64(place.1));
@@ -244,7 +239,7 @@ pub fn region_row(
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RegionRow<'r> {
     /// Where the row is stored: its region and cell.
-    pub place: (RegionId, Cell),
+    pub place: Place,
     /// The object's row in the base table's schema.
     pub values: &'r [Value],
     /// The object's version.

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use cairn_common::{ColumnSpec, DataType, Schema, Value};
 use cairn_hyperspace::{
-    Admission, Axis, Cell, KeyChains, LinkAction, LinkMessage, Subspace, Version, admit,
+    Admission, Axis, Cell, KeyChains, LinkAction, LinkMessage, Place, Subspace, Version, admit,
     build_chain,
 };
 use proptest::prelude::*;
@@ -81,9 +81,6 @@ struct Update {
 
 /// One object in one region: the version applied and the live row (None: tombstone).
 type Copy = (Version, Option<Vec<Value>>);
-
-/// A region and a cell within it.
-type Place = (u32, Cell);
 
 struct Model {
     schema: Schema,
