@@ -3,6 +3,16 @@
 //! Entries are openraft entries encoded with postcard (a normal entry's payload is
 //! stored as raw bytes). The vote and the purge mark live beside the log in small files
 //! written atomically (temp file, fsync, rename, fsync of the directory).
+//!
+//! ## Group commit
+//!
+//! With [`FsyncPolicy::Always`], `append` writes the entries and returns at once;
+//! a [`Flusher`] fsyncs them on a blocking thread and only then tells openraft they are
+//! durable (the `LogFlushed` callback), so an entry counts towards a commit only once
+//! it is on disk. Appends that arrive while an fsync runs wait for the next one and
+//! share it. Fsyncing inside `append` instead would hold one of the async runtime's
+//! few worker threads for every fsync of every group, and the server's RPCs, Raft
+//! heartbeats and other groups' writes would wait behind the disk.
 
 use std::fmt::Debug;
 use std::io::Write;
@@ -73,6 +83,105 @@ struct Inner {
     dir: PathBuf,
     wal: Mutex<Log>,
     marks: Mutex<Marks>,
+    /// `Some` under [`FsyncPolicy::Always`]: the log itself is opened without fsync
+    /// and appends are made durable by group commit.
+    flusher: Option<Arc<Flusher>>,
+}
+
+/// Group commit of one log: appended entries wait here for the fsync that makes them
+/// durable. At most one fsync runs at a time, on a blocking thread, and each covers
+/// every append queued before it started.
+#[derive(Default)]
+struct Flusher {
+    state: Mutex<FlushState>,
+}
+
+#[derive(Default)]
+struct FlushState {
+    /// Callbacks of the appends written since the last fsync started, in log order.
+    waiting: Vec<LogFlushed<TypeConfig>>,
+    /// The active segment as of the newest of those appends: fsyncing it covers them
+    /// all (older segments were fsynced when the log rolled past them).
+    segment: Option<std::fs::File>,
+    /// Whether a blocking thread is fsyncing (it takes `waiting` until it is empty).
+    running: bool,
+    /// Why an fsync failed. The log's durable state is then unknown, so every later
+    /// append fails too, as the log's own syncs poison it.
+    failed: Option<String>,
+    /// Fsyncs run so far.
+    syncs: u64,
+}
+
+/// Fsyncs a log's active segment for group commit (`Log::sync_point`). Tests fail it
+/// at the `raft::group_sync` failpoint.
+fn group_sync(segment: &std::fs::File) -> std::io::Result<()> {
+    fail::fail_point!("raft::group_sync", |_| Err(std::io::Error::other(
+        "injected fsync failure"
+    )));
+    segment.sync_data()
+}
+
+impl Flusher {
+    /// Queues the callback of an append that has been written up to the end of
+    /// `segment`, and starts an fsync if none is running.
+    /// REQUIRES: called within a Tokio runtime, after the append's write, with the
+    /// log lock no longer held.
+    fn enqueue(self: &Arc<Self>, segment: std::fs::File, callback: LogFlushed<TypeConfig>) {
+        let mut st = self.state.lock();
+        if let Some(why) = &st.failed {
+            let why = why.clone();
+            drop(st);
+            callback.log_io_completed(Err(std::io::Error::other(why)));
+            return;
+        }
+        st.waiting.push(callback);
+        st.segment = Some(segment);
+        if st.running {
+            return;
+        }
+        st.running = true;
+        drop(st);
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.run());
+    }
+
+    /// Fsyncs and completes queued appends until none are left.
+    fn run(&self) {
+        loop {
+            let (waiting, segment) = {
+                let mut st = self.state.lock();
+                if st.waiting.is_empty() {
+                    st.running = false;
+                    return;
+                }
+                (std::mem::take(&mut st.waiting), st.segment.take())
+            };
+            let failed = self.state.lock().failed.clone();
+            let result = match (failed, segment) {
+                (Some(why), _) => Err(why),
+                (None, Some(f)) => {
+                    self.state.lock().syncs += 1;
+                    group_sync(&f).map_err(|e| e.to_string())
+                }
+                (None, None) => Ok(()),
+            };
+            if let Err(why) = &result {
+                let mut st = self.state.lock();
+                if st.failed.is_none() {
+                    tracing::error!("fsync of a Raft log failed, failing its appends: {why}");
+                    st.failed = Some(format!("fsync of the Raft log failed: {why}"));
+                }
+            }
+            for callback in waiting {
+                callback.log_io_completed(result.clone().map_err(std::io::Error::other));
+            }
+        }
+    }
+
+    /// The error of an earlier failed fsync, if any.
+    fn failure(&self) -> Option<String> {
+        self.state.lock().failed.clone()
+    }
 }
 
 /// One log entry as [`LogStore::dump`] returns it.
@@ -115,11 +224,13 @@ impl LogStore {
     /// Opens (or creates) the log in `dir`.
     pub fn open(dir: &Path, fsync: FsyncPolicy) -> Result<LogStore> {
         std::fs::create_dir_all(dir).map_err(|e| ConsensusError::io(dir, e))?;
+        // Under Always, appends are fsynced by group commit (see the module docs), so
+        // the log itself syncs only when it rolls, truncates or resets.
         let wal = Log::open(
             &dir.join("wal"),
             LogOptions {
                 segment_size: 64 << 20,
-                fsync,
+                fsync: FsyncPolicy::Never,
             },
         )?;
         let last_purged: Option<LogId> = read_json(&dir.join(PURGED_FILE))?;
@@ -148,6 +259,7 @@ impl LogStore {
                     last_log_id,
                     last_purged,
                 }),
+                flusher: (fsync == FsyncPolicy::Always).then(Default::default),
             }),
         })
     }
@@ -177,6 +289,15 @@ impl LogStore {
     pub fn last_log_id(&self) -> Option<LogId> {
         let m = self.inner.marks.lock();
         m.last_log_id.or(m.last_purged)
+    }
+
+    /// Group-commit fsyncs this log has run since it was opened (0 without fsync):
+    /// fewer than its appends when concurrent writes share them.
+    pub fn group_syncs(&self) -> u64 {
+        self.inner
+            .flusher
+            .as_ref()
+            .map_or(0, |f| f.state.lock().syncs)
     }
 
     /// Bytes the log occupies.
@@ -262,6 +383,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let b = serde_json::to_vec(vote).map_err(|e| {
             StorageError::from(StorageIOError::write_vote(openraft::AnyError::error(e)))
         })?;
+        // Writes reach the disk in the order openraft issues them: entries appended
+        // before this vote (whose group commit may still be pending) first.
+        self.inner.wal.lock().sync().map_err(|e| {
+            StorageError::from(StorageIOError::write_vote(openraft::AnyError::error(e)))
+        })?;
         write_file_atomic(&self.inner.dir, VOTE_FILE, &b).map_err(|e| {
             StorageError::from(StorageIOError::write_vote(openraft::AnyError::error(e)))
         })
@@ -287,17 +413,27 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             encoded.push((e.log_id.index, encode_entry(&e).map_err(sto_write)?));
             last = Some(e.log_id);
         }
+        if let Some(why) = self.inner.flusher.as_ref().and_then(|f| f.failure()) {
+            callback.log_io_completed(Err(std::io::Error::other(why.clone())));
+            return Err(sto_write(why));
+        }
         let res = {
             let mut wal = self.inner.wal.lock();
-            // The log syncs the batch itself under FsyncPolicy::Always.
             wal.append_batch(encoded.iter().map(|(i, b)| (*i, b.as_slice())))
+                .and_then(|()| match &self.inner.flusher {
+                    Some(_) => wal.sync_point(),
+                    None => Ok(None),
+                })
         };
         match res {
-            Ok(()) => {
+            Ok(segment) => {
                 if let Some(l) = last {
                     self.inner.marks.lock().last_log_id = Some(l);
                 }
-                callback.log_io_completed(Ok(()));
+                match (&self.inner.flusher, segment) {
+                    (Some(flusher), Some((_, segment))) => flusher.enqueue(segment, callback),
+                    _ => callback.log_io_completed(Ok(())),
+                }
                 Ok(())
             }
             Err(e) => {
@@ -338,5 +474,69 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             wal.gc(log_id.index + 1).map_err(sto_write)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    fn entry(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    /// Appends entries `from..to` concurrently (each append waits for its own
+    /// durability), returning each append's result.
+    async fn append_concurrently(log: &LogStore, from: u64, to: u64) -> Vec<bool> {
+        let appends = (from..to).map(|i| {
+            let mut log = log.clone();
+            async move { log.blocking_append([entry(i)]).await.is_ok() }
+        });
+        // join_all polls in order, so the appends are written in index order; each
+        // then waits for an fsync.
+        futures::future::join_all(appends).await
+    }
+
+    // One test: failpoints are global to the process.
+    #[tokio::test(flavor = "current_thread")]
+    async fn appends_share_fsyncs_and_a_failed_fsync_fails_them() {
+        let d = tempfile::tempdir().unwrap();
+        let log = LogStore::open(d.path(), FsyncPolicy::Always).unwrap();
+        let ok = append_concurrently(&log, 1, 65).await;
+        assert!(ok.iter().all(|&o| o), "every append is acknowledged");
+        let syncs = log.group_syncs();
+        assert!(
+            (1..64).contains(&syncs),
+            "64 concurrent appends should share fsyncs, ran {syncs}"
+        );
+        let reopened = LogStore::open(d.path(), FsyncPolicy::Always).unwrap();
+        assert_eq!(reopened.last_log_id().map(|l| l.index), Some(64));
+
+        // An fsync that fails fails the appends it covers and every later one.
+        let d = tempfile::tempdir().unwrap();
+        let mut log = LogStore::open(d.path(), FsyncPolicy::Always).unwrap();
+        log.blocking_append([entry(1)]).await.unwrap();
+        fail::cfg("raft::group_sync", "return").unwrap();
+        let failed = append_concurrently(&log, 2, 6).await;
+        fail::remove("raft::group_sync");
+        assert!(
+            failed.iter().all(|&o| !o),
+            "no append covered by a failed fsync is acknowledged"
+        );
+        assert!(
+            log.blocking_append([entry(6)]).await.is_err(),
+            "a log whose fsync failed takes no more appends"
+        );
+
+        // Without fsync, appends complete at once and nothing is synced.
+        let d = tempfile::tempdir().unwrap();
+        let log = LogStore::open(d.path(), FsyncPolicy::Never).unwrap();
+        assert!(append_concurrently(&log, 1, 9).await.iter().all(|&o| o));
+        assert_eq!(log.group_syncs(), 0);
     }
 }
