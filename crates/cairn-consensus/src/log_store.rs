@@ -148,21 +148,21 @@ impl Flusher {
     /// Fsyncs and completes queued appends until none are left.
     fn run(&self) {
         loop {
-            let (waiting, segment) = {
+            let (waiting, segment, failed) = {
                 let mut st = self.state.lock();
                 if st.waiting.is_empty() {
                     st.running = false;
                     return;
                 }
-                (std::mem::take(&mut st.waiting), st.segment.take())
+                let segment = st.segment.take();
+                if segment.is_some() && st.failed.is_none() {
+                    st.syncs += 1;
+                }
+                (std::mem::take(&mut st.waiting), segment, st.failed.clone())
             };
-            let failed = self.state.lock().failed.clone();
             let result = match (failed, segment) {
                 (Some(why), _) => Err(why),
-                (None, Some(f)) => {
-                    self.state.lock().syncs += 1;
-                    group_sync(&f).map_err(|e| e.to_string())
-                }
+                (None, Some(f)) => group_sync(&f).map_err(|e| e.to_string()),
                 (None, None) => Ok(()),
             };
             if let Err(why) = &result {
