@@ -112,15 +112,6 @@ struct FlushState {
     syncs: u64,
 }
 
-/// Fsyncs a log's active segment for group commit (`Log::sync_point`). Tests fail it
-/// at the `raft::group_sync` failpoint.
-fn group_sync(segment: &std::fs::File) -> std::io::Result<()> {
-    fail::fail_point!("raft::group_sync", |_| Err(std::io::Error::other(
-        "injected fsync failure"
-    )));
-    segment.sync_data()
-}
-
 impl Flusher {
     /// Queues the callback of an append that has been written up to the end of
     /// `segment`, and starts an fsync if none is running.
@@ -162,7 +153,7 @@ impl Flusher {
             };
             let result = match (failed, segment) {
                 (Some(why), _) => Err(why),
-                (None, Some(f)) => group_sync(&f).map_err(|e| e.to_string()),
+                (None, Some(f)) => cairn_wal::sync_segment(&f).map_err(|e| e.to_string()),
                 (None, None) => Ok(()),
             };
             if let Err(why) = &result {
@@ -521,9 +512,11 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut log = LogStore::open(d.path(), FsyncPolicy::Always).unwrap();
         log.blocking_append([entry(1)]).await.unwrap();
-        fail::cfg("raft::group_sync", "return").unwrap();
+        // The failpoint of the log's disk (the fault harness's slow and failing
+        // disks) covers group-commit fsyncs as it covers the log's own.
+        fail::cfg("wal::fsync", "return(EIO)").unwrap();
         let failed = append_concurrently(&log, 2, 6).await;
-        fail::remove("raft::group_sync");
+        fail::remove("wal::fsync");
         assert!(
             failed.iter().all(|&o| !o),
             "no append covered by a failed fsync is acknowledged"
@@ -531,6 +524,19 @@ mod tests {
         assert!(
             log.blocking_append([entry(6)]).await.is_err(),
             "a log whose fsync failed takes no more appends"
+        );
+
+        // A slow disk makes an append wait for its fsync.
+        let d = tempfile::tempdir().unwrap();
+        let mut log = LogStore::open(d.path(), FsyncPolicy::Always).unwrap();
+        fail::cfg("wal::fsync", "sleep(300)").unwrap();
+        let started = std::time::Instant::now();
+        let slow = log.blocking_append([entry(1)]).await;
+        fail::remove("wal::fsync");
+        slow.unwrap();
+        assert!(
+            started.elapsed() >= std::time::Duration::from_millis(300),
+            "an append is acknowledged only after its (slow) fsync"
         );
 
         // Without fsync, appends complete at once and nothing is synced.

@@ -6,7 +6,8 @@
 //! addresses the node must not reach. Setting it on both sides of a cut gives a
 //! two-way partition; clients still reach every node, so an isolated leader keeps
 //! receiving requests — the test of linearizable reads. Disk faults use `wal::append`
-//! (ENOSPC: a full disk) and `wal::fsync` (a slow disk); clock skew uses
+//! (ENOSPC: a full disk) and `wal::fsync` (a slow disk: every fsync of the server's
+//! logs, Raft's group commits included, sleeps 200 ms); clock skew uses
 //! `clock::skew_ms`.
 
 use std::time::Duration;
@@ -208,7 +209,7 @@ pub async fn inject(c: &mut Cluster, kind: FaultKind, rng: &mut StdRng) -> Resul
         }
         FaultKind::SlowDisk => {
             let i = pick(rng, &ts);
-            c.set_failpoint(i, "wal::fsync", "delay(200)").await?;
+            c.set_failpoint(i, "wal::fsync", "sleep(200)").await?;
             Injected::Failpoint("wal::fsync", vec![i])
         }
         FaultKind::KillMasterLeader => {

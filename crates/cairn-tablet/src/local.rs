@@ -197,7 +197,7 @@ impl LocalTablet {
                         fail::fail_point!("local::group_sync", |_| Err(TabletError::Failed(
                             "injected fsync failure".into()
                         )));
-                        file.sync_data()
+                        cairn_wal::sync_segment(&file)
                             .map_err(|e| TabletError::io(self.tablet.dir().join("wal"), e))?;
                         Ok(last)
                     }

@@ -100,4 +100,4 @@ pub use format::{
     ENTRY_HEADER_LEN, FORMAT_VERSION, MAX_PAYLOAD_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC,
     segment_file_name,
 };
-pub use log::{FsyncPolicy, Log, LogOptions};
+pub use log::{FsyncPolicy, Log, LogOptions, sync_segment};

@@ -941,6 +941,17 @@ fn damaged_length_evidence(
     Ok(None)
 }
 
+/// Makes everything written to `segment` durable (`sync_data`): the fsync of a caller
+/// that group-commits, on the active segment [`Log::sync_point`] handed out. It goes
+/// through the `wal::fsync` failpoint like the log's own fsyncs, so a slow or failing
+/// disk injected there slows or fails group commits too.
+pub fn sync_segment(segment: &File) -> std::io::Result<()> {
+    if let Some(e) = injected_error("wal::fsync") {
+        return Err(e);
+    }
+    segment.sync_data()
+}
+
 /// An I/O error injected by failpoint `name` (`return(ENOSPC)`, `return(EIO)`; the
 /// `delay(ms)` action makes the call slow instead). Without failpoints compiled in,
 /// never.
