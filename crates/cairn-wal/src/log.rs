@@ -953,8 +953,8 @@ pub fn sync_segment(segment: &File) -> std::io::Result<()> {
 }
 
 /// An I/O error injected by failpoint `name` (`return(ENOSPC)`, `return(EIO)`; the
-/// `delay(ms)` action makes the call slow instead). Without failpoints compiled in,
-/// never.
+/// `sleep(ms)` and `delay(ms)` actions make the call slow instead). Without failpoints
+/// compiled in, never.
 fn injected_error(name: &str) -> Option<std::io::Error> {
     // ENOSPC ("No space left on device") is 28 on Linux, EIO ("Input/output error") 5.
     let errno = |arg: Option<String>| -> Option<std::io::Error> {
