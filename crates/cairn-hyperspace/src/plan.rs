@@ -199,15 +199,17 @@ pub fn plan_search(
 ) -> Result<Option<SearchPlan>> {
     let mut best: Option<(usize, RegionSet, u32)> = None;
     for (i, s) in subspaces.iter().enumerate() {
-        let set = regions_for(s, preds)?;
-        let total = s.region_count();
-        let constrained = set.len() < total as usize
-            || preds
-                .iter()
-                .any(|p| s.dimensions.iter().any(|d| d.axis.column == p.column));
+        // Only a predicate on one of its attributes narrows a subspace. The others are
+        // skipped before their regions are listed: an unconstrained fine grid lists
+        // tens of thousands, which would cost a point search more than its scan.
+        let constrained = preds
+            .iter()
+            .any(|p| s.dimensions.iter().any(|d| d.axis.column == p.column));
         if !constrained {
             continue;
         }
+        let set = regions_for(s, preds)?;
+        let total = s.region_count();
         let better = match &best {
             None => true,
             Some((_, b, b_total)) => {
