@@ -185,11 +185,19 @@ fn hs_error(e: cairn_hyperspace::HyperspaceError) -> ClientError {
     ClientError::InvalidArgument(e.to_string())
 }
 
+/// What a search collects from the region tables it scans: each scanned batch, read
+/// with [`RegionRows::projection`], is added in turn.
+trait RegionRows {
+    /// The region-table columns to read.
+    fn projection(&self) -> Vec<String>;
+    /// Adds the rows of a batch read with [`RegionRows::projection`].
+    fn add(&mut self, batch: &RecordBatch) -> Result<()>;
+}
+
 /// Rows found in a subspace, one per key: the newest version seen.
 struct Found {
     schema: Arc<Schema>,
-    /// The table columns read from the regions, by schema position: all of them, or
-    /// only the key (a count).
+    /// The table columns read from the regions, by schema position (all of them).
     columns: Vec<usize>,
     rows: HashMap<Vec<u8>, (i64, Vec<Value>)>,
 }
@@ -204,15 +212,17 @@ impl Found {
         }
     }
 
-    /// Collects only the rows' keys (what a count needs): less to read and send.
-    fn keys_only(schema: Arc<Schema>) -> Found {
-        Found {
-            columns: schema.key_indexes().to_vec(),
-            schema,
-            rows: HashMap::new(),
-        }
+    /// How many rows found have a value (not NULL) in column `ci`.
+    fn with_value(&self, ci: usize) -> usize {
+        self.rows.values().filter(|(_, r)| !r[ci].is_null()).count()
     }
 
+    fn into_rows(self) -> Vec<Vec<Value>> {
+        self.rows.into_values().map(|(_, r)| r).collect()
+    }
+}
+
+impl RegionRows for Found {
     /// The region-table columns to read: [`Found::columns`], then the version.
     fn projection(&self) -> Vec<String> {
         self.columns
@@ -222,10 +232,10 @@ impl Found {
             .collect()
     }
 
-    /// Adds the rows of a region-table batch read with [`Found::projection`].
+    /// Adds the rows of a region-table batch read with [`Found::projection`]: a row
+    /// replaces the one held for its key only if its version is newer.
     fn add(&mut self, batch: &RecordBatch) -> Result<()> {
         let n = self.columns.len();
-        let whole = n == self.schema.num_columns();
         for r in 0..batch.num_rows() {
             let row = self
                 .columns
@@ -252,11 +262,7 @@ impl Found {
                     });
                 }
             };
-            let key = if whole {
-                cairn_common::key::encode_row_key(&self.schema, &row)?
-            } else {
-                cairn_common::key::encode_values(&row.iter().collect::<Vec<_>>())?
-            };
+            let key = cairn_common::key::encode_row_key(&self.schema, &row)?;
             match self.rows.get(&key) {
                 Some((v, _)) if *v >= version => {}
                 _ => {
@@ -266,14 +272,76 @@ impl Found {
         }
         Ok(())
     }
+}
 
-    /// How many rows found have a value (not NULL) in column `ci`.
-    fn with_value(&self, ci: usize) -> usize {
-        self.rows.values().filter(|(_, r)| !r[ci].is_null()).count()
+/// The distinct keys found in a subspace: what a count needs. A row met in two regions
+/// (while a change moves it) is one key, whatever its versions, so only the key columns
+/// are read, and they are compared in Arrow's row format, a batch at a time, rather
+/// than decoded value by value.
+struct DistinctKeys {
+    /// The table's key column names.
+    columns: Vec<String>,
+    /// Encodes the key columns of a batch; made from the first batch's fields.
+    converter: Option<arrow::row::RowConverter>,
+    keys: HashSet<Box<[u8]>>,
+}
+
+impl DistinctKeys {
+    fn new(schema: &Schema) -> DistinctKeys {
+        DistinctKeys {
+            columns: schema
+                .key_indexes()
+                .iter()
+                .map(|&i| schema.column(i).name.clone())
+                .collect(),
+            converter: None,
+            keys: HashSet::new(),
+        }
     }
 
-    fn into_rows(self) -> Vec<Vec<Value>> {
-        self.rows.into_values().map(|(_, r)| r).collect()
+    /// How many distinct keys were found.
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+}
+
+impl RegionRows for DistinctKeys {
+    fn projection(&self) -> Vec<String> {
+        self.columns.clone()
+    }
+
+    fn add(&mut self, batch: &RecordBatch) -> Result<()> {
+        let n = self.columns.len();
+        if batch.num_columns() < n {
+            return Err(ClientError::Decode {
+                what: "region rows",
+                detail: format!(
+                    "expected the {n} key columns, got {} columns",
+                    batch.num_columns()
+                ),
+            });
+        }
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let converter = match &mut self.converter {
+            Some(c) => c,
+            None => {
+                let fields = batch.schema().fields()[..n]
+                    .iter()
+                    .map(|f| arrow::row::SortField::new(f.data_type().clone()))
+                    .collect();
+                self.converter.insert(arrow::row::RowConverter::new(fields)?)
+            }
+        };
+        let rows = converter.convert_columns(&batch.columns()[..n])?;
+        self.keys.reserve(rows.num_rows());
+        for row in rows.iter() {
+            if !self.keys.contains(row.as_ref()) {
+                self.keys.insert(row.as_ref().into());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -650,7 +718,7 @@ impl Client {
         entry: &SubspaceEntry,
         regions: &[RegionId],
         preds: &[ColumnPredicate],
-        found: &mut Found,
+        found: &mut impl RegionRows,
         mode: &mut ReadMode,
     ) -> Result<()> {
         use futures::StreamExt as _;
@@ -753,7 +821,7 @@ impl Client {
     }
 
     /// HyperDex's `count`: how many rows of `table` match `preds` (a search that reads
-    /// only the rows' keys and versions).
+    /// only the rows' keys, and counts the distinct ones).
     pub async fn count(&self, table: &Table, preds: &[ColumnPredicate]) -> Result<u64> {
         Ok(self
             .count_at(table, preds, ReadMode::ReadYourWrites)
@@ -782,11 +850,11 @@ impl Client {
             let result = scan.execute().await?;
             return Ok((result.num_rows() as u64, None, result.snapshot_timestamp));
         };
-        let mut found = Found::keys_only(table.schema.clone());
-        self.scan_regions(table, entry, &plan.regions, preds, &mut found, &mut mode)
+        let mut keys = DistinctKeys::new(&table.schema);
+        self.scan_regions(table, entry, &plan.regions, preds, &mut keys, &mut mode)
             .await?;
         let info = SearchPlanInfo::new(entry, plan.regions.len(), plan.total_regions);
-        Ok((found.rows.len() as u64, Some(info), snapshot_of(mode)))
+        Ok((keys.len() as u64, Some(info), snapshot_of(mode)))
     }
 
     /// HyperDex's `sorted_search`: the first `limit` rows matching `preds` ordered by
@@ -881,5 +949,87 @@ impl Client {
             plan,
             snapshot_timestamp: snapshot_of(mode),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use cairn_common::{ColumnSpec, DataType};
+
+    fn schema() -> Schema {
+        Schema::new(
+            vec![
+                ColumnSpec::new("k", DataType::Int64),
+                ColumnSpec::new("s", DataType::String),
+                ColumnSpec::new("a", DataType::Int64).nullable(),
+            ],
+            &["k", "s"],
+        )
+        .unwrap()
+    }
+
+    /// A region-table batch of key columns and versions: `(k, s, version)` rows.
+    fn batch(rows: &[(i64, &str, i64)]) -> RecordBatch {
+        let k: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0)));
+        let s: ArrayRef = Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1)));
+        let v: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2)));
+        RecordBatch::try_from_iter([("k", k), ("s", s), (VERSION_COLUMN, v)]).unwrap()
+    }
+
+    #[test]
+    fn a_count_counts_each_key_once_across_regions() {
+        let mut keys = DistinctKeys::new(&schema());
+        assert_eq!(keys.projection(), vec!["k".to_string(), "s".to_string()]);
+        // Two regions' scans: (1, "x") is met in both, as while a change moves it;
+        // (1, "y") and (2, "x") share one key column each with it but are other rows.
+        keys.add(&batch(&[(1, "x", 5), (1, "y", 5)])).unwrap();
+        keys.add(&batch(&[])).unwrap();
+        keys.add(&batch(&[(1, "x", 7), (2, "x", 7), (2, "x", 8)]))
+            .unwrap();
+        assert_eq!(keys.len(), 3);
+    }
+
+    #[test]
+    fn a_count_rejects_a_batch_without_the_key_columns() {
+        let mut keys = DistinctKeys::new(&schema());
+        let k: ArrayRef = Arc::new(Int64Array::from(vec![1]));
+        let b = RecordBatch::try_from_iter([("k", k)]).unwrap();
+        assert!(matches!(keys.add(&b), Err(ClientError::Decode { .. })));
+    }
+
+    #[test]
+    fn a_search_keeps_the_newest_version_of_a_row_met_twice() {
+        let schema = Arc::new(schema());
+        let mut found = Found::new(schema);
+        assert_eq!(
+            found.projection(),
+            vec!["k", "s", "a", VERSION_COLUMN]
+                .into_iter()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        );
+        let row = |k: i64, a: i64, version: i64| {
+            let cols: Vec<(&str, ArrayRef)> = vec![
+                ("k", Arc::new(Int64Array::from(vec![k]))),
+                ("s", Arc::new(StringArray::from(vec!["x"]))),
+                ("a", Arc::new(Int64Array::from(vec![a]))),
+                (VERSION_COLUMN, Arc::new(Int64Array::from(vec![version]))),
+            ];
+            RecordBatch::try_from_iter(cols).unwrap()
+        };
+        found.add(&row(1, 10, 2)).unwrap();
+        found.add(&row(1, 20, 3)).unwrap();
+        found.add(&row(1, 5, 1)).unwrap();
+        found.add(&row(2, 7, 1)).unwrap();
+        let mut rows = found.into_rows();
+        rows.sort_by_key(|r| match r[0] {
+            Value::Int64(k) => k,
+            _ => 0,
+        });
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0][2], Value::Int64(20));
+        assert_eq!(rows[1][2], Value::Int64(7));
     }
 }
