@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::datatypes::{Field, Schema as ArrowSchema, SchemaRef};
+use arrow::datatypes::{Field, FieldRef, Schema as ArrowSchema, SchemaRef};
 
 use crate::error::{CommonError, Result};
 use crate::types::{DataType, Value};
@@ -94,6 +94,26 @@ pub struct Schema {
     next_column_id: ColumnId,
     version: u32,
     by_name: HashMap<String, usize>,
+    /// The columns' Arrow fields, made once: every scan builds the Arrow schema of
+    /// its projection, and cloning a shared field costs less than making one.
+    fields: ArrowFields,
+}
+
+/// The Arrow fields of a [`Schema`]'s columns, in column order. Derived from the
+/// columns, so it takes no part in comparing or printing schemas.
+#[derive(Clone, Default)]
+struct ArrowFields(Vec<FieldRef>);
+
+impl PartialEq for ArrowFields {
+    fn eq(&self, _: &ArrowFields) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for ArrowFields {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("..")
+    }
 }
 
 impl Schema {
@@ -150,12 +170,14 @@ impl Schema {
             .enumerate()
             .map(|(i, c)| (c.name.clone(), i))
             .collect();
+        let fields = ArrowFields(columns.iter().map(|c| Arc::new(column_field(c))).collect());
         let s = Schema {
             columns,
             key_indexes,
             next_column_id,
             version,
             by_name,
+            fields,
         };
         s.validate()?;
         Ok(s)
@@ -265,9 +287,7 @@ impl Schema {
 
     /// The Arrow schema of full rows; each field carries its column id in metadata.
     pub fn to_arrow(&self) -> SchemaRef {
-        Arc::new(ArrowSchema::new(
-            self.columns.iter().map(column_field).collect::<Vec<_>>(),
-        ))
+        Arc::new(ArrowSchema::new(self.fields.0.clone()))
     }
 
     /// The Arrow schema of a projection (column positions).
@@ -275,7 +295,7 @@ impl Schema {
         Arc::new(ArrowSchema::new(
             projection
                 .iter()
-                .map(|&i| column_field(&self.columns[i]))
+                .map(|&i| self.fields.0[i].clone())
                 .collect::<Vec<_>>(),
         ))
     }
@@ -452,6 +472,37 @@ mod tests {
             .add_column(ColumnSpec::new("v", DataType::String).nullable())
             .unwrap();
         assert_eq!(s5.column(2).id, 3, "ids are never reused");
+    }
+
+    #[test]
+    fn arrow_schemas_follow_the_columns_through_alters() {
+        let s = sample()
+            .rename_column("v", "w")
+            .unwrap()
+            .add_column(ColumnSpec::new("x", DataType::Int32).nullable())
+            .unwrap();
+        let full = s.to_arrow();
+        let names: Vec<_> = full.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["k", "w", "x"]);
+        let p = s.project_arrow(&[2, 0]);
+        assert_eq!(p.field(0).name(), "x");
+        assert_eq!(p.field(0).data_type(), &arrow::datatypes::DataType::Int32);
+        assert!(p.field(0).is_nullable());
+        assert_eq!(p.field(0).metadata()[COLUMN_ID_METADATA_KEY], "2");
+        assert_eq!(p.field(1).name(), "k");
+        assert!(!p.field(1).is_nullable());
+        let d = s.drop_column("w").unwrap();
+        let names: Vec<_> = d
+            .to_arrow()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["k", "x"]);
+        assert_eq!(
+            d.project_arrow(&[1]).field(0).metadata()[COLUMN_ID_METADATA_KEY],
+            "2"
+        );
     }
 
     #[test]
