@@ -331,7 +331,8 @@ impl RegionRows for DistinctKeys {
                     .iter()
                     .map(|f| arrow::row::SortField::new(f.data_type().clone()))
                     .collect();
-                self.converter.insert(arrow::row::RowConverter::new(fields)?)
+                self.converter
+                    .insert(arrow::row::RowConverter::new(fields)?)
             }
         };
         let rows = converter.convert_columns(&batch.columns()[..n])?;
