@@ -197,8 +197,6 @@ trait RegionRows {
 /// Rows found in a subspace, one per key: the newest version seen.
 struct Found {
     schema: Arc<Schema>,
-    /// The table columns read from the regions, by schema position (all of them).
-    columns: Vec<usize>,
     rows: HashMap<Vec<u8>, (i64, Vec<Value>)>,
 }
 
@@ -206,7 +204,6 @@ impl Found {
     /// Collects whole rows.
     fn new(schema: Arc<Schema>) -> Found {
         Found {
-            columns: (0..schema.num_columns()).collect(),
             schema,
             rows: HashMap::new(),
         }
@@ -223,11 +220,12 @@ impl Found {
 }
 
 impl RegionRows for Found {
-    /// The region-table columns to read: [`Found::columns`], then the version.
+    /// The region-table columns to read: the table's columns, then the version.
     fn projection(&self) -> Vec<String> {
-        self.columns
+        self.schema
+            .columns()
             .iter()
-            .map(|&i| self.schema.column(i).name.clone())
+            .map(|c| c.name.clone())
             .chain(std::iter::once(VERSION_COLUMN.to_string()))
             .collect()
     }
@@ -235,20 +233,9 @@ impl RegionRows for Found {
     /// Adds the rows of a region-table batch read with [`Found::projection`]: a row
     /// replaces the one held for its key only if its version is newer.
     fn add(&mut self, batch: &RecordBatch) -> Result<()> {
-        let n = self.columns.len();
+        let n = self.schema.num_columns();
         for r in 0..batch.num_rows() {
-            let row = self
-                .columns
-                .iter()
-                .enumerate()
-                .map(|(at, &i)| {
-                    Ok(Value::from_array(
-                        batch.column(at).as_ref(),
-                        r,
-                        &self.schema.column(i).data_type,
-                    )?)
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let row = row_at(batch, r, self.schema.columns())?;
             let version = match Value::from_array(
                 batch.column(n).as_ref(),
                 r,
