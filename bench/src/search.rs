@@ -2,7 +2,8 @@
 //! PostgreSQL's B-tree indexes, on the same objects in the same run.
 //!
 //! On a fresh `cairn local` (one tablet server, or `--tservers 3 --replicas 3`) it loads
-//! `--objects` objects `(id, a, b, c, v)` into a table with three subspaces:
+//! `--objects` objects `(id, a, b, c, v)` with the bulk loader into a table with three
+//! subspaces:
 //!
 //! - `a`: `BIGINT`, about 10 objects per value (hashed axis) — the equality search;
 //! - `b`: `BIGINT`, uniform in `[0, objects)` (ordered axis) — the range search
@@ -29,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use cairn_client::{Client, CreateTableSpec, FlushMode, Operation, SubspaceSpec, Table};
+use cairn_client::{Client, CreateTableSpec, Operation, SubspaceSpec, Table};
 use cairn_common::{
     ColumnPredicate, ColumnSpec, DataType, HashLevel, PartitionSchema, Schema, Value,
 };
@@ -302,37 +303,27 @@ fn progress(what: &str, total: u64) -> indicatif::ProgressBar {
     bar
 }
 
-/// Loads every object into `t` from 4 concurrent sessions; returns seconds.
+/// Bulk loads every object into `t` (the point leaders chain each chunk into the
+/// subspaces before they answer it); returns seconds.
 async fn cairn_load(c: &Client, t: &Table, objects: u64) -> BoxResult<f64> {
-    const WRITERS: u64 = 4;
+    const BATCH: u64 = 10_000;
     let bar = progress("cairn load", objects);
     let t0 = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for w in 0..WRITERS {
-        let (c, t, bar) = (c.clone(), t.clone(), bar.clone());
-        tasks.spawn(async move {
-            let mut s = c.new_session(&t);
-            s.set_flush_mode(FlushMode::AutoFlushBackground);
-            s.set_batch_rows(1_000);
-            let (from, to) = (objects * w / WRITERS, objects * (w + 1) / WRITERS);
-            for id in from..to {
-                s.apply(Operation::upsert(object(id, 0, objects).to_vec()))
-                    .await?;
-                if id % 1_000 == 0 {
-                    bar.inc(1_000);
-                }
-            }
-            let errors = s.flush().await?;
-            if let Some(e) = errors.first() {
-                return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
-                    format!("load: {} rows failed, first: {e:?}", errors.len()).into(),
-                );
-            }
-            Ok(())
-        });
+    let mut loader = c.bulk_loader(t).await?;
+    let mut from = 0;
+    while from < objects {
+        let to = (from + BATCH).min(objects);
+        loader.add(batch_of(from, to, objects)?).await?;
+        bar.inc(to - from);
+        from = to;
     }
-    while let Some(r) = tasks.join_next().await {
-        r??;
+    let summary = loader.finish().await?;
+    if let Some(e) = summary.row_errors.first() {
+        return Err(format!(
+            "load: {} rows failed, first: {e:?}",
+            summary.row_errors.len()
+        )
+        .into());
     }
     bar.finish_and_clear();
     Ok(t0.elapsed().as_secs_f64())

@@ -670,3 +670,33 @@ fn unchanged_since_below_the_history_mark_conflicts() {
     let got = t.get(&[Value::Int64(1)], ReadMode::Latest).unwrap();
     assert_eq!(got.map(|r| r[2].clone()), Some(Value::Int64(2)));
 }
+
+#[test]
+fn a_bulk_insert_lists_its_rows_for_their_chains() {
+    use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch};
+    let dir = tempfile::tempdir().unwrap();
+    let t = LocalTablet::create(dir.path(), kv_schema(), small_options()).unwrap();
+    // Written before the table had subspaces: nothing to chain.
+    t.write(vec![RowOp::insert(row(2, 0, 0))]).unwrap();
+    assert!(t.tablet().unchained().is_empty());
+    t.tablet().unchained().track();
+    let schema = kv_schema().to_arrow();
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(vec![3, 2, 1])) as ArrayRef,
+            Arc::new(Int32Array::from(vec![1, 1, 1])),
+            Arc::new(Int64Array::from(vec![30, 20, 10])),
+        ],
+    )
+    .unwrap();
+    let res = t.bulk_insert(&batch).unwrap();
+    assert_eq!(res.row_errors, vec![(1, RowError::AlreadyPresent)]);
+    let key = |k: i64| cairn_common::key::encode_values(&[&Value::Int64(k)]).unwrap();
+    // Every row of the batch waits for its chain, the one that existed too (its
+    // chain finds no change).
+    assert_eq!(
+        t.tablet().unchained().to_persist(),
+        vec![(res.ts.0, key(1)), (res.ts.0, key(2)), (res.ts.0, key(3))]
+    );
+}

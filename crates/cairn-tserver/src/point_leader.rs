@@ -2,7 +2,7 @@
 //! driver that writes the links is [`crate::chain`]):
 //!
 //! - [`TabletService::chained_write`]: a write to a table with subspaces, then its
-//!   chain;
+//!   chain; [`TabletService::chained_bulk_insert`], the same for a bulk insert;
 //! - [`TabletService::commit_chained`]: a transaction's commit on such a table, then
 //!   the chain of every row it committed here;
 //! - [`TabletService::tend_chains`]: the leader's bookkeeping, run every
@@ -83,6 +83,49 @@ impl TabletService {
         })
         .await
         .map_err(|e| TserverError::Internal(format!("a chained write failed: {e}")))?
+    }
+
+    /// A bulk insert into a tablet of a table with subspaces, on its leader: the insert,
+    /// then the chain of every row of the batch, as [`TabletService::chained_write`]
+    /// does for a write. Applying the insert lists each row as unchained on every
+    /// replica ([`cairn_tablet::unchained`]), so a chain this leader does not finish
+    /// is resumed by the next. The answer's timestamp covers the region writes.
+    pub(crate) async fn chained_bulk_insert(
+        &self,
+        replica: &Arc<TabletReplica>,
+        rows: arrow::array::RecordBatch,
+        request: Option<cairn_tablet::RequestId>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(HybridTime, Vec<(usize, cairn_tablet::RowError)>)> {
+        let driver = self.chain_driver()?;
+        let schema = replica.tablet().schema();
+        // The keys of the rows the insert accepts, encoded as the tablet lists them
+        // (and as the chain locks of plain writes are).
+        let shaped = cairn_tablet::bulk::shape_batch(&schema, &rows)?;
+        let mut encoded: Vec<Vec<u8>> = cairn_tablet::bulk::row_keys(&schema, &shaped.batch)?
+            .into_iter()
+            .flatten()
+            .collect();
+        drop(shaped);
+        encoded.sort_unstable();
+        encoded.dedup();
+        let keys = encoded
+            .iter()
+            .map(|k| cairn_common::key::decode_row_key(&schema, k))
+            .collect::<cairn_common::Result<Vec<_>>>()?;
+        // On a task of its own: a caller that goes away does not stop the chain.
+        let (svc, replica) = (self.clone(), replica.clone());
+        tokio::spawn(async move {
+            let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
+            let (ts, errs) = replica.bulk_insert(rows, request, deadline).await?;
+            let seen = svc
+                .chain_rows(&driver, &replica, &schema, keys, ts, deadline)
+                .await?;
+            driver.note_done(&replica.meta.tablet_id, ts.0, encoded);
+            Ok((seen, errs))
+        })
+        .await
+        .map_err(|e| TserverError::Internal(format!("a chained bulk insert failed: {e}")))?
     }
 
     /// Chains the change that the write at `ts` made to each row of `keys` (key

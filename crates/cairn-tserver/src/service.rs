@@ -448,15 +448,13 @@ impl TabletService {
         self.observe(req.propagated_timestamp)?;
         crate::convert::check_row_sizes(&rows, self.limits.max_row_bytes)?;
         let replica = self.leader_replica(&req.tablet_id)?;
-        if !replica.subspaces().is_empty() {
-            return Err(TserverError::InvalidArgument(format!(
-                "table {} has subspaces, which bulk loading does not update yet: insert \
-                 its rows with INSERT or a write session",
-                replica.meta.table_name
-            )));
-        }
         let request = request_id(req.request_id.as_ref())?;
-        let (ts, errs) = replica.bulk_insert(rows, request, deadline).await?;
+        let (ts, errs) = if replica.subspaces().is_empty() {
+            replica.bulk_insert(rows, request, deadline).await?
+        } else {
+            self.chained_bulk_insert(&replica, rows, request, deadline)
+                .await?
+        };
         Ok(pb::WriteResponse {
             row_errors: errs.iter().map(|(i, e)| row_error(*i, e)).collect(),
             timestamp: ts.0,

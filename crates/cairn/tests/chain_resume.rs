@@ -1,7 +1,8 @@
 //! Chains nobody finished are resumed by the point leader (HyperDex §4.1): a change
 //! whose chain failed after its writer gave up, a transaction's commit whose chain
-//! failed, and changes whose point leader stopped before chaining them all reach
-//! their subspaces without a client retry or an operator's repair.
+//! failed, a bulk load whose chains failed, and changes whose point leader stopped
+//! before chaining them all reach their subspaces without a client retry or an
+//! operator's repair.
 //!
 //! Chains are made to fail with the `chain::propagate` failpoint, which is global to
 //! the process: this file holds the tests that set it, one at a time.
@@ -167,4 +168,23 @@ async fn unfinished_chains_are_resumed_by_the_point_leader() {
     let t = c.open_table("paint").await.unwrap();
     wait_consistent(&c, &t, "the chains after a restart").await;
     assert_eq!(found(&c, &t, "black").await, (14..17).collect::<Vec<_>>());
+
+    // 4. A bulk load whose chains fail: the loader gives up, its rows are in the table,
+    // and the point leaders chain them by themselves.
+    fail::cfg("chain::propagate", "return").unwrap();
+    let mut loader = c.bulk_loader(&t).await.unwrap();
+    loader.set_timeout(Duration::from_secs(2));
+    let batch = arrow::array::RecordBatch::try_new(
+        t.schema.to_arrow(),
+        vec![
+            std::sync::Arc::new(arrow::array::Int64Array::from_iter_values(20..30)),
+            std::sync::Arc::new(arrow::array::StringArray::from(vec!["white"; 10])),
+        ],
+    )
+    .unwrap();
+    loader.add(batch).await.unwrap();
+    assert!(loader.finish().await.is_err(), "the chains fail");
+    fail::remove("chain::propagate");
+    wait_consistent(&c, &t, "the chains of a bulk load").await;
+    assert_eq!(found(&c, &t, "white").await, (20..30).collect::<Vec<_>>());
 }

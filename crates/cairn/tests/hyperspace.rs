@@ -1,6 +1,6 @@
-//! Hyperspace search on an in-process cluster: tables with subspaces, writes chained by
-//! their point leaders while several clients write the same rows and a tablet server
-//! stops, and searches, counts and sorted searches checked against the table itself.
+//! Hyperspace search on an in-process cluster: tables with subspaces, writes and bulk
+//! loads chained by their point leaders while several clients write the same rows and
+//! a tablet server stops, and searches, counts and sorted searches checked against the table itself.
 
 mod common;
 
@@ -380,6 +380,98 @@ async fn subspaces_follow_concurrent_writes_and_a_server_stop() {
 /// ranges of their tablet; a search on `city` alone selects one strided region per age
 /// interval, more runs than one search scans, so nearby runs merge and the merged scans
 /// filter on the region list.
+/// `rows` of the people schema as one Arrow batch, as a bulk load takes them.
+fn people_batch(rows: &[Vec<Value>]) -> arrow::array::RecordBatch {
+    let schema = people_schema();
+    let columns = schema
+        .columns()
+        .iter()
+        .enumerate()
+        .map(|(i, col)| {
+            cairn_common::types::array_from_values(&col.data_type, rows.iter().map(|r| &r[i]))
+                .unwrap()
+        })
+        .collect();
+    arrow::array::RecordBatch::try_new(schema.to_arrow(), columns).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bulk_loads_are_chained_while_rows_change() {
+    let cl = InProc::start(3, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    c.create_table(people_spec("loaded")).await.unwrap();
+    let t = c.open_table("loaded").await.unwrap();
+    const ROWS: i64 = 3000;
+    // A writer changes rows of the load while it runs: a row it writes first makes
+    // the load's copy fail (the key exists); a row it writes after moves in the
+    // subspaces; a row it deletes leaves them.
+    let writer = {
+        let (c, t) = (cl.client().await, t.clone());
+        tokio::spawn(async move {
+            let mut r = Rng(0xb01d);
+            for _ in 0..200 {
+                let id = r.below(ROWS as u64) as i64;
+                let op = match r.below(4) {
+                    0 => Operation::delete(&t.schema, &[Value::Int64(id)]).unwrap(),
+                    _ => Operation::upsert(person(id, &mut r)),
+                };
+                let mut s = c.new_session(&t);
+                match s.apply(op).await {
+                    Ok(()) | Err(ClientError::Row(_)) => {}
+                    Err(e) => panic!("write failed: {e}"),
+                }
+            }
+        })
+    };
+    let mut loader = c.bulk_loader(&t).await.unwrap();
+    // Small chunks: many bulk inserts, each chained on its own.
+    loader.set_chunk_bytes(64 << 10);
+    let mut r = Rng(0x10ad);
+    for from in (0..ROWS).step_by(500) {
+        let rows: Vec<Vec<Value>> = (from..from + 500).map(|id| person(id, &mut r)).collect();
+        loader.add(people_batch(&rows)).await.unwrap();
+    }
+    let summary = loader.finish().await.unwrap();
+    assert!(
+        summary
+            .row_errors
+            .iter()
+            .all(|e| e.kind == cairn_proto::RowErrorKind::AlreadyPresent),
+        "{:?}",
+        summary.row_errors.first()
+    );
+    assert_eq!(
+        summary.rows_written + summary.row_errors.len() as u64,
+        ROWS as u64
+    );
+    writer.await.unwrap();
+    // Each chunk was answered once its chain was through: nothing to wait for.
+    check_subspaces(&c, &t).await;
+    let base = base_rows(&c, &t).await;
+    assert!(base.len() > 2000, "{} rows", base.len());
+    let city = |s: &str| Value::String(s.into());
+    for preds in [
+        vec![ColumnPredicate::eq("city", city("kyiv"))],
+        vec![ColumnPredicate::eq("age", Value::Int32(40))],
+        vec![
+            ColumnPredicate::eq("city", city("oslo")),
+            ColumnPredicate::range("age", Value::Int32(1), Value::Int32(100)),
+        ],
+        vec![ColumnPredicate::is_null("city")],
+    ] {
+        check_search(&c, &t, &base, preds, true).await;
+    }
+    // Loading a row that exists fails that row and changes nothing.
+    let mut loader = c.bulk_loader(&t).await.unwrap();
+    let (&id, row) = base.iter().next().unwrap();
+    let mut changed = row.clone();
+    changed[1] = city("nome");
+    loader.add(people_batch(&[changed])).await.unwrap();
+    let summary = loader.finish().await.unwrap();
+    assert_eq!(summary.rows_written, 0, "row {id} exists");
+    check_subspaces(&c, &t).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_regions_share_few_tablets() {
     let cl = InProc::start(1, Duration::from_secs(300)).await;

@@ -10,7 +10,8 @@
 //! INSERT's: a row whose key exists fails the statement (the rows of chunks already
 //! sent stay loaded: COPY is not atomic). When the load is done, every replica flushes
 //! its MemRowSet too, in case the load re-inserted rows that had been deleted (those go
-//! the row path).
+//! the row path). On a table with subspaces each tablet's leader chains the rows it
+//! loaded into the subspaces before it answers, as it does a write's.
 //!
 //! Inside a transaction block ([`InTransaction`]) the rows are instead written as
 //! INSERT writes them: provisional writes of the block's transaction, which its
@@ -198,18 +199,12 @@ pub async fn copy_from(
         }
         Ok(())
     });
-    // A table with subspaces takes its rows through the write path, whose point
-    // leaders chain them into the subspaces (bulk loads do not).
-    let in_txn = match in_txn {
-        None if !table.subspaces.is_empty() => {
-            let defaults = crate::options::CairnOptions::default();
-            Some((None, defaults.write_batch_rows, defaults.max_atomic_rows))
-        }
-        None => None,
-        Some(t) => Some((Some(t.txn), t.batch_rows, t.max_atomic_rows)),
-    };
-    if let Some((txn, batch_rows, max_atomic_rows)) = in_txn {
-        let written = load_by_rows(&client, &table, rx, txn, batch_rows, max_atomic_rows).await;
+    // Inside a transaction the rows are its provisional writes. Otherwise they are
+    // bulk loaded (on a table with subspaces the point leaders chain them into the
+    // subspaces as they would a write).
+    if let Some(t) = in_txn {
+        let written =
+            load_by_rows(&client, &table, rx, t.txn, t.batch_rows, t.max_atomic_rows).await;
         reader
             .await
             .map_err(|e| SqlError::other("XX000", format!("COPY reader failed: {e}")))??;
@@ -272,15 +267,13 @@ pub async fn copy_from(
 }
 
 /// Writes the batches `rx` receives (shaped like the whole table) as INSERT rows of
-/// the transaction `t`; the rows of a table without a primary key get fresh hidden
-/// keys on the way (`crate::write`).
-/// Writes the input's rows as INSERT does (in transaction `txn`, if any), `batch_rows`
-/// per request.
+/// the transaction `txn`, `batch_rows` per request; the rows of a table without a
+/// primary key get fresh hidden keys on the way (`crate::write`).
 async fn load_by_rows(
     client: &Client,
     table: &Table,
     mut rx: mpsc::Receiver<Result<RecordBatch>>,
-    txn: Option<Arc<SessionTxn>>,
+    txn: Arc<SessionTxn>,
     batch_rows: usize,
     max_atomic_rows: usize,
 ) -> Result<u64> {
@@ -298,7 +291,7 @@ async fn load_by_rows(
         batch_rows,
         max_atomic_rows,
         Arc::new(TaskContext::default()),
-        txn,
+        Some(txn),
     )
     .await
 }

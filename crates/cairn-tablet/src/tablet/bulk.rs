@@ -140,6 +140,10 @@ impl Tablet {
         let mut fresh: Vec<u32> = Vec::with_capacity(order.len());
         {
             let _gate = self.gate.read();
+            // On a table with subspaces every row of the batch waits for its chain
+            // (rows that turn out to exist already chain no change).
+            self.unchained
+                .record(ts.0, keys.iter().map(|k| k.as_slice()));
             let comps = self.components();
             let mut prev: Option<&[u8]> = None;
             for &i in &order {

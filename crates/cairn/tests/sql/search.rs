@@ -66,7 +66,7 @@ async fn where_clauses_on_subspace_attributes_read_only_their_regions() {
     .await;
     q(&s, "INSERT INTO people VALUES (100, 'oslo', 34, 1) ON CONFLICT (id) DO UPDATE SET age = EXCLUDED.age").await;
 
-    // COPY goes through the chained write path too.
+    // COPY bulk loads; the point leaders chain what it loaded.
     let port = serve_pg(engine.clone(), cairn_sql::pg::PgOptions::default()).await;
     let client = crate::pg_connect(port).await;
     let sink = client
