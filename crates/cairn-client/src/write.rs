@@ -16,7 +16,7 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use cairn_common::key;
 use cairn_common::types::array_from_values;
-use cairn_common::{ColumnPredicate, Schema, Value};
+use cairn_common::{AtomicOp, CellMutation, ColumnPredicate, Schema, Value};
 use cairn_proto::{OpKind, RowBatch, RowCondition, RowError, RowErrorKind};
 
 use crate::error::{ClientError, Result};
@@ -46,12 +46,15 @@ pub struct Condition {
     /// The row must exist and satisfy every predicate: a compare-and-set on values
     /// (HyperDex's conditional put).
     pub predicates: Vec<ColumnPredicate>,
+    /// Cells the tablet leader computes from the row as it is, under its row lock
+    /// ([`Operation::atomic`]).
+    pub mutations: Vec<CellMutation>,
 }
 
 impl Condition {
     /// Whether there is nothing to check.
     pub fn is_empty(&self) -> bool {
-        self.unchanged_since.is_none() && self.predicates.is_empty()
+        self.unchanged_since.is_none() && self.predicates.is_empty() && self.mutations.is_empty()
     }
 }
 
@@ -99,6 +102,37 @@ impl Operation {
     /// order). Fails on the server with `NOT_FOUND` if the row does not exist.
     pub fn update(schema: &Schema, key: &[Value], cells: &[(&str, Value)]) -> Result<Operation> {
         Self::keyed(OpKind::Update, schema, key, cells)
+    }
+
+    /// Changes cells of the existing row with primary key `key` by atomic operations
+    /// (HyperDex's atomic operations: add, sub, mul, div, mod, and, or, xor, min, max,
+    /// append, prepend; see [`cairn_common::atomic`]). The row's leader computes each
+    /// new value from the row as it is, under its row lock, so concurrent operations
+    /// on one row never lose each other; on a table with subspaces the result is
+    /// chained like any write. Fails on the server with `NOT_FOUND` if the row does
+    /// not exist, and with `INVALID` if a result cannot be computed (overflow,
+    /// division by zero). Combine with [`Operation::if_matches`] for a conditional
+    /// atomic operation.
+    ///
+    /// ```
+    /// # use cairn_client::Operation;
+    /// # use cairn_common::{AtomicOp, ColumnSpec, DataType, Schema, Value};
+    /// # let schema = Schema::new(vec![ColumnSpec::new("id", DataType::Int64),
+    /// #     ColumnSpec::new("hits", DataType::Int64)], &["id"]).unwrap();
+    /// let op = Operation::atomic(&schema, &[Value::Int64(7)],
+    ///     &[("hits", AtomicOp::Add, Value::Int64(1))]).unwrap();
+    /// ```
+    pub fn atomic(
+        schema: &Schema,
+        key: &[Value],
+        cells: &[(&str, AtomicOp, Value)],
+    ) -> Result<Operation> {
+        let mut op = Self::keyed(OpKind::Update, schema, key, &[])?;
+        op.condition.mutations = cells
+            .iter()
+            .map(|(c, o, v)| CellMutation::new(*c, *o, v.clone()))
+            .collect();
+        Ok(op)
     }
 
     /// Deletes the row with primary key `key` (values in key-column order).
@@ -206,6 +240,39 @@ impl Operation {
         }
         for p in &self.condition.predicates {
             p.validate(schema)?;
+        }
+        for m in &self.condition.mutations {
+            let i = schema.index_of(&m.column)?;
+            let c = schema.column(i);
+            if self.kind != OpKind::Update {
+                return Err(ClientError::InvalidArgument(format!(
+                    "atomic {} of column '{}' changes an existing row: only an update carries it",
+                    m.op.name(),
+                    c.name
+                )));
+            }
+            if schema.is_key_column(i) {
+                return Err(ClientError::InvalidArgument(format!(
+                    "column '{}' is part of the primary key: an atomic operation cannot change it",
+                    c.name
+                )));
+            }
+            if self.values[i].is_some() {
+                return Err(ClientError::InvalidArgument(format!(
+                    "column '{}' is given both a value and an atomic operation: give one",
+                    c.name
+                )));
+            }
+            m.op.check_type(&c.data_type)
+                .map_err(ClientError::InvalidArgument)?;
+            if m.operand.is_null() {
+                return Err(ClientError::InvalidArgument(format!(
+                    "atomic {} of column '{}' needs an operand, not NULL",
+                    m.op.name(),
+                    c.name
+                )));
+            }
+            schema.validate_cell(c, &m.operand)?;
         }
         Ok(())
     }
@@ -328,6 +395,15 @@ pub fn encode_write<'a>(
                 } else {
                     serde_json::to_vec(&c.predicates)
                         .map_err(|e| ClientError::Internal(format!("encoding a condition: {e}")))?
+                        .into()
+                },
+                mutations_json: if c.mutations.is_empty() {
+                    Default::default()
+                } else {
+                    serde_json::to_vec(&c.mutations)
+                        .map_err(|e| {
+                            ClientError::Internal(format!("encoding atomic operations: {e}"))
+                        })?
                         .into()
                 },
             });

@@ -19,6 +19,8 @@
 //! - [`predicate`]: column predicates (comparison, range, IN-list, IS [NOT] NULL and
 //!   their conjunctions), evaluated on Arrow arrays or single values, with the
 //!   implication test that predicate-based data skipping (HRDBMS §III) needs.
+//! - [`atomic`]: atomic operations on one cell ([`AtomicOp`], [`CellMutation`]) that a
+//!   row's leader evaluates under its row lock.
 //! - [`clock`]: [`HybridTime`] and the hybrid logical clock (Kudu paper §3.4).
 //! - [`ids`]: the one validation of tablet, table, Raft group and store ids that every
 //!   RPC applies before an id reaches a lookup or a path.
@@ -27,6 +29,7 @@
 //!
 //! Errors from all of these are one [`CommonError`] enum.
 
+pub mod atomic;
 pub mod clock;
 pub mod codec;
 pub mod error;
@@ -38,6 +41,7 @@ pub mod schema;
 pub mod stats;
 pub mod types;
 
+pub use atomic::{AtomicOp, CellMutation};
 pub use clock::{HybridClock, HybridTime};
 pub use error::{CommonError, Result};
 pub use ids::{IdKind, validate_id};

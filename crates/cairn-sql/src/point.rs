@@ -21,7 +21,11 @@
 //!   tablet leader applies it under the row lock if the row exists, and reports it
 //!   missing otherwise (0 rows, as PostgreSQL). Nothing was read, so nothing can be
 //!   lost: the no-lost-update rule of `crate::write` concerns writes computed from a
-//!   read.
+//!   read. A SET of the form `c = c + v` (also `-`, `*`, `/`, `%`, `&`, `|` on
+//!   integers, the first four on DOUBLE, `c || v` and `v || c` on text) reads the row
+//!   too, but on the leader: it becomes an atomic operation
+//!   ([`cairn_common::atomic`]) computed under the row lock, one request with no
+//!   read before it, and chained into the table's subspaces like any write.
 //! - **DELETE**: the same filter; one delete of the key.
 //! - **INSERT … VALUES** whose values are parameters or constants: one row operation
 //!   per row (insert, upsert, or insert-if-absent for `ON CONFLICT DO NOTHING`).
@@ -46,7 +50,7 @@ use arrow::array::{ArrayRef, RecordBatchOptions};
 use arrow::datatypes::{DataType as ArrowType, Field, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use cairn_client::{Client, Operation, ReadMode, Table};
-use cairn_common::{ColumnPredicate, DataType, PredicateOp, Value};
+use cairn_common::{AtomicOp, ColumnPredicate, DataType, PredicateOp, Value};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{BinaryExpr, Expr, Limit, LogicalPlan, Operator, WriteOp};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -102,10 +106,13 @@ enum PointOp {
         key: Vec<Source>,
         schema: SchemaRef,
     },
-    /// Sets `cells` of the row with key `key`.
+    /// Sets `cells` of the row with key `key`, and changes `atomic` cells by atomic
+    /// operations (`SET c = c + $1`), which the tablet leader computes under the row
+    /// lock.
     Update {
         key: Vec<Source>,
         cells: Vec<(String, Source)>,
+        atomic: Vec<(String, AtomicOp, Source)>,
     },
     /// Deletes the row with key `key`.
     Delete { key: Vec<Source> },
@@ -175,6 +182,7 @@ impl PointPlan {
                     };
                     let (table, key) = keyed_filter(&p.input)?;
                     let mut cells = vec![];
+                    let mut atomic = vec![];
                     for (e, field) in p.expr.iter().zip(p.schema.fields()) {
                         let name = field.name();
                         let i = table.schema.index_of(name).ok()?;
@@ -186,14 +194,18 @@ impl PointPlan {
                                     // Changing a key moves the row: the general path.
                                     return None;
                                 }
-                                let t = table.schema.column(i).data_type.to_arrow();
-                                cells.push((name.clone(), source(other, &t)?));
+                                let dt = &table.schema.column(i).data_type;
+                                let t = dt.to_arrow();
+                                match atomic_source(other, name, dt, &t) {
+                                    Some((op, s)) => atomic.push((name.clone(), op, s)),
+                                    None => cells.push((name.clone(), source(other, &t)?)),
+                                }
                             }
                         }
                     }
                     Some(PointPlan {
                         table,
-                        op: PointOp::Update { key, cells },
+                        op: PointOp::Update { key, cells, atomic },
                     })
                 }
                 WriteOp::Insert(_) => {
@@ -277,7 +289,7 @@ impl PointPlan {
                 };
                 Some(self.select(client, read, key, snapshot).await)
             }
-            PointOp::Update { key, cells } => {
+            PointOp::Update { key, cells, atomic } => {
                 let key = key_values(key)?;
                 let mut values = Vec::with_capacity(cells.len());
                 for (name, s) in cells {
@@ -288,12 +300,22 @@ impl PointPlan {
                     schema.validate_cell(c, &v).ok()?;
                     values.push((name.as_str(), v));
                 }
-                Some(
-                    self.write(client, snapshot, "UPDATE", || {
-                        Operation::update(schema, &key, &values)
+                let mut mutations = Vec::with_capacity(atomic.len());
+                for (name, op, s) in atomic {
+                    let c = schema.column(schema.index_of(name).ok()?);
+                    // A NULL operand makes the cell NULL (`c + NULL`): the general path.
+                    let v = s.value(params, &c.data_type, false)?;
+                    schema.validate_cell(c, &v).ok()?;
+                    mutations.push(cairn_common::CellMutation::new(name.as_str(), *op, v));
+                }
+                let written = self
+                    .write(client, snapshot, "UPDATE", || {
+                        let mut op = Operation::update(schema, &key, &values)?;
+                        op.condition.mutations = mutations;
+                        Ok(op)
                     })
-                    .await,
-                )
+                    .await;
+                Some(written.map_err(atomic_sqlstate))
             }
             PointOp::Delete { key } => {
                 let key = key_values(key)?;
@@ -739,6 +761,96 @@ fn source(e: &Expr, t: &ArrowType) -> Option<Source> {
         }
         Expr::Literal(s, _) => Some(Source::Const(s.clone())),
         _ => None,
+    }
+}
+
+/// The atomic operation that computes `SET name = e` on the tablet leader, when `e` is
+/// `name <op> v` (or `v <op> name` for `+`, `*`, `&`, `|`, and `v || name`) with `v` a
+/// parameter or a constant, and the operation gives exactly what PostgreSQL's
+/// arithmetic in the column's type `dt` (of arrow type `t`) gives: integer columns with
+/// integer operands, DOUBLE columns, and text. Anything else is computed by the
+/// general path.
+fn atomic_source(e: &Expr, name: &str, dt: &DataType, t: &ArrowType) -> Option<(AtomicOp, Source)> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = strip_casts(e, t) else {
+        return None;
+    };
+    let integer = matches!(
+        dt,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+    );
+    let text = matches!(dt, DataType::String | DataType::Varchar(_));
+    let op = match op {
+        Operator::Plus if integer || *dt == DataType::Double => AtomicOp::Add,
+        Operator::Minus if integer || *dt == DataType::Double => AtomicOp::Sub,
+        Operator::Multiply if integer || *dt == DataType::Double => AtomicOp::Mul,
+        Operator::Divide if integer || *dt == DataType::Double => AtomicOp::Div,
+        Operator::Modulo if integer => AtomicOp::Mod,
+        Operator::BitwiseAnd if integer => AtomicOp::And,
+        Operator::BitwiseOr if integer => AtomicOp::Or,
+        Operator::StringConcat if text => AtomicOp::Append,
+        _ => return None,
+    };
+    // The column, perhaps widened for the arithmetic (`CAST(c AS BIGINT) + 1`).
+    let is_column = |e: &Expr| {
+        let mut e = e;
+        loop {
+            match e {
+                Expr::Cast(c) => e = &c.expr,
+                Expr::TryCast(c) => e = &c.expr,
+                Expr::Column(c) => return c.name == name,
+                _ => return false,
+            }
+        }
+    };
+    let (op, operand) = if is_column(left) {
+        (op, right)
+    } else if is_column(right) {
+        match op {
+            AtomicOp::Append => (AtomicOp::Prepend, left),
+            AtomicOp::Add | AtomicOp::Mul | AtomicOp::And | AtomicOp::Or => (op, left),
+            _ => return None,
+        }
+    } else {
+        return None;
+    };
+    let operand = source(operand, t)?;
+    // A constant of another kind would change the arithmetic (`c / 2.0` on an
+    // integer column is a division of numerics in PostgreSQL).
+    if let Source::Const(s) = &operand {
+        let kind = s.data_type();
+        let fits = if integer {
+            kind.is_integer()
+        } else if text {
+            matches!(
+                kind,
+                ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View
+            )
+        } else {
+            kind.is_integer() || kind.is_floating()
+        };
+        if !fits {
+            return None;
+        }
+    }
+    Some((op, operand))
+}
+
+/// A keyed UPDATE's error with PostgreSQL's SQLSTATE for an atomic operation that could
+/// not be computed (22003 out of range, 22012 division by zero).
+fn atomic_sqlstate(e: SqlError) -> SqlError {
+    use cairn_common::atomic::{DIVISION_BY_ZERO, OUT_OF_RANGE};
+    match e {
+        SqlError::Row {
+            kind: cairn_proto::RowErrorKind::Invalid,
+            message,
+            ..
+        } if message.contains(DIVISION_BY_ZERO) => SqlError::other("22012", message),
+        SqlError::Row {
+            kind: cairn_proto::RowErrorKind::Invalid,
+            message,
+            ..
+        } if message.contains(OUT_OF_RANGE) => SqlError::other("22003", message),
+        e => e,
     }
 }
 

@@ -17,7 +17,7 @@
 //! ([`crate::results::ResultTracker`]) and gives again to a retry of the same request.
 
 use cairn_common::codec::{self, Reader};
-use cairn_common::{ColumnId, ColumnPredicate, HybridTime, Schema, Value};
+use cairn_common::{CellMutation, ColumnId, ColumnPredicate, HybridTime, Schema, Value};
 
 use crate::error::{Result, TabletError};
 
@@ -76,12 +76,18 @@ pub struct RowCondition {
     /// The row must be live and satisfy every predicate; otherwise
     /// [`RowError::ConditionFailed`] (HyperDex's conditional put).
     pub predicates: Vec<ColumnPredicate>,
+    /// Cells an `UPDATE` op changes with atomic operations
+    /// ([`cairn_common::atomic`]): the leader computes their new values from the row
+    /// under its lock and writes them as given cells; a row that is absent fails with
+    /// [`RowError::NotFound`], a result that cannot be computed with
+    /// [`RowError::Invalid`].
+    pub mutations: Vec<CellMutation>,
 }
 
 impl RowCondition {
     /// Whether there is nothing to check.
     pub fn is_empty(&self) -> bool {
-        self.unchanged_since.is_none() && self.predicates.is_empty()
+        self.unchanged_since.is_none() && self.predicates.is_empty() && self.mutations.is_empty()
     }
 }
 
@@ -118,6 +124,11 @@ impl RowOp {
     /// The same op, applied only if the row satisfies `predicates`.
     pub fn if_matches(mut self, predicates: Vec<ColumnPredicate>) -> Self {
         self.condition.predicates = predicates;
+        self
+    }
+    /// The same op (an `UPDATE`), also changing cells with atomic operations.
+    pub fn with_mutations(mut self, mutations: Vec<CellMutation>) -> Self {
+        self.condition.mutations = mutations;
         self
     }
     /// `INSERT` of a full row.

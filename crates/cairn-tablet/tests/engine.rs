@@ -700,3 +700,95 @@ fn a_bulk_insert_lists_its_rows_for_their_chains() {
         vec![(res.ts.0, key(1)), (res.ts.0, key(2)), (res.ts.0, key(3))]
     );
 }
+
+#[test]
+fn atomic_operations_are_computed_under_the_row_lock() {
+    use cairn_common::{AtomicOp, CellMutation};
+    let dir = tempfile::tempdir().unwrap();
+    let t = LocalTablet::create(dir.path(), kv_schema(), small_options()).unwrap();
+    let mm = t.start_maintenance();
+    t.write(vec![
+        RowOp::insert(row(1, 0, 0)),
+        RowOp::insert(row(2, 0, 7)),
+    ])
+    .unwrap();
+    let add = |k: i64, n: i64| {
+        RowOp::new(
+            cairn_tablet::OpKind::Update,
+            vec![Some(Value::Int64(k)), None, None],
+        )
+        .with_mutations(vec![CellMutation::new("v", AtomicOp::Add, Value::Int64(n))])
+    };
+    // Threads add to one row at once: no add is lost.
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let r = t.write(vec![add(1, 1)]).unwrap();
+                    assert!(r.row_errors.is_empty(), "{:?}", r.row_errors);
+                }
+            })
+        })
+        .collect();
+    for th in threads {
+        th.join().unwrap();
+    }
+    let v = |k: i64| {
+        t.tablet()
+            .get(&[Value::Int64(k)], ReadMode::Latest)
+            .unwrap()
+    };
+    assert_eq!(v(1), Some(row(1, 0, 800)));
+    // In one batch: two adds to one row both count; an add after another kind of
+    // write of its row conflicts; an add to an absent row is not found; an overflow
+    // fails its row only.
+    let r = t
+        .write(vec![
+            add(2, 1),
+            add(2, 2),
+            RowOp::upsert(row(3, 0, 0)),
+            add(3, 1),
+            add(4, 1),
+            add(1, i64::MAX),
+        ])
+        .unwrap();
+    assert_eq!(
+        r.row_errors.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        vec![3, 4, 5]
+    );
+    assert_eq!(r.row_errors[0].1, RowError::Conflict);
+    assert_eq!(r.row_errors[1].1, RowError::NotFound);
+    assert!(
+        matches!(&r.row_errors[2].1, RowError::Invalid(m) if m.contains("out of range")),
+        "{:?}",
+        r.row_errors[2]
+    );
+    assert_eq!(v(2), Some(row(2, 0, 10)));
+    assert_eq!(v(1), Some(row(1, 0, 800)));
+    // Bad requests are refused before anything is read.
+    let on_key = RowOp::new(
+        cairn_tablet::OpKind::Update,
+        vec![Some(Value::Int64(1)), None, None],
+    )
+    .with_mutations(vec![CellMutation::new("k", AtomicOp::Add, Value::Int64(1))]);
+    let wrong_type = add(1, 0).with_mutations(vec![CellMutation::new(
+        "v",
+        AtomicOp::Append,
+        Value::Int64(1),
+    )]);
+    let on_upsert = RowOp::upsert(row(1, 0, 0)).with_mutations(vec![CellMutation::new(
+        "v",
+        AtomicOp::Add,
+        Value::Int64(1),
+    )]);
+    let r = t.write(vec![on_key, wrong_type, on_upsert]).unwrap();
+    assert_eq!(r.row_errors.len(), 3, "{:?}", r.row_errors);
+    assert!(
+        r.row_errors
+            .iter()
+            .all(|(_, e)| matches!(e, RowError::Invalid(_)))
+    );
+    assert_eq!(v(1), Some(row(1, 0, 800)));
+    mm.stop();
+}

@@ -259,6 +259,12 @@ pub fn row_ops(
                         ))
                     })?;
             }
+            if !c.mutations_json.is_empty() {
+                op.condition.mutations =
+                    serde_json::from_slice(&c.mutations_json).map_err(|e| {
+                        TserverError::InvalidArgument(format!("malformed atomic operations: {e}"))
+                    })?;
+            }
         }
     }
     Ok(ops)

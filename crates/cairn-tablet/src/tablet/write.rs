@@ -105,6 +105,31 @@ impl Tablet {
         for p in &op.condition.predicates {
             p.validate(schema).map_err(inv)?;
         }
+        for m in &op.condition.mutations {
+            let i = schema.index_of(&m.column).map_err(inv)?;
+            let c = schema.column(i);
+            if op.kind != OpKind::Update {
+                return Err(RowError::Invalid(format!(
+                    "atomic {} of column '{}' changes an existing row: send it with an UPDATE",
+                    m.op.name(),
+                    c.name
+                )));
+            }
+            if schema.is_key_column(i) {
+                return Err(RowError::Invalid(format!(
+                    "column '{}' is part of the primary key: an atomic operation cannot change it",
+                    c.name
+                )));
+            }
+            if op.values[i].is_some() {
+                return Err(RowError::Invalid(format!(
+                    "column '{}' is given both a value and an atomic operation: give one",
+                    c.name
+                )));
+            }
+            m.op.check_type(&c.data_type).map_err(RowError::Invalid)?;
+            schema.validate_cell(c, &m.operand).map_err(inv)?;
+        }
         if matches!(op.kind, OpKind::Insert | OpKind::InsertIgnore) {
             for (i, c) in schema.columns().iter().enumerate() {
                 if op.values[i].is_none() {
@@ -231,22 +256,47 @@ impl Tablet {
         // cannot be verified: such a write conflicts, and its reader retries with a
         // fresh snapshot, as a snapshot read below the mark is refused.
         let ahm = self.ancient_history_mark();
+        let txn = p.txn;
         // Liveness of keys changed earlier in this batch.
         let mut in_batch: HashMap<Vec<u8>, bool> = HashMap::new();
+        // Rows as atomic operations earlier in this batch left them.
+        let mut mutated: HashMap<Vec<u8>, Vec<cairn_common::Value>> = HashMap::new();
         let mut failed = Vec::new();
-        for (n, (pos, op, key)) in p.rows.iter().enumerate() {
+        for (n, (pos, op, key)) in p.rows.iter_mut().enumerate() {
             let (live, last_change) = match in_batch.get(key) {
                 Some(&live) => (live, HybridTime::MAX),
-                None => self.status_in(p.txn, &comps, key),
+                None => self.status_in(txn, &comps, key),
             };
+            let mutates = !op.condition.mutations.is_empty();
             let verdict = if let Some(since) = op.condition.unchanged_since
                 && (!live || last_change > since || since < ahm)
             {
                 Err(RowError::Conflict)
             } else if !op.condition.predicates.is_empty()
-                && !self.predicates_hold(p.txn, &schema, &comps, key, op, live, &in_batch)?
+                && !self.predicates_hold(txn, &schema, &comps, key, op, live, &in_batch)?
             {
                 Err(RowError::ConditionFailed)
+            } else if mutates {
+                // Evaluated here, under the row lock: the record carries the results.
+                let row = match mutated.get(key.as_slice()) {
+                    Some(row) => Some(row.clone()),
+                    None if in_batch.contains_key(key) => None,
+                    None if live => self.current_row_in(txn, &comps, key)?,
+                    None => None,
+                };
+                match row {
+                    Some(row) => match apply_mutations(&schema, op, row) {
+                        Ok(row) => {
+                            mutated.insert(key.clone(), row);
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    },
+                    // Changed by another kind of op earlier in the batch: its result
+                    // is not known before the batch is applied.
+                    None if in_batch.contains_key(key) && live => Err(RowError::Conflict),
+                    None => Err(RowError::NotFound),
+                }
             } else if atomic {
                 match (op.kind, live) {
                     (OpKind::Insert, true) => Err(RowError::AlreadyPresent),
@@ -256,6 +306,9 @@ impl Tablet {
             } else {
                 Ok(())
             };
+            if verdict.is_ok() && !mutates {
+                mutated.remove(key.as_slice());
+            }
             match verdict {
                 Ok(()) => {
                     let after = match op.kind {
@@ -370,4 +423,36 @@ impl Tablet {
     pub fn finish_write(&self, ts: HybridTime) {
         self.mvcc.finish(ts);
     }
+}
+
+/// Computes `op`'s atomic operations on `row` (the row as it is now) and turns them
+/// into given cells of `op`; returns the row after them.
+/// REQUIRES: `op` passed [`Tablet::prepare`], and the row's lock is held.
+fn apply_mutations(
+    schema: &Schema,
+    op: &mut RowOp,
+    mut row: Vec<cairn_common::Value>,
+) -> std::result::Result<Vec<cairn_common::Value>, RowError> {
+    for (i, v) in op.values.iter().enumerate() {
+        if let Some(v) = v {
+            row[i] = v.clone();
+        }
+    }
+    for m in std::mem::take(&mut op.condition.mutations) {
+        let i = schema
+            .index_of(&m.column)
+            .map_err(|e| RowError::Invalid(e.to_string()))?;
+        let c = schema.column(i);
+        let new = m.op.apply(&row[i], &m.operand).map_err(RowError::Invalid)?;
+        schema.validate_cell(c, &new).map_err(|e| {
+            RowError::Invalid(format!(
+                "atomic {} of column '{}': {e}",
+                m.op.name(),
+                c.name
+            ))
+        })?;
+        row[i] = new.clone();
+        op.values[i] = Some(new);
+    }
+    Ok(row)
 }

@@ -64,6 +64,10 @@ async fn statements(s: &SqlSession, table: &str) -> Vec<Prepared> {
         format!("INSERT INTO {table} VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"),
         format!("UPSERT INTO {table} VALUES ($1, $2, $3, $4)"),
         format!("SELECT v FROM {table} WHERE a = 3 AND b = 'k3'"),
+        // Atomic operations, computed by the tablet leader on the fast path.
+        format!("UPDATE {table} SET v = v + $3 WHERE a = $1 AND b = $2"),
+        format!("UPDATE {table} SET v = v / $3, w = 'p' || w WHERE a = $1 AND b = $2"),
+        format!("UPDATE {table} SET v = v % 7, w = w || 'x' WHERE a = $1 AND b = $2"),
         // A column twice: the fast path moves each read value into its output column
         // and must copy the one that is repeated.
         format!("SELECT w AS w1, b, w, v AS v1, v FROM {table} WHERE a = $1 AND b = $2"),
@@ -161,7 +165,10 @@ async fn only_statements_naming_whole_keys_are_keyed() {
         "SELECT v FROM kv WHERE a = $1",
         "SELECT v FROM kv WHERE a = $1 AND b = $2 AND v = 3",
         "SELECT v FROM kv WHERE a = $1 OR b = $2",
-        "UPDATE kv SET v = v + 1 WHERE a = $1 AND b = $2",
+        "UPDATE kv SET v = v + 1 WHERE a = $1",
+        "UPDATE kv SET v = v + v WHERE a = $1 AND b = $2",
+        "UPDATE kv SET v = v / 2.5 WHERE a = $1 AND b = $2",
+        "UPDATE kv SET v = 1 - v WHERE a = $1 AND b = $2",
         "UPDATE kv SET a = 7 WHERE a = $1 AND b = $2",
         "DELETE FROM kv WHERE a = $1",
         "INSERT INTO kv SELECT * FROM kv",
@@ -189,9 +196,10 @@ async fn only_statements_naming_whole_keys_are_keyed() {
     assert_eq!(outcome(&s, &p, vec![]).await, r#"rows [["10"]]"#);
 }
 
-/// Keyed `SET tag = $2` updates race `SET n = n + 1` (a read-modify-write through
-/// DataFusion) on the same rows of a replicated table while it is flushed, and keyed
-/// inserts are read back at once: no increment is lost, every insert is seen.
+/// Keyed `SET tag = $2` updates race `SET n = n + (1 + 0 * n)` (a read-modify-write
+/// through DataFusion) and keyed `SET n = n + 1` (an atomic add on the tablet leader)
+/// on the same rows of a replicated table while it is flushed, and keyed inserts are
+/// read back at once: no increment is lost, every insert is seen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keyed_writes_race_read_modify_writes_without_losing_any() {
     let (cl, engine) = sql_cluster(3).await;
@@ -208,11 +216,14 @@ async fn keyed_writes_race_read_modify_writes_without_losing_any() {
     for w in 0..3i64 {
         let s = engine.session();
         tasks.push(tokio::spawn(async move {
-            let inc = s
-                .prepare("UPDATE c SET n = n + 1 WHERE id = $1")
-                .await
-                .unwrap();
-            assert!(!inc.keyed());
+            let inc = if w == 0 {
+                s.prepare("UPDATE c SET n = n + 1 WHERE id = $1").await
+            } else {
+                s.prepare("UPDATE c SET n = n + (1 + 0 * n) WHERE id = $1")
+                    .await
+            }
+            .unwrap();
+            assert_eq!(inc.keyed(), w == 0);
             for i in 0..EACH {
                 let k = ScalarValue::Int64(Some(1 + (i + w) % 2));
                 assert_eq!(outcome(&s, &inc, vec![k]).await, "UPDATE 1");

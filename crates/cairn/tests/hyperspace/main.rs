@@ -1,7 +1,9 @@
-//! Hyperspace search on an in-process cluster: tables with subspaces, writes and bulk
-//! loads chained by their point leaders while several clients write the same rows and
-//! a tablet server stops, and searches, counts and sorted searches checked against the table itself.
+//! Hyperspace search on an in-process cluster: tables with subspaces, writes, atomic
+//! operations and bulk loads chained by their point leaders while several clients write
+//! the same rows and a tablet server stops, and searches, counts and sorted searches
+//! checked against the table itself.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
@@ -470,6 +472,138 @@ async fn bulk_loads_are_chained_while_rows_change() {
     let summary = loader.finish().await.unwrap();
     assert_eq!(summary.rows_written, 0, "row {id} exists");
     check_subspaces(&c, &t).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn atomic_operations_lose_nothing_and_are_chained() {
+    use cairn_common::AtomicOp;
+    let cl = InProc::start(3, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    c.create_table(people_spec("counters")).await.unwrap();
+    let t = c.open_table("counters").await.unwrap();
+    let mut s = c.new_session(&t);
+    for id in 0..4 {
+        s.apply(Operation::upsert(vec![
+            Value::Int64(id),
+            Value::String("o".into()),
+            Value::Int32(0),
+            Value::Double(1.0),
+        ]))
+        .await
+        .unwrap();
+    }
+    // Writers add to the same counters at once; each add moves its object to
+    // another region of both subspaces (`age` is an attribute of each).
+    const WRITERS: i32 = 4;
+    const ADDS: i32 = 25;
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..WRITERS {
+        let (c, t) = (cl.client().await, t.clone());
+        writers.spawn(async move {
+            for i in 0..ADDS {
+                let id = i64::from((w + i) % 4);
+                let op = Operation::atomic(
+                    &t.schema,
+                    &[Value::Int64(id)],
+                    &[
+                        ("age", AtomicOp::Add, Value::Int32(1)),
+                        ("city", AtomicOp::Append, Value::String("x".into())),
+                        ("score", AtomicOp::Max, Value::Double(f64::from(i))),
+                    ],
+                )
+                .unwrap();
+                c.new_session(&t).apply(op).await.unwrap();
+            }
+        });
+    }
+    while let Some(r) = writers.join_next().await {
+        r.unwrap();
+    }
+    check_subspaces(&c, &t).await;
+    let base = base_rows(&c, &t).await;
+    let total: i32 = base
+        .values()
+        .map(|r| match (&r[1], &r[2]) {
+            (Value::String(city), Value::Int32(age)) => {
+                assert_eq!(city.len() as i32, 1 + age, "one append per add: {r:?}");
+                *age
+            }
+            _ => panic!("{r:?}"),
+        })
+        .sum();
+    assert_eq!(total, WRITERS * ADDS, "no add was lost");
+    assert!(
+        base.values()
+            .all(|r| r[3] == Value::Double(f64::from(ADDS - 1)))
+    );
+    for age in base.values().map(|r| r[2].clone()) {
+        check_search(&c, &t, &base, vec![ColumnPredicate::eq("age", age)], true).await;
+    }
+
+    // What cannot be done fails the row, which stays as it was.
+    let mut s = c.new_session(&t);
+    let row_error = |e: ClientError| match e {
+        ClientError::Row(r) => r.kind,
+        e => panic!("{e}"),
+    };
+    let absent = Operation::atomic(
+        &t.schema,
+        &[Value::Int64(99)],
+        &[("age", AtomicOp::Add, Value::Int32(1))],
+    )
+    .unwrap();
+    assert_eq!(
+        row_error(s.apply(absent).await.unwrap_err()),
+        cairn_proto::RowErrorKind::NotFound
+    );
+    let overflow = Operation::atomic(
+        &t.schema,
+        &[Value::Int64(0)],
+        &[("age", AtomicOp::Mul, Value::Int32(i32::MAX))],
+    )
+    .unwrap();
+    let e = s.apply(overflow).await.unwrap_err();
+    assert!(e.to_string().contains("out of range"), "{e}");
+    // A conditional atomic operation: applied only while the condition holds.
+    let capped = |cap: i32| {
+        Operation::atomic(
+            &t.schema,
+            &[Value::Int64(1)],
+            &[("age", AtomicOp::Add, Value::Int32(1))],
+        )
+        .unwrap()
+        .if_matches(vec![ColumnPredicate::lt("age", Value::Int32(cap))])
+    };
+    let age1 = base[&1][2].clone();
+    let Value::Int32(a1) = age1 else { panic!() };
+    s.apply(capped(a1 + 1)).await.unwrap();
+    assert_eq!(
+        row_error(s.apply(capped(a1 + 1)).await.unwrap_err()),
+        cairn_proto::RowErrorKind::ConditionFailed
+    );
+    // Two adds to one row in one batch both count.
+    s.set_flush_mode(cairn_client::FlushMode::Manual);
+    for _ in 0..2 {
+        s.apply(
+            Operation::atomic(
+                &t.schema,
+                &[Value::Int64(2)],
+                &[("age", AtomicOp::Sub, Value::Int32(3))],
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    assert!(s.flush().await.unwrap().is_empty());
+    check_subspaces(&c, &t).await;
+    let after = base_rows(&c, &t).await;
+    assert_eq!(after[&0], base[&0], "the failed operations changed nothing");
+    assert_eq!(after[&1][2], Value::Int32(a1 + 1));
+    let Value::Int32(a2) = base[&2][2] else {
+        panic!()
+    };
+    assert_eq!(after[&2][2], Value::Int32(a2 - 6));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
