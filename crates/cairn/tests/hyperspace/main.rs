@@ -1,10 +1,12 @@
 //! Hyperspace search on an in-process cluster: tables with subspaces, writes, atomic
 //! operations and bulk loads chained by their point leaders while several clients write
 //! the same rows and a tablet server stops, and searches, counts and sorted searches
-//! checked against the table itself.
+//! checked against the table itself; and (`model`) a randomized history checked against
+//! an oracle while servers stop mid-chain.
 
 #[path = "../common/mod.rs"]
 mod common;
+mod model;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
