@@ -320,7 +320,7 @@ async fn a_random_history_with_leaders_stopped_mid_chain_matches_an_oracle() {
         cl.wait_live(3).await;
         if round == 0 {
             let mut added = false;
-            for _ in 0..5 {
+            for _ in 0..20 {
                 match c
                     .add_subspace("model", SubspaceSpec::new(&["score"]).regions(4), &|_| {})
                     .await
