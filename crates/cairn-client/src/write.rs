@@ -242,37 +242,8 @@ impl Operation {
             p.validate(schema)?;
         }
         for m in &self.condition.mutations {
-            let i = schema.index_of(&m.column)?;
-            let c = schema.column(i);
-            if self.kind != OpKind::Update {
-                return Err(ClientError::InvalidArgument(format!(
-                    "atomic {} of column '{}' changes an existing row: only an update carries it",
-                    m.op.name(),
-                    c.name
-                )));
-            }
-            if schema.is_key_column(i) {
-                return Err(ClientError::InvalidArgument(format!(
-                    "column '{}' is part of the primary key: an atomic operation cannot change it",
-                    c.name
-                )));
-            }
-            if self.values[i].is_some() {
-                return Err(ClientError::InvalidArgument(format!(
-                    "column '{}' is given both a value and an atomic operation: give one",
-                    c.name
-                )));
-            }
-            m.op.check_type(&c.data_type)
+            m.check(schema, self.kind == OpKind::Update, &self.values)
                 .map_err(ClientError::InvalidArgument)?;
-            if m.operand.is_null() {
-                return Err(ClientError::InvalidArgument(format!(
-                    "atomic {} of column '{}' needs an operand, not NULL",
-                    m.op.name(),
-                    c.name
-                )));
-            }
-            schema.validate_cell(c, &m.operand)?;
         }
         Ok(())
     }

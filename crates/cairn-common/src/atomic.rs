@@ -17,6 +17,7 @@ use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
 
+use crate::schema::Schema;
 use crate::types::{DataType, Value};
 
 /// Part of the message of a result outside its column's type (SQLSTATE 22003).
@@ -73,6 +74,43 @@ impl CellMutation {
             op,
             operand,
         }
+    }
+
+    /// Checks the mutation as part of a write of `schema`'s rows: the write must be an
+    /// update (`update`) that does not also give the column a value (`given`, one
+    /// slot per column), the column must exist outside the primary key and have a
+    /// type the operation applies to, and the operand must fit it. Returns the
+    /// column's position; `Err` says what was wrong.
+    pub fn check(
+        &self,
+        schema: &Schema,
+        update: bool,
+        given: &[Option<Value>],
+    ) -> Result<usize, String> {
+        let i = schema.index_of(&self.column).map_err(|e| e.to_string())?;
+        let c = schema.column(i);
+        let what = format!("atomic {} of column '{}'", self.op.name(), c.name);
+        if !update {
+            return Err(format!(
+                "{what} changes an existing row: send it with an UPDATE"
+            ));
+        }
+        if schema.is_key_column(i) {
+            return Err(format!("{what}: the column is part of the primary key"));
+        }
+        if given.get(i).is_some_and(|v| v.is_some()) {
+            return Err(format!(
+                "{what}: the column is also given a value; give one"
+            ));
+        }
+        self.op.check_type(&c.data_type)?;
+        if self.operand.is_null() {
+            return Err(format!("{what} needs an operand, not NULL"));
+        }
+        schema
+            .validate_cell(c, &self.operand)
+            .map_err(|e| format!("{what}: {e}"))?;
+        Ok(i)
     }
 }
 

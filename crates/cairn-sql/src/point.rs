@@ -303,6 +303,11 @@ impl PointPlan {
                 let mut mutations = Vec::with_capacity(atomic.len());
                 for (name, op, s) in atomic {
                     let c = schema.column(schema.index_of(name).ok()?);
+                    if let Source::Param(i) = s
+                        && !operand_keeps_arithmetic(params.get(*i)?, &c.data_type)
+                    {
+                        return None;
+                    }
                     // A NULL operand makes the cell NULL (`c + NULL`): the general path.
                     let v = s.value(params, &c.data_type, false)?;
                     schema.validate_cell(c, &v).ok()?;
@@ -814,25 +819,27 @@ fn atomic_source(e: &Expr, name: &str, dt: &DataType, t: &ArrowType) -> Option<(
         return None;
     };
     let operand = source(operand, t)?;
-    // A constant of another kind would change the arithmetic (`c / 2.0` on an
-    // integer column is a division of numerics in PostgreSQL).
-    if let Source::Const(s) = &operand {
-        let kind = s.data_type();
-        let fits = if integer {
-            kind.is_integer()
-        } else if text {
-            matches!(
-                kind,
-                ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View
-            )
-        } else {
-            kind.is_integer() || kind.is_floating()
-        };
-        if !fits {
-            return None;
-        }
+    if let Source::Const(s) = &operand
+        && !operand_keeps_arithmetic(s, dt)
+    {
+        return None;
     }
     Some((op, operand))
+}
+
+/// Whether an operand `s` of an atomic operation on a column of type `dt` gives the
+/// arithmetic PostgreSQL would: an operand of another kind changes it (`c / 2.0` on
+/// an integer column is a division of numerics, rounded back).
+fn operand_keeps_arithmetic(s: &ScalarValue, dt: &DataType) -> bool {
+    let kind = s.data_type();
+    match dt {
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => kind.is_integer(),
+        DataType::String | DataType::Varchar(_) => matches!(
+            kind,
+            ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View
+        ),
+        _ => kind.is_integer() || kind.is_floating(),
+    }
 }
 
 /// A keyed UPDATE's error with PostgreSQL's SQLSTATE for an atomic operation that could

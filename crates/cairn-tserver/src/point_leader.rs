@@ -53,7 +53,6 @@ impl TabletService {
         if wo.txn.is_some() {
             return replica.write(ops, wo).await;
         }
-        let driver = self.chain_driver()?;
         let keys: Vec<Vec<Value>> = ops
             .iter()
             .map(|op| {
@@ -70,19 +69,15 @@ impl TabletService {
             encoded.push(cairn_common::key::encode_values(&refs)?);
         }
         let deadline = wo.deadline;
-        // On a task of its own: a caller that goes away does not stop the chain.
-        let (svc, replica, schema) = (self.clone(), replica.clone(), schema.clone());
-        tokio::spawn(async move {
-            let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
-            let (ts, errs) = replica.write(ops, wo).await?;
-            let seen = svc
-                .chain_rows(&driver, &replica, &schema, keys, ts, deadline)
-                .await?;
-            driver.note_done(&replica.meta.tablet_id, ts.0, encoded);
-            Ok((seen, errs))
-        })
+        self.write_and_chain(
+            replica,
+            schema.clone(),
+            keys,
+            encoded,
+            deadline,
+            |r| async move { r.write(ops, wo).await },
+        )
         .await
-        .map_err(|e| TserverError::Internal(format!("a chained write failed: {e}")))?
     }
 
     /// A bulk insert into a tablet of a table with subspaces, on its leader: the insert,
@@ -97,7 +92,6 @@ impl TabletService {
         request: Option<cairn_tablet::RequestId>,
         deadline: tokio::time::Instant,
     ) -> Result<(HybridTime, Vec<(usize, cairn_tablet::RowError)>)> {
-        let driver = self.chain_driver()?;
         let schema = replica.tablet().schema();
         // The keys of the rows the insert accepts, encoded as the tablet lists them
         // (and as the chain locks of plain writes are).
@@ -113,11 +107,41 @@ impl TabletService {
             .iter()
             .map(|k| cairn_common::key::decode_row_key(&schema, k))
             .collect::<cairn_common::Result<Vec<_>>>()?;
-        // On a task of its own: a caller that goes away does not stop the chain.
+        self.write_and_chain(
+            replica,
+            schema,
+            keys,
+            encoded,
+            deadline,
+            move |r| async move { r.bulk_insert(rows, request, deadline).await },
+        )
+        .await
+    }
+
+    /// Runs `write` — a write of the rows of `keys` (key values; `encoded` as the
+    /// tablet encodes them) — under their chain locks, then chains the change it made
+    /// ([`TabletService::chain_rows`]) and notes the chains done. Runs on a task of its
+    /// own: a caller that goes away does not stop the chain. Returns a timestamp at or
+    /// after the region writes, and the write's row errors.
+    async fn write_and_chain<W>(
+        &self,
+        replica: &Arc<TabletReplica>,
+        schema: Arc<cairn_common::Schema>,
+        keys: Vec<Vec<Value>>,
+        encoded: Vec<Vec<u8>>,
+        deadline: tokio::time::Instant,
+        write: impl FnOnce(Arc<TabletReplica>) -> W + Send + 'static,
+    ) -> Result<(HybridTime, Vec<(usize, cairn_tablet::RowError)>)>
+    where
+        W: std::future::Future<Output = Result<(HybridTime, Vec<(usize, cairn_tablet::RowError)>)>>
+            + Send
+            + 'static,
+    {
+        let driver = self.chain_driver()?;
         let (svc, replica) = (self.clone(), replica.clone());
         tokio::spawn(async move {
             let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
-            let (ts, errs) = replica.bulk_insert(rows, request, deadline).await?;
+            let (ts, errs) = write(replica.clone()).await?;
             let seen = svc
                 .chain_rows(&driver, &replica, &schema, keys, ts, deadline)
                 .await?;
@@ -125,7 +149,7 @@ impl TabletService {
             Ok((seen, errs))
         })
         .await
-        .map_err(|e| TserverError::Internal(format!("a chained bulk insert failed: {e}")))?
+        .map_err(|e| TserverError::Internal(format!("a chained write failed: {e}")))?
     }
 
     /// Chains the change that the write at `ts` made to each row of `keys` (key

@@ -106,29 +106,8 @@ impl Tablet {
             p.validate(schema).map_err(inv)?;
         }
         for m in &op.condition.mutations {
-            let i = schema.index_of(&m.column).map_err(inv)?;
-            let c = schema.column(i);
-            if op.kind != OpKind::Update {
-                return Err(RowError::Invalid(format!(
-                    "atomic {} of column '{}' changes an existing row: send it with an UPDATE",
-                    m.op.name(),
-                    c.name
-                )));
-            }
-            if schema.is_key_column(i) {
-                return Err(RowError::Invalid(format!(
-                    "column '{}' is part of the primary key: an atomic operation cannot change it",
-                    c.name
-                )));
-            }
-            if op.values[i].is_some() {
-                return Err(RowError::Invalid(format!(
-                    "column '{}' is given both a value and an atomic operation: give one",
-                    c.name
-                )));
-            }
-            m.op.check_type(&c.data_type).map_err(RowError::Invalid)?;
-            schema.validate_cell(c, &m.operand).map_err(inv)?;
+            m.check(schema, op.kind == OpKind::Update, &op.values)
+                .map_err(RowError::Invalid)?;
         }
         if matches!(op.kind, OpKind::Insert | OpKind::InsertIgnore) {
             for (i, c) in schema.columns().iter().enumerate() {
@@ -285,13 +264,9 @@ impl Tablet {
                     None => None,
                 };
                 match row {
-                    Some(row) => match apply_mutations(&schema, op, row) {
-                        Ok(row) => {
-                            mutated.insert(key.clone(), row);
-                            Ok(())
-                        }
-                        Err(e) => Err(e),
-                    },
+                    Some(row) => apply_mutations(&schema, op, row).map(|row| {
+                        mutated.insert(key.clone(), row);
+                    }),
                     // Changed by another kind of op earlier in the batch: its result
                     // is not known before the batch is applied.
                     None if in_batch.contains_key(key) && live => Err(RowError::Conflict),
