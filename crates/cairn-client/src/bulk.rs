@@ -3,7 +3,8 @@
 //! A [`BulkLoader`] takes batches whose columns are named like the table's (omitted
 //! columns take their defaults), routes each row to its tablet by the partition key of
 //! its key columns, and buffers rows per tablet until a tablet holds about
-//! [`BulkLoader::set_chunk_bytes`] (16 MiB by default) of them. That chunk goes to the
+//! [`BulkLoader::set_chunk_bytes`] (16 MiB by default, less for a table with
+//! subspaces: [`default_chunk_bytes`]) of them. That chunk goes to the
 //! tablet's leader as one `BulkInsert`, in the background and a bounded number at a
 //! time. The leader replicates it as one log record and every replica writes it
 //! straight into new DiskRowSets (`cairn_tablet::bulk`), skipping the MemRowSet, the
@@ -33,6 +34,15 @@ use crate::table::{Table, TabletLocationInfo, locate_tablet};
 
 /// Default size of the row chunk sent to a tablet in one `BulkInsert`.
 pub const DEFAULT_CHUNK_BYTES: usize = 16 << 20;
+/// The chunk size a loader into `table` starts with: [`DEFAULT_CHUNK_BYTES`] shared
+/// by the table and its subspaces. A chunk's point leader writes a copy of every row
+/// into each subspace before it answers, so the work of one `BulkInsert` grows with
+/// them; keeping it near a plain table's chunk keeps it well inside the timeout, also
+/// on a replicated cluster.
+pub fn default_chunk_bytes(table: &Table) -> usize {
+    (DEFAULT_CHUNK_BYTES / (1 + table.subspaces.len())).max(64 << 10)
+}
+
 /// Default bound on chunks in flight at once.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 4;
 
@@ -100,7 +110,7 @@ impl Client {
             locations,
             buffers: HashMap::new(),
             in_flight: JoinSet::new(),
-            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            chunk_bytes: default_chunk_bytes(table),
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             timeout: self
                 .options()
@@ -373,5 +383,44 @@ async fn send_chunk(
              partition dropped?); its {n} row(s) were not loaded",
             table.name
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_common::{ColumnSpec, DataType, PartitionSchema, Schema};
+    use cairn_hyperspace::{SubspaceEntry, SubspaceSpec};
+
+    #[test]
+    fn a_table_with_subspaces_gets_smaller_chunks() {
+        let schema = Schema::new(
+            vec![
+                ColumnSpec::new("k", DataType::Int64),
+                ColumnSpec::new("a", DataType::Int64),
+                ColumnSpec::new("b", DataType::String),
+            ],
+            &["k"],
+        )
+        .unwrap();
+        let subspaces = SubspaceEntry::for_new_table(
+            "t1",
+            &schema,
+            2,
+            &[SubspaceSpec::new(&["a"]), SubspaceSpec::new(&["b"])],
+            &["r1".to_string(), "r2".to_string()],
+        )
+        .unwrap();
+        let mut table = Table {
+            id: "t1".into(),
+            name: "t".into(),
+            schema: Arc::new(schema),
+            partition_schema: PartitionSchema::default(),
+            replicas: 3,
+            subspaces,
+        };
+        assert_eq!(default_chunk_bytes(&table), DEFAULT_CHUNK_BYTES / 3);
+        table.subspaces.clear();
+        assert_eq!(default_chunk_bytes(&table), DEFAULT_CHUNK_BYTES);
     }
 }
