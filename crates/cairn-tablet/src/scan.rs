@@ -394,6 +394,36 @@ impl Scanner {
         })
     }
 
+    /// Whether the stores hold at most `max` rows in the scan's key range (at any
+    /// version, matching or not): what it reads is then small and bounded, so a
+    /// caller may read it where a long read would be in the way (an async task).
+    /// Counts a MemRowSet's rows up to `max + 1` only; reads no data.
+    pub fn stored_rows_at_most(&self, max: usize) -> bool {
+        if self.empty {
+            return true;
+        }
+        let mut left = max;
+        for s in &self.sources {
+            if let Source::Disk { a, b, .. } = s {
+                let n = (b - a) as usize;
+                if n > left {
+                    return false;
+                }
+                left -= n;
+            }
+        }
+        for s in &self.sources {
+            if let Source::Mem { mrs, .. } = s {
+                let n = Tablet::mrs_range(mrs, None, &self.lower, &self.upper, left + 1).len();
+                if n > left {
+                    return false;
+                }
+                left -= n;
+            }
+        }
+        true
+    }
+
     /// The snapshot timestamp the scan reads at.
     pub fn snapshot(&self) -> HybridTime {
         self.snapshot

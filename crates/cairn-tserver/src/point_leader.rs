@@ -23,7 +23,7 @@ use cairn_common::{HybridTime, Value};
 use cairn_proto as pb;
 use cairn_tablet::ops::LogRecord;
 
-use crate::chain::ChainDriver;
+use crate::chain::{ChainDriver, Change};
 use crate::error::{Result, TserverError};
 use crate::replica::{TabletReplica, TxnStep, WriteOptions};
 use crate::service::TabletService;
@@ -154,8 +154,8 @@ impl TabletService {
 
     /// Chains the change that the write at `ts` made to each row of `keys` (key
     /// values) into the replica's subspaces: the row before (`ts - 1`) and after
-    /// (`ts`), read from the tablet's history. Returns a timestamp at or after the
-    /// region writes.
+    /// (`ts`), read from the tablet's history ([`cairn_tablet::Tablet::change_at`]).
+    /// Returns a timestamp at or after the region writes.
     ///
     /// REQUIRES: the chain locks of `keys` are held, or no other write of these rows
     /// can be chained meanwhile.
@@ -177,25 +177,19 @@ impl TabletService {
         });
         keys.dedup();
         let tablet = replica.tablet();
-        let changes = tokio::task::spawn_blocking(move || {
-            let before = cairn_tablet::ReadMode::Snapshot(HybridTime(ts.0.saturating_sub(1)));
-            let after = cairn_tablet::ReadMode::Snapshot(ts);
-            let mut out = Vec::new();
-            for k in &keys {
-                let old = tablet.get(k, before)?;
-                let new = tablet.get(k, after)?;
-                if old != new {
-                    out.push(crate::chain::Change {
-                        version: ts.0,
-                        old,
-                        new,
-                    });
-                }
-            }
-            Ok::<_, TserverError>(out)
-        })
-        .await
-        .map_err(|e| TserverError::Internal(format!("reading a write's rows failed: {e}")))??;
+        // Only this write's rows matter, so the reads wait for no other writer: on
+        // this task in the usual case, on a blocking thread when one must wait.
+        let std_deadline = deadline.into_std();
+        let changes = match changes_at(&tablet, &keys, ts, std_deadline, false)? {
+            Some(changes) => changes,
+            None => tokio::task::spawn_blocking(move || {
+                changes_at(&tablet, &keys, ts, std_deadline, true)?.ok_or_else(|| {
+                    TserverError::Internal("a blocking history read did not read".into())
+                })
+            })
+            .await
+            .map_err(|e| TserverError::Internal(format!("reading a write's rows failed: {e}")))??,
+        };
         if !changes.is_empty() {
             // A chain outlives its caller's deadline if need be (see `crate::chain`).
             let timeout = deadline
@@ -353,4 +347,32 @@ impl TabletService {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         replica.propose_record(record, deadline).await
     }
+}
+
+/// The changes the write at `ts` made to the rows of `keys` ([`Change`]s; rows it left
+/// as they were have none). `Ok(None)` when a read would have to wait and `may_block`
+/// is false.
+///
+/// REQUIRES: as [`cairn_tablet::Tablet::change_at`]; a blocking context if `may_block`.
+fn changes_at(
+    tablet: &cairn_tablet::Tablet,
+    keys: &[Vec<Value>],
+    ts: HybridTime,
+    deadline: std::time::Instant,
+    may_block: bool,
+) -> Result<Option<Vec<Change>>> {
+    let mut out = Vec::new();
+    for k in keys {
+        let Some((old, new)) = tablet.change_at(k, ts, deadline, may_block)? else {
+            return Ok(None);
+        };
+        if old != new {
+            out.push(Change {
+                version: ts.0,
+                old,
+                new,
+            });
+        }
+    }
+    Ok(Some(out))
 }

@@ -385,12 +385,21 @@ impl TabletService {
                 upper_key: (!req.upper_key.is_empty()).then(|| req.upper_key.to_vec()),
                 txn: req.txn_id.map(cairn_tablet::TxnId),
             };
-            // Opening the scanner and reading its first rows are one blocking task:
-            // a point read is then one hop to the blocking pool, not two.
+            // A small scan (a search's cell, a key's few versions) is read on this
+            // task, as a point read is: a hop to the blocking pool and back costs
+            // more than reading it. Anything larger, or a snapshot that needs a wait,
+            // is opened and read on one blocking task.
             let tablet = replica.tablet();
-            tokio::task::spawn_blocking(move || read_batches(tablet.scan(spec)?, target_rows))
+            match tablet.scan_if_ready(spec.clone())? {
+                Some(scanner) if scanner.stored_rows_at_most(INLINE_SCAN_ROWS) => {
+                    read_batches(scanner, target_rows)?
+                }
+                _ => tokio::task::spawn_blocking(move || {
+                    read_batches(tablet.scan(spec)?, target_rows)
+                })
                 .await
-                .map_err(|e| TserverError::Internal(e.to_string()))??
+                .map_err(|e| TserverError::Internal(e.to_string()))??,
+            }
         } else {
             let scanner = {
                 let mut scanners = self.scanners.lock();
@@ -976,9 +985,14 @@ impl pb::InProcessTabletServer for TabletService {
     }
 }
 
+/// The most rows (at any version, matching or not) a scan's stores may hold in its
+/// key range for the scan to be read on the async task that received it.
+const INLINE_SCAN_ROWS: usize = 512;
+
 /// Reads batches from `scanner` until `target_rows` rows or its end; returns the
 /// scanner, the batches and whether rows remain.
-/// REQUIRES: a blocking context (the scanner reads files).
+/// REQUIRES: a blocking context (the scanner reads files), unless the scanner's
+/// stores hold at most [`INLINE_SCAN_ROWS`] rows in its range.
 fn read_batches(
     mut scanner: Scanner,
     target_rows: usize,

@@ -5,7 +5,9 @@
 //! record in log order through [`Tablet::apply`]; every replica applying the same log
 //! ends in the same state. The code is split by job, as Kudu splits its tablet:
 //!
-//! - this file: the tablet's state, opening, reads, metadata, shutdown and failure;
+//! - this file: the tablet's state, opening, scans, metadata, shutdown and failure;
+//! - [`read`](self::read): reads of one row by key — point reads, and the change a
+//!   write made to a row;
 //! - [`write`](self::write): the leader's side of a write — validate a batch, lock its
 //!   rows, take a timestamp and encode the record to replicate;
 //! - [`apply`](self::apply): applying committed records — row ops with their
@@ -41,6 +43,7 @@ mod bulk;
 mod compact;
 mod flush;
 mod gc;
+mod read;
 mod txn;
 mod write;
 
@@ -48,7 +51,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cairn_common::{ColumnStatistics, HybridClock, HybridTime, Schema, Value};
 use parking_lot::{Mutex, RwLock};
@@ -517,100 +520,23 @@ impl Tablet {
         Location::Absent
     }
 
-    // ----- reads ------------------------------------------------------------------
-
-    /// Reads one row by primary key (values in key-column order).
-    pub fn get(&self, key: &[Value], mode: ReadMode) -> Result<Option<Row>> {
-        self.get_projected(key, mode, None)
-    }
-
-    /// Reads one row by primary key, with base data read only for the columns at
-    /// the schema positions `want` (`None`: all): a row on disk then costs one page
-    /// of each wanted column. Other columns of the row may be `Value::Null`.
-    pub fn get_projected(
-        &self,
-        key: &[Value],
-        mode: ReadMode,
-        want: Option<&[usize]>,
-    ) -> Result<Option<Row>> {
-        let schema = self.schema();
-        let enc = encode_point_key(&schema, key)?;
-        let snap = self.snapshot_for(mode)?;
-        let comps = self.components();
-        match self.locate(&comps, &enc) {
-            Location::Disk(rs, o) => rs.row_at(&schema, o, snap, want),
-            Location::Mem(_, r) => Ok(r.state_at(&schema, snap)),
-            Location::Absent => Ok(None),
-        }
-    }
-
-    /// Reads one row by primary key (values in key-column order) at a fresh snapshot,
-    /// the leader's point read. Returns the snapshot and the row.
-    ///
-    /// A snapshot read waits until no write at or below its timestamp is in flight
-    /// ([`Tablet::snapshot_for`]); a point read needs only the writes of its own key.
-    /// A row write holds its key's row lock from before it takes its timestamp until
-    /// it is applied, so once the lock is free every write of the key at or below the
-    /// snapshot is applied, and later ones get later timestamps. Two kinds of write
-    /// hold no row lock, and the read waits as a snapshot read when one of them may
-    /// cover the key: a bulk insert (whose key range is registered until applied —
-    /// the read waits for it) and a transaction's commit (the key is owned by the
-    /// transaction until its commit is applied — the read waits for every write at
-    /// or below its snapshot). With nothing in flight at or below the snapshot, the
-    /// read waits for nothing.
-    ///
-    /// Without `may_block`, answers `Ok(None)` instead of waiting (or reading when a
-    /// wait was needed), so an async caller can move to a blocking thread only then.
-    /// Base data is read only for the columns at schema positions `want` (`None`:
-    /// all), as in [`Tablet::get_projected`].
-    ///
-    /// REQUIRES: this replica leads and has applied everything it acknowledged (the
-    /// caller checked); the caller observed the client's timestamp first; a blocking
-    /// context if `may_block`.
-    pub fn get_point(
-        &self,
-        key: &[Value],
-        deadline: Instant,
-        may_block: bool,
-        want: Option<&[usize]>,
-    ) -> Result<Option<(HybridTime, Option<Row>)>> {
-        self.check_healthy()?;
-        let schema = self.schema();
-        let enc = encode_point_key(&schema, key)?;
-        let (snap, oldest) = self.mvcc.now_and_oldest(&self.clock);
-        if oldest.is_some_and(|o| o <= snap) {
-            if !may_block {
-                return Ok(None);
-            }
-            let timed_out = || TabletError::SafeTimeTimeout {
-                snapshot: snap,
-                waited_ms: self.opts.safe_time_timeout.as_millis() as u64,
-            };
-            let deadline = deadline.min(Instant::now() + self.opts.safe_time_timeout);
-            if !self.pending_bulk.wait_clear(&[&enc], deadline) {
-                return Err(timed_out());
-            }
-            drop(
-                self.locks
-                    .lock_all([&enc], Some(deadline))
-                    .ok_or_else(timed_out)?,
-            );
-            if self.txns.owner(&enc).is_some() {
-                self.snapshot_for(ReadMode::Snapshot(snap))?;
-            }
-        }
-        let comps = self.components();
-        let row = match self.locate(&comps, &enc) {
-            Location::Disk(rs, o) => rs.row_at(&schema, o, snap, want)?,
-            Location::Mem(_, r) => r.state_at(&schema, snap),
-            Location::Absent => None,
-        };
-        Ok(Some((snap, row)))
-    }
-
     /// Scans with the given spec.
     pub fn scan(self: &Arc<Self>, spec: crate::scan::ScanSpec) -> Result<crate::scan::Scanner> {
         crate::scan::Scanner::new(self.clone(), spec)
+    }
+
+    /// [`Tablet::scan`] without waiting: `Ok(None)` when the scan's snapshot is not
+    /// safe to read yet (a write at or below it is in flight), so that an async caller
+    /// moves to a thread that may block only then. Opening a scanner reads no rows.
+    pub fn scan_if_ready(
+        self: &Arc<Self>,
+        mut spec: crate::scan::ScanSpec,
+    ) -> Result<Option<crate::scan::Scanner>> {
+        let Some(ts) = self.snapshot_if_safe(spec.read_mode)? else {
+            return Ok(None);
+        };
+        spec.read_mode = ReadMode::Snapshot(ts);
+        crate::scan::Scanner::new(self.clone(), spec).map(Some)
     }
 
     /// The MemRowSet range iterator bounds helper for scans.
@@ -944,7 +870,7 @@ fn remove_orphans(rdir: &Path, meta: &TabletMeta) -> Result<()> {
 
 /// The encoded primary key of a point read, after checking that `key` has one value
 /// of the right type per key column.
-fn encode_point_key(schema: &Schema, key: &[Value]) -> Result<Vec<u8>> {
+pub(super) fn encode_point_key(schema: &Schema, key: &[Value]) -> Result<Vec<u8>> {
     if key.len() != schema.key_indexes().len() {
         return Err(TabletError::InvalidRequest(format!(
             "the primary key has {} columns but {} values were given",
