@@ -640,7 +640,10 @@ def search_section(key, lines):
             "`[0, objects)`, `c` one of 1,000 strings; subspaces `(a)` and `(b)` with "
             f"{x['regions']:,} regions each and `(c)` with 1,024, "
             f"{x.get('region_tablets') or 8} tablets each. Loaded "
-            f"through chained writes in {x['load_s']:,.0f} s"
+            # Runs from 2026-11-29 on load with the bulk loader (chained bulk inserts).
+            + ("with the bulk loader (each chunk chained into the subspaces by its point "
+               "leader)" if x["date"] >= "2026-11-29" else "through chained single-row writes")
+            + f" in {x['load_s']:,.0f} s"
             + (f" (PostgreSQL: `COPY` and three B-tree indexes in {x['pg_load_s']:,.0f} s)"
                if x.get("pg_load_s") else "")
             + (f"; measured once the server's background flushes and compactions had "
