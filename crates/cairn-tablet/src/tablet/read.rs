@@ -119,9 +119,9 @@ impl Tablet {
     /// caller moves to a blocking thread only then.
     ///
     /// REQUIRES: the write at `ts` of `key` — a row write, a bulk insert or a
-    /// transaction's commit — is applied on this replica, and no later write of `key`
-    /// has been since (the caller holds the row's chain lock); a blocking context if
-    /// `may_block`.
+    /// transaction's commit — is applied on this replica (later writes of `key` may
+    /// have followed: they do not change its history up to `ts`); a blocking context
+    /// if `may_block`.
     pub fn change_at(
         &self,
         key: &[Value],
