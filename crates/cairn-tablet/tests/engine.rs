@@ -793,6 +793,20 @@ fn atomic_operations_are_computed_under_the_row_lock() {
     mm.stop();
 }
 
+/// Starts an upsert of `row` as a leader does — rows locked, timestamp taken — and
+/// leaves it in flight (never applied). Finish it with `finish_write` and drop the
+/// locks.
+fn start_in_flight(
+    tablet: &cairn_tablet::Tablet,
+    row: Vec<Value>,
+) -> (HybridTime, cairn_tablet::locks::RowLocks) {
+    let far = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let write = tablet.prepare_write(vec![RowOp::upsert(row)]).unwrap();
+    let locks = tablet.lock_rows(&write, far).unwrap();
+    let (ts, _record) = tablet.start_write(&write, false, None);
+    (ts, locks)
+}
+
 #[test]
 fn a_change_is_read_without_waiting_for_other_rows_writes() {
     let dir = tempfile::tempdir().unwrap();
@@ -804,11 +818,7 @@ fn a_change_is_read_without_waiting_for_other_rows_writes() {
     t.flush_mrs().unwrap();
     // Another row's write is in flight (its timestamp taken, not applied yet) while
     // row 1 changes after it: a snapshot read at row 1's change would wait for it.
-    let other = tablet
-        .prepare_write(vec![RowOp::upsert(row(7, 0, 70))])
-        .unwrap();
-    let locks = tablet.lock_rows(&other, far).unwrap();
-    let (in_flight, _record) = tablet.start_write(&other, false, None);
+    let (in_flight, locks) = start_in_flight(&tablet, row(7, 0, 70));
     let on_disk = t.write(vec![RowOp::upsert(row(1, 0, 3))]).unwrap().ts;
     let in_mem = t.write(vec![RowOp::insert(row(2, 0, 20))]).unwrap().ts;
     assert!(in_flight < on_disk);
@@ -839,7 +849,6 @@ fn a_scan_opens_without_waiting_only_at_a_safe_snapshot_and_knows_its_size() {
     let dir = tempfile::tempdir().unwrap();
     let t = LocalTablet::create(dir.path(), kv_schema(), small_options()).unwrap();
     let tablet = t.tablet().clone();
-    let far = std::time::Instant::now() + std::time::Duration::from_secs(30);
     t.write((0..40).map(|k| RowOp::insert(row(k, 0, k))).collect())
         .unwrap();
     t.flush_mrs().unwrap();
@@ -865,11 +874,7 @@ fn a_scan_opens_without_waiting_only_at_a_safe_snapshot_and_knows_its_size() {
     assert!(open(unbounded).stored_rows_at_most(50));
     // A write in flight: a snapshot at or above it cannot be read without waiting;
     // the latest snapshot (below it) can.
-    let other = tablet
-        .prepare_write(vec![RowOp::upsert(row(7, 0, 70))])
-        .unwrap();
-    let locks = tablet.lock_rows(&other, far).unwrap();
-    let (in_flight, _record) = tablet.start_write(&other, false, None);
+    let (in_flight, locks) = start_in_flight(&tablet, row(7, 0, 70));
     assert!(
         tablet
             .scan_if_ready(range(0, 5, ReadMode::Snapshot(in_flight)))
