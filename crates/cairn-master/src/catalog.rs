@@ -181,6 +181,10 @@ pub enum CatalogOp {
         version: u64,
         /// The newest of the tablets' timestamps.
         timestamp: u64,
+        /// The schema version every tablet was found at (0: not checked). A table
+        /// altering its columns runs again only if this is its schema's version.
+        #[serde(default)]
+        schema_version: u32,
     },
     /// A subspace's backfill is done: searches may use it.
     SubspaceLive {
@@ -372,6 +376,7 @@ impl Catalog {
                 id,
                 version,
                 timestamp,
+                schema_version,
             } => {
                 let t = self.tables.get_mut(&id).ok_or("no such table")?;
                 if t.subspaces_version != version {
@@ -382,8 +387,11 @@ impl Catalog {
                         s.chained_after = timestamp.max(1);
                     }
                 }
-                if t.state == TableState::Altering && t.pending_steps.is_empty() {
+                let schema_pushed = t.pending_steps.is_empty()
+                    || (schema_version != 0 && schema_version == t.schema.version);
+                if t.state == TableState::Altering && schema_pushed {
                     t.state = TableState::Running;
+                    t.pending_steps.clear();
                 }
                 t.version += 1;
                 let dropped = std::mem::take(&mut t.dropped_regions);
@@ -938,6 +946,7 @@ mod tests {
                 id: "a".into(),
                 version: 0,
                 timestamp: 9,
+                schema_version: 0,
             })
             .is_err()
         );
@@ -945,6 +954,7 @@ mod tests {
             id: "a".into(),
             version: 1,
             timestamp: 42,
+            schema_version: 0,
         })
         .unwrap();
         assert_eq!(c.tables["a"].state, TableState::Running);
@@ -969,10 +979,42 @@ mod tests {
             id: "a".into(),
             version: 2,
             timestamp: 50,
+            schema_version: 0,
         })
         .unwrap();
         assert_eq!(c.tables["r"].state, TableState::Deleting);
         assert!(c.tables["a"].dropped_regions.is_empty());
+
+        // A column change of the table, whose subspaces changed before: a push that
+        // found every tablet at the new schema lets it run again; one from before the
+        // change (or from a reconciler that did not check the schema) does not.
+        let mut schema = c.tables["a"].schema.clone();
+        schema.version += 1;
+        let add = cairn_common::AlterOp::AddColumn(
+            cairn_common::ColumnSpec::new("y", cairn_common::DataType::Int64).nullable(),
+        );
+        c.apply(CatalogOp::AlterTable {
+            id: "a".into(),
+            schema: schema.clone(),
+            steps: vec![add],
+        })
+        .unwrap();
+        assert_eq!(c.tables["a"].state, TableState::Altering);
+        for (schema_version, state) in [
+            (0, TableState::Altering),
+            (schema.version - 1, TableState::Altering),
+            (schema.version, TableState::Running),
+        ] {
+            c.apply(CatalogOp::SubspacesPushed {
+                id: "a".into(),
+                version: 2,
+                timestamp: 60,
+                schema_version,
+            })
+            .unwrap();
+            assert_eq!(c.tables["a"].state, state, "pushed at {schema_version}");
+        }
+        assert!(c.tables["a"].pending_steps.is_empty());
     }
 
     #[test]

@@ -194,6 +194,7 @@ async fn round(
                         id: t.id.clone(),
                         version: t.subspaces_version,
                         timestamp: newest,
+                        schema_version: t.schema.version,
                     })
                     .await?
                     .ok();
