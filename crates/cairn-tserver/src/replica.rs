@@ -215,6 +215,9 @@ pub struct WriteOptions {
     pub deadline: Instant,
     /// The multi-row transaction the rows are provisional writes of, if any.
     pub txn: Option<TxnId>,
+    /// The schema the ops' cells were decoded with (`None`: the tablet's current
+    /// one); see [`cairn_tablet::Tablet::prepare_write_from`].
+    pub decoded_with: Option<Arc<cairn_common::Schema>>,
 }
 
 /// A step of a transaction on one tablet ([`TabletReplica::txn_control`]).
@@ -469,7 +472,8 @@ impl TabletReplica {
         let deadline = wo.deadline;
         let atomic = wo.atomic;
         let txn = wo.txn;
-        let (prepared, locks) = Self::prepare_locked(&tablet, ops, txn, atomic, deadline).await?;
+        let (prepared, locks) =
+            Self::prepare_locked(&tablet, ops, wo.decoded_with, txn, atomic, deadline).await?;
         if prepared.is_empty() {
             // Nothing to replicate, nothing changed: a retry recomputes the same.
             return Ok((tablet.safe_time(), prepared.row_errors));
@@ -508,6 +512,7 @@ impl TabletReplica {
     async fn prepare_locked(
         tablet: &Arc<Tablet>,
         ops: Vec<RowOp>,
+        decoded_with: Option<Arc<cairn_common::Schema>>,
         txn: Option<TxnId>,
         atomic: bool,
         deadline: Instant,
@@ -518,7 +523,7 @@ impl TabletReplica {
             Ops(Vec<RowOp>, Option<TxnId>),
         }
         let start = if txn.is_none() && ops.len() <= INLINE_WRITE_OPS {
-            let mut p = tablet.prepare_write(ops)?;
+            let mut p = tablet.prepare_write_from(decoded_with.as_deref(), ops)?;
             match Self::lock_and_check(tablet, &mut p, atomic, std::time::Instant::now()) {
                 Ok(locks) => return Ok((p, locks)),
                 // Only waiting would have helped (the checks change nothing before
@@ -535,8 +540,10 @@ impl TabletReplica {
         tokio::task::spawn_blocking(move || {
             let mut p = match start {
                 Start::Prepared(p) => p,
-                Start::Ops(ops, Some(txn)) => t.prepare_txn_write(txn, ops)?,
-                Start::Ops(ops, None) => t.prepare_write(ops)?,
+                Start::Ops(ops, Some(txn)) => {
+                    t.prepare_txn_write_from(txn, decoded_with.as_deref(), ops)?
+                }
+                Start::Ops(ops, None) => t.prepare_write_from(decoded_with.as_deref(), ops)?,
             };
             let locks = Self::lock_and_check(&t, &mut p, atomic, deadline.into_std())?;
             Ok((p, locks))

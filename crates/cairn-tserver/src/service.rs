@@ -485,6 +485,7 @@ impl TabletService {
             request: request_id(req.request_id.as_ref())?,
             deadline,
             txn: req.txn_id.map(cairn_tablet::TxnId),
+            decoded_with: Some(schema.clone()),
         };
         let (ts, errs) = if replica.subspaces().is_empty() {
             replica.write(ops, wo).await?

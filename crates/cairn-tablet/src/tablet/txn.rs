@@ -47,6 +47,17 @@ impl Tablet {
     /// (locks, checks, record) act for the transaction. Refused once the transaction
     /// ended or prepared here.
     pub fn prepare_txn_write(&self, txn: TxnId, ops: Vec<RowOp>) -> Result<PreparedWrite> {
+        self.prepare_txn_write_from(txn, None, ops)
+    }
+
+    /// [`Tablet::prepare_txn_write`] of ops decoded with schema `decoded_with` (see
+    /// [`Tablet::prepare_write_from`]).
+    pub fn prepare_txn_write_from(
+        &self,
+        txn: TxnId,
+        decoded_with: Option<&cairn_common::Schema>,
+        ops: Vec<RowOp>,
+    ) -> Result<PreparedWrite> {
         if self.txns.writable(txn) == Some(false) {
             return Err(TabletError::TxnNotOpen {
                 txn,
@@ -57,7 +68,7 @@ impl Tablet {
                 },
             });
         }
-        let mut p = self.prepare_write(ops)?;
+        let mut p = self.prepare_write_from(decoded_with, ops)?;
         p.txn = Some(txn);
         Ok(p)
     }

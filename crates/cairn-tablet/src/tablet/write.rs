@@ -74,6 +74,30 @@ impl PreparedWrite {
     }
 }
 
+/// Whether two schemas have the same columns (by id) in the same order.
+fn same_columns(a: &Schema, b: &Schema) -> bool {
+    a.columns()
+        .iter()
+        .map(|c| c.id)
+        .eq(b.columns().iter().map(|c| c.id))
+}
+
+/// Op `op`, whose cells follow the positions of schema `from`, with its cells at their
+/// columns' positions in schema `to` (matched by column id). A column added since is
+/// not given (an insert takes its default); a cell of a column dropped since is
+/// left out, as if the write had come before the drop.
+pub(crate) fn rebase_op(from: &Schema, to: &Schema, op: RowOp) -> RowOp {
+    let mut values = vec![None; to.num_columns()];
+    for (i, v) in op.values.into_iter().enumerate() {
+        if let (Some(v), Some(c)) = (v, from.columns().get(i))
+            && let Some(j) = to.index_of_id(c.id)
+        {
+            values[j] = Some(v);
+        }
+    }
+    RowOp { values, ..op }
+}
+
 impl Tablet {
     /// Validates an op; returns it with defaults filled in (insert-like ops) and its key.
     pub(crate) fn prepare(
@@ -140,11 +164,29 @@ impl Tablet {
     /// Validates a write batch on a leader: rows that do not fit the schema get their
     /// error now and are left out of the record to replicate.
     pub fn prepare_write(&self, ops: Vec<RowOp>) -> Result<PreparedWrite> {
+        self.prepare_write_from(None, ops)
+    }
+
+    /// [`Tablet::prepare_write`] of ops whose cells follow the positions of schema
+    /// `decoded_with` (`None`: the tablet's). A server decodes a request with the
+    /// schema of the moment; if a schema change applied since, each op is first moved
+    /// to the current schema by column id ([`rebase_op`]), as if it had been decoded
+    /// now.
+    pub fn prepare_write_from(
+        &self,
+        decoded_with: Option<&Schema>,
+        ops: Vec<RowOp>,
+    ) -> Result<PreparedWrite> {
         self.check_healthy()?;
         let schema = self.schema();
+        let from = decoded_with.filter(|d| !same_columns(d, &schema));
         let mut rows = Vec::with_capacity(ops.len());
         let mut row_errors = Vec::new();
         for (i, op) in ops.into_iter().enumerate() {
+            let op = match from {
+                Some(d) => rebase_op(d, &schema, op),
+                None => op,
+            };
             match self.prepare(&schema, op) {
                 Ok((op, key)) => rows.push((i, op, key)),
                 Err(e) => row_errors.push((i, e)),
@@ -430,4 +472,47 @@ fn apply_mutations(
         op.values[i] = Some(new);
     }
     Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use cairn_common::{AlterOp, ColumnSpec, DataType, Value};
+
+    use super::*;
+
+    #[test]
+    fn ops_decoded_before_a_schema_change_follow_it() {
+        let old = Schema::new(
+            vec![
+                ColumnSpec::new("k", DataType::Int64),
+                ColumnSpec::new("a", DataType::Int64).nullable(),
+                ColumnSpec::new("b", DataType::String).nullable(),
+            ],
+            &["k"],
+        )
+        .unwrap();
+        // `a` dropped and `c` added: as many columns as before, at other positions.
+        let new = old
+            .altered(&AlterOp::DropColumn("a".into()))
+            .unwrap()
+            .altered(&AlterOp::AddColumn(
+                ColumnSpec::new("c", DataType::Int64).nullable(),
+            ))
+            .unwrap();
+        assert!(same_columns(&old, &old) && !same_columns(&old, &new));
+        let op = RowOp::new(
+            OpKind::Upsert,
+            vec![
+                Some(Value::Int64(1)),
+                Some(Value::Int64(2)),
+                Some(Value::String("x".into())),
+            ],
+        );
+        let moved = rebase_op(&old, &new, op);
+        assert_eq!(
+            moved.values,
+            vec![Some(Value::Int64(1)), Some(Value::String("x".into())), None]
+        );
+        assert_eq!(moved.kind, OpKind::Upsert);
+    }
 }
