@@ -142,6 +142,13 @@ pub fn region_table(base: &Schema, replicas: u32, entry: &SubspaceEntry) -> Resu
     })
 }
 
+/// Every column of `schema` by name, in its order: a region table's scan names them,
+/// because a region table that gained a column holds it elsewhere than
+/// [`region_table_schema`] puts it.
+fn column_names(schema: &Schema) -> Vec<String> {
+    schema.columns().iter().map(|c| c.name.clone()).collect()
+}
+
 /// The snapshot a read mode names (0: none yet).
 fn snapshot_of(mode: ReadMode) -> u64 {
     match mode {
@@ -405,6 +412,7 @@ impl Client {
             let region = region_table(&table.schema, table.replicas, entry)?;
             let scan = self
                 .scan(&region)
+                .projection(column_names(&region.schema))
                 .read_mode(ReadMode::ReadYourWrites)
                 .predicate(ColumnPredicate::eq(REMOVED_COLUMN, Value::Bool(false)))
                 .execute()
@@ -619,6 +627,7 @@ impl Client {
             let region = region_table(&table.schema, table.replicas, entry)?;
             let scan = self
                 .scan(&region)
+                .projection(column_names(&region.schema))
                 .read_mode(ReadMode::Snapshot(snapshot))
                 .execute()
                 .await?;

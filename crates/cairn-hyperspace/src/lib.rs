@@ -44,7 +44,8 @@ pub use plan::{
     sorted_groups,
 };
 pub use region::{
-    CELL_COLUMN, DEFAULT_REGIONS, REGION_COLUMN, REMOVED_COLUMN, RegionRow, SubspaceEntry,
-    SubspaceSpec, VERSION_COLUMN, default_region_tablets, is_region_table_name,
-    region_partitioning, region_row, region_table_name, region_table_schema, split_region_row,
+    CELL_COLUMN, ColumnChangeRefusal, DEFAULT_REGIONS, REGION_COLUMN, REMOVED_COLUMN, RegionRow,
+    SubspaceEntry, SubspaceSpec, VERSION_COLUMN, default_region_tablets, is_region_table_name,
+    refuse_column_change, region_columns_to_add, region_columns_to_drop, region_partitioning,
+    region_row, region_table_name, region_table_schema, split_region_row,
 };

@@ -7,8 +7,11 @@
 //!
 //! - its columns are [`REGION_COLUMN`] (the region, `INT`), [`CELL_COLUMN`] (the row's
 //!   [`Cell`](crate::Cell): its coordinate on the subspace's first axis, `BIGINT`), every column of
-//!   the base table with the same name, type and nullability, then [`VERSION_COLUMN`]
-//!   (the object's version, `BIGINT`) and [`REMOVED_COLUMN`] (`BOOLEAN`, a tombstone);
+//!   the base table with the same name, type and default, then [`VERSION_COLUMN`]
+//!   (the object's version, `BIGINT`) and [`REMOVED_COLUMN`] (`BOOLEAN`, a tombstone).
+//!   Columns other than the key are nullable whatever the base table says: the base
+//!   table enforces NOT NULL, and a region must accept a row without a column the
+//!   base table is dropping ([`region_columns_to_drop`]);
 //! - its primary key is the region, the cell, then the base table's key. Within a
 //!   region, rows are sorted by the subspace's first attribute, so a search that fixes
 //!   or bounds it reads only the matching cells: a region is as cheap to search whether
@@ -26,7 +29,7 @@
 //! recognised as a duplicate instead of bringing the object back ([`crate::admit`]).
 //! Searches skip removed rows.
 
-use cairn_common::{ColumnSpec, DataType, PartitionSchema, Schema, Value};
+use cairn_common::{AlterOp, ColumnSpec, DataType, PartitionSchema, Schema, Value};
 
 use crate::chain::Version;
 use crate::error::{HyperspaceError, Result};
@@ -158,17 +161,14 @@ pub fn region_table_schema(base: &Schema) -> Result<Schema> {
     let mut cols = Vec::with_capacity(base.num_columns() + 4);
     cols.push(ColumnSpec::new(REGION_COLUMN, DataType::Int32));
     cols.push(ColumnSpec::new(CELL_COLUMN, DataType::Int64));
-    for c in base.columns() {
-        if [REGION_COLUMN, CELL_COLUMN, VERSION_COLUMN, REMOVED_COLUMN].contains(&c.name.as_str()) {
+    for (i, c) in base.columns().iter().enumerate() {
+        if RESERVED.contains(&c.name.as_str()) {
             return Err(HyperspaceError::InvalidSubspace(format!(
                 "column '{}' has a name subspaces reserve: rename it to give the table subspaces",
                 c.name
             )));
         }
-        let mut spec = ColumnSpec::new(c.name.clone(), c.data_type.clone());
-        spec.nullable = c.nullable;
-        spec.default = c.default.clone();
-        cols.push(spec);
+        cols.push(region_column(c, base.is_key_column(i)));
     }
     cols.push(ColumnSpec::new(VERSION_COLUMN, DataType::Int64));
     cols.push(ColumnSpec::new(REMOVED_COLUMN, DataType::Bool));
@@ -180,6 +180,160 @@ pub fn region_table_schema(base: &Schema) -> Result<Schema> {
     );
     Ok(Schema::new(cols, &key)?)
 }
+
+/// A region table's copy of base column `c` (`key`: a key column of the base table):
+/// the same name, type and default; nullable unless it is part of the key.
+fn region_column(c: &cairn_common::ColumnSchema, key: bool) -> ColumnSpec {
+    let mut spec = ColumnSpec::new(c.name.clone(), c.data_type.clone());
+    spec.nullable = c.nullable || !key;
+    spec.default = c.default.clone();
+    spec
+}
+
+/// The changes a region table with schema `region` makes before its base table goes
+/// from schema `old_base` to `new_base` (`ALTER TABLE … ADD COLUMN`): it gains each
+/// column of `new_base` it lacks, as [`region_table_schema`] makes it. A region gains a
+/// column before its base table does, so a chained row never names a column its region
+/// lacks; rows chained meanwhile leave it at its default, which is what the base table
+/// reads for them too. Columns are matched by name (a column a region gains sits after
+/// [`REMOVED_COLUMN`]; rows are written to regions and read from them by name).
+///
+/// A column left over from an earlier change that did not finish (one neither schema
+/// has) is dropped first, and one whose type differs from `new_base`'s is dropped and
+/// added again. Errors: a new column's name is one region tables reserve.
+pub fn region_columns_to_add(
+    region: &Schema,
+    old_base: &Schema,
+    new_base: &Schema,
+) -> Result<Vec<AlterOp>> {
+    let mut ops: Vec<AlterOp> = region
+        .columns()
+        .iter()
+        .filter(|c| {
+            !RESERVED.contains(&c.name.as_str())
+                && old_base.index_of(&c.name).is_err()
+                && new_base.index_of(&c.name).is_err()
+        })
+        .map(|c| AlterOp::DropColumn(c.name.clone()))
+        .collect();
+    for (i, c) in new_base.columns().iter().enumerate() {
+        if RESERVED.contains(&c.name.as_str()) {
+            return Err(HyperspaceError::InvalidSubspace(format!(
+                "column '{}' has a name subspaces reserve: choose another name",
+                c.name
+            )));
+        }
+        if let Ok(r) = region.index_of(&c.name) {
+            if region.column(r).data_type == c.data_type {
+                continue;
+            }
+            ops.push(AlterOp::DropColumn(c.name.clone()));
+        }
+        ops.push(AlterOp::AddColumn(region_column(
+            c,
+            new_base.is_key_column(i),
+        )));
+    }
+    Ok(ops)
+}
+
+/// Why a table's subspaces cannot follow a column change ([`refuse_column_change`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ColumnChangeRefusal {
+    /// A subspace is being built: its backfill writes rows of the schema it started
+    /// with.
+    Building {
+        /// The subspace.
+        subspace: String,
+    },
+    /// Renaming a column: a region row would be written under one name and read under
+    /// the other while the table and its regions change.
+    Rename {
+        /// The column.
+        column: String,
+    },
+    /// Dropping an attribute of a subspace.
+    DropAttribute {
+        /// The column.
+        column: String,
+        /// The subspace it is an attribute of.
+        subspace: String,
+    },
+}
+
+impl std::fmt::Display for ColumnChangeRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ColumnChangeRefusal::Building { subspace } => write!(
+                f,
+                "subspace '{subspace}' is being built: change the columns once \
+                 ALTER TABLE … ADD SUBSPACE has finished"
+            ),
+            ColumnChangeRefusal::Rename { column } => write!(
+                f,
+                "cannot rename column '{column}' of a table with subspaces, whose copies of \
+                 its rows name their columns: drop the subspaces (ALTER TABLE … DROP \
+                 SUBSPACE), rename the column, then add them again"
+            ),
+            ColumnChangeRefusal::DropAttribute { column, subspace } => write!(
+                f,
+                "cannot drop column '{column}': it is an attribute of subspace \
+                 '{subspace}'; drop the subspace first (ALTER TABLE … DROP SUBSPACE \
+                 {subspace})"
+            ),
+        }
+    }
+}
+
+/// The first column change of `steps` that a table with `subspaces` cannot make, if
+/// any ([`ColumnChangeRefusal`]). Adding columns, and dropping columns no subspace
+/// uses, are always possible ([`region_columns_to_add`], [`region_columns_to_drop`]).
+pub fn refuse_column_change(
+    subspaces: &[SubspaceEntry],
+    steps: &[AlterOp],
+) -> Option<ColumnChangeRefusal> {
+    if steps.is_empty() {
+        return None;
+    }
+    if let Some(s) = subspaces.iter().find(|s| s.building) {
+        return Some(ColumnChangeRefusal::Building {
+            subspace: s.layout.name.clone(),
+        });
+    }
+    steps.iter().find_map(|step| match step {
+        AlterOp::AddColumn(_) => None,
+        AlterOp::RenameColumn { from, .. } if !subspaces.is_empty() => {
+            Some(ColumnChangeRefusal::Rename {
+                column: from.clone(),
+            })
+        }
+        AlterOp::RenameColumn { .. } => None,
+        AlterOp::DropColumn(c) => subspaces
+            .iter()
+            .find(|s| s.layout.columns().contains(&c.as_str()))
+            .map(|s| ColumnChangeRefusal::DropAttribute {
+                column: c.clone(),
+                subspace: s.layout.name.clone(),
+            }),
+    })
+}
+
+/// The columns a region table with schema `region` drops once its base table has
+/// schema `new_base` (`ALTER TABLE … DROP COLUMN`): each of its columns, other than
+/// the region table's own, that `new_base` lacks. A region drops a column only after
+/// its base table did, so no chained row names a column its region lacks; rows chained
+/// meanwhile leave the column empty, which is why region columns are nullable.
+pub fn region_columns_to_drop(region: &Schema, new_base: &Schema) -> Vec<AlterOp> {
+    region
+        .columns()
+        .iter()
+        .filter(|c| !RESERVED.contains(&c.name.as_str()) && new_base.index_of(&c.name).is_err())
+        .map(|c| AlterOp::DropColumn(c.name.clone()))
+        .collect()
+}
+
+/// The column names region tables reserve for themselves.
+const RESERVED: [&str; 4] = [REGION_COLUMN, CELL_COLUMN, VERSION_COLUMN, REMOVED_COLUMN];
 
 /// A range partition's `[lower, upper)` encoded range keys (empty: unbounded).
 pub type RangeBounds = (Vec<u8>, Vec<u8>);
@@ -412,13 +566,83 @@ mod tests {
             .map(|&i| s.column(i).name.as_str())
             .collect();
         assert_eq!(key, vec!["__region", "__cell", "id"]);
-        assert!(s.column(3).nullable && !s.column(4).nullable);
+        // Key columns are NOT NULL; the rest are nullable, even `b`, which the base
+        // table makes NOT NULL.
+        assert!(!s.column(2).nullable && s.column(3).nullable && s.column(4).nullable);
         let bad = Schema::new(
             vec![ColumnSpec::new("__version", DataType::Int64)],
             &["__version"],
         )
         .unwrap();
         assert!(region_table_schema(&bad).is_err());
+    }
+
+    #[test]
+    fn regions_gain_columns_before_and_drop_them_after_their_base_table() {
+        let region = region_table_schema(&base()).unwrap();
+        assert!(
+            region_columns_to_add(&region, &base(), &base())
+                .unwrap()
+                .is_empty()
+        );
+        assert!(region_columns_to_drop(&region, &base()).is_empty());
+        // ADD COLUMN c NOT NULL DEFAULT 7: the region gains it, nullable, default kept.
+        let c = ColumnSpec::new("c", DataType::Int64).with_default(Value::Int64(7));
+        let grown = base().altered(&AlterOp::AddColumn(c.clone())).unwrap();
+        let add = region_columns_to_add(&region, &base(), &grown).unwrap();
+        let [AlterOp::AddColumn(spec)] = &add[..] else {
+            panic!("{add:?}")
+        };
+        assert_eq!(
+            (spec.name.as_str(), spec.nullable, &spec.default),
+            ("c", true, &Some(Value::Int64(7)))
+        );
+        let region = region.altered(&add[0]).unwrap();
+        assert!(region_columns_to_drop(&region, &grown).is_empty());
+        // A region row written by name before its base table has `c` reads it as 7.
+        assert_eq!(
+            region.column(region.index_of("c").unwrap()).read_default(),
+            Value::Int64(7)
+        );
+        // DROP COLUMN a: the region keeps it until its base table dropped it.
+        let shrunk = grown.altered(&AlterOp::DropColumn("a".into())).unwrap();
+        assert!(
+            region_columns_to_add(&region, &grown, &shrunk)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            region_columns_to_drop(&region, &shrunk),
+            vec![AlterOp::DropColumn("a".into())]
+        );
+        // A drop left unfinished is finished by the next change, and a column added
+        // again with another type is replaced.
+        let retyped = shrunk
+            .altered(&AlterOp::DropColumn("c".into()))
+            .unwrap()
+            .altered(&AlterOp::AddColumn(
+                ColumnSpec::new("c", DataType::String).nullable(),
+            ))
+            .unwrap();
+        let ops = region_columns_to_add(&region, &shrunk, &retyped).unwrap();
+        assert_eq!(
+            ops.iter()
+                .map(|o| match o {
+                    AlterOp::DropColumn(c) => format!("-{c}"),
+                    AlterOp::AddColumn(c) => format!("+{}", c.name),
+                    o => format!("{o:?}"),
+                })
+                .collect::<Vec<_>>(),
+            vec!["-a", "-c", "+c"]
+        );
+        // A column named like a region table's own is refused.
+        let bad = base()
+            .altered(&AlterOp::AddColumn(
+                ColumnSpec::new(VERSION_COLUMN, DataType::Int64).nullable(),
+            ))
+            .unwrap();
+        let err = region_columns_to_add(&region, &base(), &bad).unwrap_err();
+        assert!(err.to_string().contains("reserve"), "{err}");
     }
 
     #[test]

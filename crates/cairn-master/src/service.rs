@@ -17,6 +17,7 @@ use crate::error::{MasterError, Result};
 use crate::server::MasterOptions;
 
 mod subspaces;
+use subspaces::RegionColumns;
 
 /// What the leader knows of one tablet server.
 #[derive(Clone, Debug)]
@@ -397,20 +398,21 @@ impl MasterService {
             .read(|c| c.table_by_name(&req.name).cloned())
         {
             refuse_region_table(&t, "altered")?;
-            if !t.subspaces.is_empty() && !steps.is_empty() {
-                return Err(MasterError::InvalidArgument(format!(
-                    "table '{}' has subspaces, and changing the columns of a table with \
-                     subspaces is not supported yet: create a new table with the columns \
-                     you need and copy the rows (INSERT INTO … SELECT)",
-                    t.name
-                )));
+            if !steps.is_empty() {
+                check_column_steps_with_subspaces(&t, &steps)?;
             }
         }
         // Both parts of one request are answered under their own keys, so a retry
         // after the first part ran repeats only the second.
         let part = |n: &str| request.as_ref().map(|r| format!("{r}/{n}"));
-        if !steps.is_empty() && self.state.answered(part("columns").as_ref()).is_none() {
-            self.alter_schema(&req.name, steps, part("columns")).await?;
+        if !steps.is_empty() {
+            if self.state.answered(part("columns").as_ref()).is_none() {
+                self.alter_schema(&req.name, steps, part("columns")).await?;
+            } else {
+                // A retry after the table changed: its regions may still hold a column
+                // it dropped.
+                self.finish_region_columns(&req.name).await?;
+            }
         }
         let add_subspaces: Vec<cairn_hyperspace::SubspaceSpec> =
             parse_json_list(&req.add_subspaces_json, "subspaces to add")?;
@@ -577,10 +579,15 @@ impl MasterService {
         st.check_leader()?;
         let _ddl = st.ddl.lock().await;
         let t = self.running_table(name)?;
+        check_column_steps_with_subspaces(&t, &steps)?;
         let mut schema = t.schema.to_schema()?;
         for s in &steps {
             schema = schema.altered(s)?;
         }
+        // The regions gain the new columns before the table does, and drop the dropped
+        // ones after it did (`cairn_hyperspace::region_columns_to_add`).
+        self.alter_region_columns(&t, &schema, RegionColumns::Add)
+            .await?;
         st.propose_for(
             request.as_ref(),
             &t.id,
@@ -592,7 +599,9 @@ impl MasterService {
         )
         .await?
         .map_err(MasterError::InvalidArgument)?;
-        self.wait_running(&t).await
+        self.wait_running(&t).await?;
+        self.alter_region_columns(&t, &schema, RegionColumns::Drop)
+            .await
     }
 
     async fn drop_table_inner(&self, req: pb::DropTableRequest) -> Result<()> {
@@ -691,6 +700,25 @@ fn refuse_region_table(t: &TableEntry, what: &str) -> Result<()> {
             t.name
         ))),
         None => Ok(()),
+    }
+}
+
+/// Refuses column changes `steps` that table `t`'s subspaces cannot follow
+/// ([`cairn_hyperspace::refuse_column_change`]).
+fn check_column_steps_with_subspaces(
+    t: &TableEntry,
+    steps: &[cairn_common::AlterOp],
+) -> Result<()> {
+    use cairn_hyperspace::ColumnChangeRefusal;
+    match cairn_hyperspace::refuse_column_change(&t.subspaces, steps) {
+        None => Ok(()),
+        Some(r @ ColumnChangeRefusal::Building { .. }) => Err(MasterError::FailedPrecondition(
+            format!("table '{}': {r}", t.name),
+        )),
+        Some(r) => Err(MasterError::InvalidArgument(format!(
+            "table '{}': {r}",
+            t.name
+        ))),
     }
 }
 

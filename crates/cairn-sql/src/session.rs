@@ -11,31 +11,27 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType as ArrowType, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use cairn_client::{Client, CreateTableSpec};
-use cairn_common::DataType;
-use datafusion::catalog::{
-    CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
-};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{ParamValues, ScalarValue};
-use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{DdlStatement, Expr, LogicalPlan, WriteOp};
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::{SendableRecordBatchStream, collect, execute_stream};
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
 
-use crate::catalog::CairnSchema;
 use crate::copy::{CopyIn, CopyInput, copy_from};
-use crate::ddl;
 use crate::error::{Result, SqlError};
 use crate::options::{CairnOptions, InsertMode, StatementContext, parse_read_timestamp};
 use crate::parser::{self, CairnStatement};
 use crate::point::PointPlan;
 use crate::txn::SessionTxn;
-use crate::write::{WriteKind, write_rows};
+
+mod engine;
+mod schema_changes;
+
+pub use engine::{EngineLimits, SqlEngine};
 
 /// The catalog name Cairn tables live in (also the PostgreSQL database name).
 pub const CATALOG: &str = "cairn";
@@ -207,173 +203,6 @@ impl Prepared {
     /// or a command tag.
     pub fn returns_rows(&self) -> bool {
         self.plan.as_ref().is_some_and(returns_rows)
-    }
-}
-
-struct EngineInner {
-    client: Client,
-    schema: Arc<CairnSchema>,
-    users: Arc<crate::authz::UserDirectory>,
-    template: SessionState,
-    limits: EngineLimits,
-}
-
-/// Resource limits of SQL sessions.
-#[derive(Clone, Debug)]
-pub struct EngineLimits {
-    /// Bytes of memory one session's statement may hold in sorts, joins, aggregates
-    /// and buffers (`--query-memory-limit-mb`; 0: no limit). Operators that can spill
-    /// (sorts, grouped aggregates, sort-merge joins) spill to temporary files past
-    /// it; the others fail with SQLSTATE 53200 naming the limit. A session runs one
-    /// statement at a time, so this is a per-query limit.
-    pub query_memory_bytes: usize,
-}
-
-impl Default for EngineLimits {
-    fn default() -> Self {
-        EngineLimits {
-            query_memory_bytes: 1 << 30,
-        }
-    }
-}
-
-/// Shared SQL machinery for one cluster; cheap to clone.
-#[derive(Clone)]
-pub struct SqlEngine {
-    inner: Arc<EngineInner>,
-}
-
-impl std::fmt::Debug for SqlEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqlEngine").finish_non_exhaustive()
-    }
-}
-
-/// What `pg_catalog` reports about roles.
-#[derive(Clone, Debug)]
-struct PgContext;
-
-impl datafusion_pg_catalog::pg_catalog::context::PgCatalogContextProvider for PgContext {}
-
-impl SqlEngine {
-    /// An engine on a connected client.
-    pub fn new(client: Client) -> Result<Self> {
-        let schema = Arc::new(CairnSchema::new(client.clone()));
-        let catalog = MemoryCatalogProvider::new();
-        catalog.register_schema(SCHEMA, schema.clone())?;
-        let catalogs = MemoryCatalogProviderList::new();
-        catalogs.register_catalog(CATALOG.to_string(), Arc::new(catalog));
-        let mut config = SessionConfig::new()
-            .with_default_catalog_and_schema(CATALOG, SCHEMA)
-            .with_create_default_catalog_and_schema(false)
-            // Schema `information_schema` is registered below (Cairn's, which adds
-            // the constraint views); DataFusion's flag would shadow it.
-            .with_information_schema(false)
-            .with_option_extension(CairnOptions::default());
-        let opts = config.options_mut();
-        opts.sql_parser.map_string_types_to_utf8view = false;
-        opts.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
-        let state = SessionStateBuilder::new()
-            .with_config(config)
-            .with_default_features()
-            .with_physical_optimizer_rule(Arc::new(crate::partitioning::SeparateCairnHash))
-            .with_physical_optimizer_rule(Arc::new(crate::search::SortedSubspaceSearch))
-            .with_catalog_list(Arc::new(catalogs))
-            .build();
-        let ctx = SessionContext::new_with_state(state);
-        let catalog_list = ctx.state().catalog_list().clone();
-        if let Some(catalog) = ctx.catalog(CATALOG) {
-            catalog.register_schema(
-                datafusion::catalog::information_schema::INFORMATION_SCHEMA,
-                Arc::new(crate::information_schema::InformationSchema::new(
-                    &catalog_list,
-                    client.clone(),
-                )),
-            )?;
-        }
-        datafusion_pg_catalog::setup_pg_catalog(&ctx, CATALOG, PgContext).map_err(|e| *e)?;
-        // The library's pg_catalog, completed with Cairn's primary keys.
-        if let Some(catalog) = ctx.catalog(CATALOG)
-            && let Some(library) = catalog.schema("pg_catalog")
-        {
-            let system = Arc::new(crate::system::SystemCatalog::new(library, client.clone()));
-            for f in system.functions() {
-                ctx.register_udf(f);
-            }
-            catalog.register_schema("pg_catalog", system.clone())?;
-            schema.set_system_catalog(system);
-        }
-        Ok(SqlEngine {
-            inner: Arc::new(EngineInner {
-                users: Arc::new(crate::authz::UserDirectory::new(client.clone())),
-                client,
-                schema,
-                template: ctx.state(),
-                limits: EngineLimits::default(),
-            }),
-        })
-    }
-
-    /// The same engine with other session limits (sessions made from now on use
-    /// them).
-    pub fn with_limits(self, limits: EngineLimits) -> Self {
-        let inner = EngineInner {
-            client: self.inner.client.clone(),
-            schema: self.inner.schema.clone(),
-            users: self.inner.users.clone(),
-            template: self.inner.template.clone(),
-            limits,
-        };
-        SqlEngine {
-            inner: Arc::new(inner),
-        }
-    }
-
-    /// Connects to the masters and builds an engine.
-    pub async fn connect(masters: &[String]) -> Result<Self> {
-        Self::new(Client::connect(masters).await?)
-    }
-
-    /// The cluster client.
-    pub fn client(&self) -> &Client {
-        &self.inner.client
-    }
-
-    /// The users, their privileges and the tables' owners (cached).
-    pub fn users(&self) -> &crate::authz::UserDirectory {
-        &self.inner.users
-    }
-
-    /// A new session (one per connection).
-    pub fn session(&self) -> SqlSession {
-        let mut builder = SessionStateBuilder::new_from_existing(self.inner.template.clone());
-        let limit = self.inner.limits.query_memory_bytes;
-        if limit > 0 {
-            // Each session gets its own pool; everything else of the runtime (object
-            // stores, the temporary-file manager) is shared.
-            let shared = self.inner.template.runtime_env();
-            let pool: Arc<dyn datafusion::execution::memory_pool::MemoryPool> = Arc::new(
-                datafusion::execution::memory_pool::FairSpillPool::new(limit),
-            );
-            let runtime =
-                datafusion::execution::runtime_env::RuntimeEnvBuilder::from_runtime_env(shared)
-                    .with_memory_pool(pool)
-                    .build_arc();
-            match runtime {
-                Ok(r) => builder = builder.with_runtime_env(r),
-                // Cannot happen for a runtime that was built once already; the session
-                // then shares the engine's unbounded pool.
-                Err(e) => tracing::warn!(error = %e, "no per-session memory pool"),
-            }
-        }
-        let state = builder.build();
-        SqlSession {
-            engine: self.clone(),
-            ctx: SessionContext::new_with_state(state),
-            user: parking_lot::RwLock::new(None),
-            txn: parking_lot::Mutex::new(None),
-            notices: parking_lot::Mutex::new(Vec::new()),
-        }
     }
 }
 
@@ -888,7 +717,6 @@ impl SqlSession {
             return r;
         }
         self.check_not_aborted()?;
-        let schema = &self.engine.inner.schema;
         match statement {
             CairnStatement::Query {
                 statement,
@@ -918,65 +746,9 @@ impl SqlSession {
                 self.create_table(ct).await
             }
             CairnStatement::DropTable { names, if_exists } => {
-                self.check_write("DROP TABLE")?;
-                for n in &names {
-                    match self.authorize_owner(n).await {
-                        Err(SqlError::Client(cairn_client::ClientError::TableNotFound(_)))
-                            if if_exists => {}
-                        r => r?,
-                    }
-                }
-                self.warn_if_in_block("DROP TABLE");
-                for n in &names {
-                    self.engine.client().drop_table(n, if_exists).await?;
-                }
-                schema.invalidate();
-                Ok(QueryResult::Done {
-                    tag: "DROP TABLE".into(),
-                })
+                self.drop_tables(names, if_exists).await
             }
-            CairnStatement::AlterTable { name, ops } => {
-                self.check_write("ALTER TABLE")?;
-                self.authorize_owner(&name).await?;
-                self.warn_if_in_block("ALTER TABLE");
-                let client = self.engine.client();
-                let table = client.open_table(&name).await?;
-                let steps = ddl::alter_ops_for_schema(&ops, &table.schema)?;
-                let (add, drop) =
-                    ddl::range_partition_changes(&ops, &table.schema, &table.partition_schema)?;
-                let existing: Vec<String> = table
-                    .subspaces
-                    .iter()
-                    .map(|s| s.layout.name.clone())
-                    .collect();
-                let (add_subspaces, drop_subspaces) =
-                    ddl::subspace_changes(&ops, &table.schema, &existing)?;
-                let mut altered = client.alter_table(&name, steps).await;
-                if altered.is_ok() {
-                    altered = client.alter_range_partitions(&name, add, drop).await;
-                }
-                for s in drop_subspaces {
-                    if altered.is_ok() {
-                        altered = client.drop_subspace(&name, &s).await;
-                    }
-                }
-                for spec in add_subspaces {
-                    if altered.is_ok() {
-                        // Built over the table's rows while writes go on.
-                        altered = client
-                            .add_subspace(&name, spec, &|step| {
-                                tracing::debug!(table = %name, step, "ALTER TABLE ADD SUBSPACE")
-                            })
-                            .await
-                            .map(|_| ());
-                    }
-                }
-                schema.invalidate();
-                altered?;
-                Ok(QueryResult::Done {
-                    tag: "ALTER TABLE".into(),
-                })
-            }
+            CairnStatement::AlterTable { name, ops } => self.alter_table(name, ops).await,
             CairnStatement::Copy(c) => {
                 self.check_write("COPY FROM")?;
                 let client = self.engine.client();
@@ -1172,88 +944,6 @@ impl SqlSession {
             }
         }
     }
-
-    async fn create_table(&self, ct: parser::CreateTable) -> Result<QueryResult> {
-        let client = self.engine.client();
-        let opts = self.options();
-        let buckets = if opts.default_hash_buckets > 0 {
-            opts.default_hash_buckets
-        } else {
-            let live = client
-                .list_tablet_servers()
-                .await?
-                .iter()
-                .filter(|s| s.live)
-                .count() as u32;
-            (2 * live).max(2)
-        };
-        let owner = self.user();
-        let spec_of = |def: ddl::TableDef| {
-            let replicas = def.replicas.unwrap_or(opts.default_replicas);
-            let spec = CreateTableSpec::new(def.name, def.schema);
-            let spec = match &owner {
-                Some(o) => spec.owner(o.clone()),
-                None => spec,
-            };
-            let mut spec = spec
-                .partition(def.partition)
-                .range_bounds(def.range_bounds)
-                .replicas(replicas)
-                .if_not_exists(def.if_not_exists);
-            for s in def.subspaces {
-                spec = spec.subspace(s);
-            }
-            spec
-        };
-        let Some(query) = ct.query.clone() else {
-            let def = ddl::table_def(&ct, None, buckets)?;
-            client.create_table(spec_of(def)).await?;
-            self.engine.inner.schema.invalidate();
-            // The owner's grant on the new table.
-            self.engine.users().invalidate();
-            return Ok(QueryResult::Done {
-                tag: "CREATE TABLE".into(),
-            });
-        };
-        // CREATE TABLE ... AS SELECT: plan the query, create the table with its
-        // column types, then write its rows.
-        let state = self.statement_state(self.fixed_snapshot(None).await?, InsertMode::Insert);
-        self.engine.inner.schema.refresh(false).await?;
-        let plan = state
-            .statement_to_plan(DFStatement::Statement(Box::new(ast::Statement::Query(
-                query,
-            ))))
-            .await?;
-        crate::authz::check_plan(&self.principal().await?, &plan, InsertMode::Insert)?;
-        let mut columns = vec![];
-        for f in plan.schema().fields() {
-            columns.push((f.name().clone(), ctas_type(f.data_type())?, f.is_nullable()));
-        }
-        let def = ddl::table_def(&ct, Some(&columns), buckets)?;
-        let name = def.name.clone();
-        client.create_table(spec_of(def)).await?;
-        self.engine.inner.schema.invalidate();
-        // The owner's grant on the new table.
-        self.engine.users().invalidate();
-        let table = client.open_table(&name).await?;
-        let physical = state.create_physical_plan(&plan).await?;
-        let stream = execute_stream(physical, state.task_ctx())?;
-        let rows = write_rows(
-            client.clone(),
-            table,
-            WriteKind::Insert(InsertMode::Insert),
-            stream,
-            opts.write_batch_rows,
-            opts.max_atomic_rows,
-            state.task_ctx(),
-            None,
-        )
-        .await?;
-        Ok(QueryResult::Count {
-            tag: "SELECT",
-            rows,
-        })
-    }
 }
 
 /// Whether an optimized UPDATE or DELETE still scans its target table (it does not
@@ -1285,19 +975,6 @@ fn insert_mode_of(m: parser::InsertMode) -> InsertMode {
         parser::InsertMode::Upsert => InsertMode::Upsert,
         parser::InsertMode::InsertIgnore => InsertMode::Ignore,
     }
-}
-
-/// The Cairn column type for a query column of CREATE TABLE AS.
-fn ctas_type(t: &ArrowType) -> Result<DataType> {
-    Ok(match t {
-        ArrowType::UInt8 => DataType::Int16,
-        ArrowType::UInt16 => DataType::Int32,
-        ArrowType::UInt32 | ArrowType::UInt64 => DataType::Int64,
-        ArrowType::Float16 => DataType::Float,
-        ArrowType::Timestamp(_, _) => DataType::Timestamp,
-        ArrowType::Null => DataType::String,
-        other => DataType::from_arrow(other)?,
-    })
 }
 
 /// The text of a literal `AS OF` expression.

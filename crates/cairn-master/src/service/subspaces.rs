@@ -17,6 +17,11 @@
 //!
 //! Dropping one takes it out of the catalog at once (searches stop using it); its
 //! region table is deleted once every tablet has stopped chaining into it.
+//!
+//! A column change of a table with subspaces changes its region tables too
+//! ([`MasterService::alter_region_columns`]): they gain a new column before the table
+//! does and drop a dropped one after it did, so a chained row never names a column its
+//! region lacks.
 
 use cairn_hyperspace::{SubspaceEntry, SubspaceSpec};
 
@@ -203,4 +208,86 @@ fn no_subspace(t: &TableEntry, name: &str) -> MasterError {
             format!(" (it has {})", have.join(", "))
         }
     ))
+}
+
+/// Which half of a column change [`MasterService::alter_region_columns`] makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RegionColumns {
+    /// Before the table changes: the regions gain its new columns.
+    Add,
+    /// After the table changed: the regions drop the columns it dropped.
+    Drop,
+}
+
+impl MasterService {
+    /// Drops from the region tables of table `name` the columns the table no longer has:
+    /// the second half of a column change whose first answer was lost (its caller
+    /// retries it).
+    pub(super) async fn finish_region_columns(&self, name: &str) -> Result<()> {
+        let st = &self.state;
+        st.check_leader()?;
+        let _ddl = st.ddl.lock().await;
+        let t = self.visible_table(name)?;
+        if t.subspaces.is_empty() {
+            return Ok(());
+        }
+        self.wait_running(&t).await?;
+        let schema = t.schema.to_schema()?;
+        self.alter_region_columns(&t, &schema, RegionColumns::Drop)
+            .await
+    }
+
+    /// Brings the region tables of table `t`'s subspaces in line with the table's schema
+    /// `new_base`: gaining its new columns (`Add`, before the table changes) or dropping
+    /// the ones it lacks (`Drop`, after). Each step is worked out from the region
+    /// table's schema as it is, so a retry, or a change cut short by a master failover,
+    /// does only what is left. Returns once every changed region table runs again.
+    ///
+    /// REQUIRES: the DDL lock is held.
+    pub(super) async fn alter_region_columns(
+        &self,
+        t: &TableEntry,
+        new_base: &cairn_common::Schema,
+        half: RegionColumns,
+    ) -> Result<()> {
+        let st = &self.state;
+        let old_base = t.schema.to_schema()?;
+        for s in &t.subspaces {
+            let Some(region) = st.catalog.read(|c| c.tables.get(&s.table_id).cloned()) else {
+                continue;
+            };
+            if region.state != TableState::Running {
+                self.wait_running(&region).await?;
+            }
+            let mut schema = region.schema.to_schema()?;
+            let steps = match half {
+                RegionColumns::Add => {
+                    cairn_hyperspace::region_columns_to_add(&schema, &old_base, new_base)
+                        .map_err(|e| MasterError::InvalidArgument(e.to_string()))?
+                }
+                RegionColumns::Drop => cairn_hyperspace::region_columns_to_drop(&schema, new_base),
+            };
+            if steps.is_empty() {
+                continue;
+            }
+            for step in &steps {
+                schema = schema.altered(step)?;
+            }
+            st.propose_for(
+                None,
+                &region.id,
+                CatalogOp::AlterTable {
+                    id: region.id.clone(),
+                    schema: cairn_common::SchemaMeta::from_schema(&schema),
+                    steps,
+                },
+            )
+            .await?
+            .map_err(MasterError::InvalidArgument)?;
+            tracing::info!(table = %t.name, subspace = %s.layout.name, ?half,
+                "changing the columns of a subspace's regions");
+            self.wait_running(&region).await?;
+        }
+        Ok(())
+    }
 }

@@ -298,18 +298,6 @@ async fn subspaces_follow_concurrent_writes_and_a_server_stop() {
     let want_ages: Vec<i32> = want.iter().take(5).map(|(a, _)| *a).collect();
     assert_eq!(got_sorted, want_ages);
 
-    // Column changes, which subspaces do not follow yet, are refused clearly.
-    let e = c
-        .alter_table(
-            "people",
-            vec![cairn_common::AlterOp::AddColumn(
-                ColumnSpec::new("x", DataType::Int64).nullable(),
-            )],
-        )
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("subspaces"), "{e}");
     // A transaction's rows reach the subspaces when it commits, on every tablet.
     let txn = c.begin_transaction();
     let mut s = txn.session(&t);
@@ -930,4 +918,168 @@ async fn a_subspace_added_while_rows_change_holds_every_row() {
     .await;
     let err = c.drop_subspace("grow", "city_age").await.unwrap_err();
     assert!(err.to_string().contains("no subspace"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn columns_change_on_a_table_with_subspaces_while_rows_change() {
+    use cairn_common::AlterOp;
+    use cairn_proto::OpKind;
+    let cl = InProc::start(3, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    c.create_table(people_spec("cols")).await.unwrap();
+    let t = c.open_table("cols").await.unwrap();
+    let mut r = Rng(11);
+    let mut s = c.new_session(&t);
+    for id in 0..200 {
+        s.apply(Operation::upsert(person(id, &mut r)))
+            .await
+            .unwrap();
+    }
+
+    // Writers holding the table as first opened change rows all through both column
+    // changes. They never name `score`, which the second change drops.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..3u64 {
+        let (c, t, stop) = (cl.client().await, t.clone(), stop.clone());
+        writers.spawn(async move {
+            let mut r = Rng(0x7171 + w);
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 50 {
+                let id = r.below(260) as i64;
+                let age = Value::Int32(r.below(120) as i32);
+                let op = match r.below(8) {
+                    0 => Operation::delete(&t.schema, &[Value::Int64(id)]).unwrap(),
+                    1 => {
+                        Operation::update(&t.schema, &[Value::Int64(id)], &[("age", age)]).unwrap()
+                    }
+                    _ => {
+                        let city = Value::String(CITIES[r.below(5) as usize].into());
+                        Operation::named(
+                            OpKind::Upsert,
+                            &t.schema,
+                            &[("id", Value::Int64(id)), ("city", city), ("age", age)],
+                        )
+                        .unwrap()
+                    }
+                };
+                match c.new_session(&t).apply(op).await {
+                    Ok(()) | Err(ClientError::Row(_)) => {}
+                    Err(e) => panic!("write failed: {e}"),
+                }
+                n += 1;
+            }
+            n
+        });
+    }
+
+    // ADD COLUMN: rows chained before and after it hold the new columns.
+    c.alter_table(
+        "cols",
+        vec![
+            AlterOp::AddColumn(ColumnSpec::new("tag", DataType::String).nullable()),
+            AlterOp::AddColumn(
+                ColumnSpec::new("level", DataType::Int64).with_default(Value::Int64(7)),
+            ),
+        ],
+    )
+    .await
+    .unwrap();
+    let t2 = c.open_table("cols").await.unwrap();
+    let mut s = c.new_session(&t2);
+    for id in 1000..1040i64 {
+        let city = Value::String(CITIES[(id % 5) as usize].into());
+        s.apply(
+            Operation::named(
+                OpKind::Upsert,
+                &t2.schema,
+                &[
+                    ("id", Value::Int64(id)),
+                    ("city", city),
+                    ("age", Value::Int32((id % 90) as i32)),
+                    ("tag", Value::String(format!("t{id}"))),
+                    ("level", Value::Int64(id)),
+                ],
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+
+    // DROP COLUMN, while the writers go on.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    c.alter_table("cols", vec![AlterOp::DropColumn("score".into())])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    while let Some(n) = writers.join_next().await {
+        assert!(n.unwrap() >= 50);
+    }
+
+    let t3 = c.open_table("cols").await.unwrap();
+    let names: Vec<&str> = t3
+        .schema
+        .columns()
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["id", "city", "age", "tag", "level"]);
+    // The regions followed: they hold the new columns and not the dropped one.
+    for entry in &t3.subspaces {
+        let region = c.open_table(&entry.table_name).await.unwrap();
+        let has = |n: &str| region.schema.index_of(n).is_ok();
+        assert!(
+            has("tag") && has("level") && !has("score"),
+            "{:?}",
+            region.schema
+        );
+    }
+    wait_for(
+        Duration::from_secs(30),
+        "every subspace to hold the table's rows",
+        || async { matches!(c.check_subspaces(&t3, 5).await, Ok((_, p)) if p.is_empty()) },
+    )
+    .await;
+    check_subspaces(&c, &t3).await;
+    let base = base_rows(&c, &t3).await;
+    assert_eq!(base[&1007][3], Value::String("t1007".into()));
+    // Rows written before the ADD read the default, from the table and its subspaces.
+    assert!(base.values().any(|row| row[4] == Value::Int64(7)));
+    for preds in [
+        vec![ColumnPredicate::eq("city", Value::String("kyiv".into()))],
+        vec![ColumnPredicate::range(
+            "age",
+            Value::Int32(10),
+            Value::Int32(60),
+        )],
+    ] {
+        check_search(&c, &t3, &base, preds.clone(), true).await;
+        // Whole rows, new columns included, come back from the subspace.
+        let found = rows_of(&t3.schema, &[c.search(&t3, &preds).await.unwrap().batch]);
+        for (id, row) in &found {
+            assert_eq!(row, &base[id], "row {id} found by {preds:?}");
+        }
+    }
+
+    // What subspaces cannot follow is refused, and says what to do.
+    let rename = AlterOp::RenameColumn {
+        from: "tag".into(),
+        to: "label".into(),
+    };
+    let err = c.alter_table("cols", vec![rename]).await.unwrap_err();
+    assert!(err.to_string().contains("DROP SUBSPACE"), "{err}");
+    let err = c
+        .alter_table("cols", vec![AlterOp::DropColumn("city".into())])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("attribute of subspace"), "{err}");
+    let reserved = ColumnSpec::new(cairn_hyperspace::VERSION_COLUMN, DataType::Int64).nullable();
+    let err = c
+        .alter_table("cols", vec![AlterOp::AddColumn(reserved)])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("reserve"), "{err}");
+    assert_eq!(c.open_table("cols").await.unwrap().schema.num_columns(), 5);
 }
