@@ -783,6 +783,52 @@ async fn many_regions_share_few_tablets() {
     );
 }
 
+/// Writers changing rows of a table all through a schema or subspace change.
+struct Writers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tasks: tokio::task::JoinSet<u64>,
+}
+
+impl Writers {
+    /// Three writers, each with its own client and generator (seeded from `seed`),
+    /// applying `op_of(table, rng)` until stopped and at least 50 times. A row error
+    /// (a missing row) is fine; any other failure fails the test.
+    async fn start(
+        cl: &InProc,
+        t: &Table,
+        seed: u64,
+        op_of: fn(&Table, &mut Rng) -> Operation,
+    ) -> Writers {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..3u64 {
+            let (c, t, stop) = (cl.client().await, t.clone(), stop.clone());
+            tasks.spawn(async move {
+                let mut r = Rng(seed + w);
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 50 {
+                    let op = op_of(&t, &mut r);
+                    match c.new_session(&t).apply(op).await {
+                        Ok(()) | Err(ClientError::Row(_)) => {}
+                        Err(e) => panic!("write failed: {e}"),
+                    }
+                    n += 1;
+                }
+                n
+            });
+        }
+        Writers { stop, tasks }
+    }
+
+    /// Stops the writers and checks that each wrote its share.
+    async fn stop(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        while let Some(n) = self.tasks.join_next().await {
+            assert!(n.unwrap() >= 50);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_subspace_added_while_rows_change_holds_every_row() {
     let cl = InProc::start(3, Duration::from_secs(300)).await;
@@ -810,34 +856,20 @@ async fn a_subspace_added_while_rows_change_holds_every_row() {
 
     // Writers change rows all through the ALTER: before the tablets chain into the new
     // subspace, while they start to, during the backfill and after.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut writers = tokio::task::JoinSet::new();
-    for w in 0..3u64 {
-        let (c, t, stop) = (cl.client().await, t.clone(), stop.clone());
-        writers.spawn(async move {
-            let mut r = Rng(0x5151 + w);
-            let mut n = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 50 {
-                let id = r.below(360) as i64;
-                let op = match r.below(8) {
-                    0 => Operation::delete(&t.schema, &[Value::Int64(id)]).unwrap(),
-                    1 => Operation::update(
-                        &t.schema,
-                        &[Value::Int64(id)],
-                        &[("age", Value::Int32(r.below(120) as i32))],
-                    )
-                    .unwrap(),
-                    _ => Operation::upsert(person(id, &mut r)),
-                };
-                match c.new_session(&t).apply(op).await {
-                    Ok(()) | Err(ClientError::Row(_)) => {}
-                    Err(e) => panic!("write failed: {e}"),
-                }
-                n += 1;
-            }
-            n
-        });
-    }
+    let writers = Writers::start(&cl, &t, 0x5151, |t, r| {
+        let id = r.below(360) as i64;
+        match r.below(8) {
+            0 => Operation::delete(&t.schema, &[Value::Int64(id)]).unwrap(),
+            1 => Operation::update(
+                &t.schema,
+                &[Value::Int64(id)],
+                &[("age", Value::Int32(r.below(120) as i32))],
+            )
+            .unwrap(),
+            _ => Operation::upsert(person(id, r)),
+        }
+    })
+    .await;
     let steps = std::sync::Mutex::new(Vec::new());
     let added = c
         .add_subspace(
@@ -854,10 +886,7 @@ async fn a_subspace_added_while_rows_change_holds_every_row() {
         steps.lock().unwrap()
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    while let Some(n) = writers.join_next().await {
-        assert!(n.unwrap() >= 50);
-    }
+    writers.stop().await;
     let t = c.open_table("grow").await.unwrap();
     let entry = &t.subspaces[0];
     assert!(!entry.building && entry.chained_after > 0, "{entry:?}");
@@ -938,40 +967,24 @@ async fn columns_change_on_a_table_with_subspaces_while_rows_change() {
 
     // Writers holding the table as first opened change rows all through both column
     // changes. They never name `score`, which the second change drops.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut writers = tokio::task::JoinSet::new();
-    for w in 0..3u64 {
-        let (c, t, stop) = (cl.client().await, t.clone(), stop.clone());
-        writers.spawn(async move {
-            let mut r = Rng(0x7171 + w);
-            let mut n = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 50 {
-                let id = r.below(260) as i64;
-                let age = Value::Int32(r.below(120) as i32);
-                let op = match r.below(8) {
-                    0 => Operation::delete(&t.schema, &[Value::Int64(id)]).unwrap(),
-                    1 => {
-                        Operation::update(&t.schema, &[Value::Int64(id)], &[("age", age)]).unwrap()
-                    }
-                    _ => {
-                        let city = Value::String(CITIES[r.below(5) as usize].into());
-                        Operation::named(
-                            OpKind::Upsert,
-                            &t.schema,
-                            &[("id", Value::Int64(id)), ("city", city), ("age", age)],
-                        )
-                        .unwrap()
-                    }
-                };
-                match c.new_session(&t).apply(op).await {
-                    Ok(()) | Err(ClientError::Row(_)) => {}
-                    Err(e) => panic!("write failed: {e}"),
-                }
-                n += 1;
+    let writers = Writers::start(&cl, &t, 0x7171, |t, r| {
+        let id = r.below(260) as i64;
+        let age = Value::Int32(r.below(120) as i32);
+        match r.below(8) {
+            0 => Operation::delete(&t.schema, &[Value::Int64(id)]).unwrap(),
+            1 => Operation::update(&t.schema, &[Value::Int64(id)], &[("age", age)]).unwrap(),
+            _ => {
+                let city = Value::String(CITIES[r.below(5) as usize].into());
+                Operation::named(
+                    cairn_proto::OpKind::Upsert,
+                    &t.schema,
+                    &[("id", Value::Int64(id)), ("city", city), ("age", age)],
+                )
+                .unwrap()
             }
-            n
-        });
-    }
+        }
+    })
+    .await;
 
     // ADD COLUMN: rows chained before and after it hold the new columns.
     c.alter_table(
@@ -1013,10 +1026,7 @@ async fn columns_change_on_a_table_with_subspaces_while_rows_change() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    while let Some(n) = writers.join_next().await {
-        assert!(n.unwrap() >= 50);
-    }
+    writers.stop().await;
 
     let t3 = c.open_table("cols").await.unwrap();
     let names: Vec<&str> = t3
