@@ -69,14 +69,9 @@ impl TabletService {
             encoded.push(cairn_common::key::encode_values(&refs)?);
         }
         let deadline = wo.deadline;
-        self.write_and_chain(
-            replica,
-            schema.clone(),
-            keys,
-            encoded,
-            deadline,
-            |r| async move { r.write(ops, wo).await },
-        )
+        self.write_and_chain(replica, keys, encoded, deadline, |r| async move {
+            r.write(ops, wo).await
+        })
         .await
     }
 
@@ -107,14 +102,9 @@ impl TabletService {
             .iter()
             .map(|k| cairn_common::key::decode_row_key(&schema, k))
             .collect::<cairn_common::Result<Vec<_>>>()?;
-        self.write_and_chain(
-            replica,
-            schema,
-            keys,
-            encoded,
-            deadline,
-            move |r| async move { r.bulk_insert(rows, request, deadline).await },
-        )
+        self.write_and_chain(replica, keys, encoded, deadline, move |r| async move {
+            r.bulk_insert(rows, request, deadline).await
+        })
         .await
     }
 
@@ -126,7 +116,6 @@ impl TabletService {
     async fn write_and_chain<W>(
         &self,
         replica: &Arc<TabletReplica>,
-        schema: Arc<cairn_common::Schema>,
         keys: Vec<Vec<Value>>,
         encoded: Vec<Vec<u8>>,
         deadline: tokio::time::Instant,
@@ -143,7 +132,7 @@ impl TabletService {
             let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
             let (ts, errs) = write(replica.clone()).await?;
             let seen = svc
-                .chain_rows(&driver, &replica, &schema, keys, ts, deadline)
+                .chain_rows(&driver, &replica, keys, ts, deadline)
                 .await?;
             driver.note_done(&replica.meta.tablet_id, ts.0, encoded);
             Ok((seen, errs))
@@ -163,7 +152,6 @@ impl TabletService {
         &self,
         driver: &crate::chain::ChainDriver,
         replica: &Arc<TabletReplica>,
-        schema: &Arc<cairn_common::Schema>,
         mut keys: Vec<Vec<Value>>,
         ts: HybridTime,
         deadline: tokio::time::Instant,
@@ -176,19 +164,37 @@ impl TabletService {
                 .unwrap_or(std::cmp::Ordering::Equal)
         });
         keys.dedup();
+        // Tests hold chains here, between a write and the read of its rows.
+        while chain_held() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let tablet = replica.tablet();
         // Only this write's rows matter, so the reads wait for no other writer: on
-        // this task in the usual case, on a blocking thread when one must wait.
+        // this task in the usual case, on a blocking thread when one must wait. The
+        // rows come in the tablet's schema of the moment, and are chained in it: the
+        // read is repeated if the schema changed while it ran.
         let std_deadline = deadline.into_std();
-        let changes = match changes_at(&tablet, &keys, ts, std_deadline, false)? {
-            Some(changes) => changes,
-            None => tokio::task::spawn_blocking(move || {
-                changes_at(&tablet, &keys, ts, std_deadline, true)?.ok_or_else(|| {
-                    TserverError::Internal("a blocking history read did not read".into())
-                })
-            })
-            .await
-            .map_err(|e| TserverError::Internal(format!("reading a write's rows failed: {e}")))??,
+        let keys = Arc::new(keys);
+        let (schema, changes) = loop {
+            let schema = tablet.schema();
+            let changes = match changes_at(&tablet, &keys, ts, std_deadline, false)? {
+                Some(changes) => changes,
+                None => {
+                    let (tablet, keys) = (tablet.clone(), keys.clone());
+                    tokio::task::spawn_blocking(move || {
+                        changes_at(&tablet, &keys, ts, std_deadline, true)?.ok_or_else(|| {
+                            TserverError::Internal("a blocking history read did not read".into())
+                        })
+                    })
+                    .await
+                    .map_err(|e| {
+                        TserverError::Internal(format!("reading a write's rows failed: {e}"))
+                    })??
+                }
+            };
+            if Arc::ptr_eq(&schema, &tablet.schema()) {
+                break (schema, changes);
+            }
         };
         if !changes.is_empty() {
             // A chain outlives its caller's deadline if need be (see `crate::chain`).
@@ -196,7 +202,7 @@ impl TabletService {
                 .saturating_duration_since(tokio::time::Instant::now())
                 .max(crate::chain::MIN_CHAIN_TIMEOUT);
             driver
-                .propagate(schema, 1, &replica.subspaces(), &changes, timeout)
+                .propagate(&schema, 1, &replica.subspaces(), &changes, timeout)
                 .await?;
         }
         let seen = HybridTime(driver.last_timestamp().max(ts.0));
@@ -233,7 +239,7 @@ impl TabletService {
                 Some(ts) if !keys.is_empty() => {
                     let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
                     let seen = svc
-                        .chain_rows(&driver, &replica, &schema, keys, ts, deadline)
+                        .chain_rows(&driver, &replica, keys, ts, deadline)
                         .await?;
                     driver.note_done(&replica.meta.tablet_id, ts.0, encoded);
                     seen.0
@@ -326,7 +332,7 @@ impl TabletService {
                 continue;
             };
             let deadline = tokio::time::Instant::now() + crate::chain::MIN_CHAIN_TIMEOUT;
-            self.chain_rows(driver, replica, &schema, keys, HybridTime(ts), deadline)
+            self.chain_rows(driver, replica, keys, HybridTime(ts), deadline)
                 .await?;
             resumed += encoded.len();
             driver.note_done(id, ts, encoded);
@@ -347,6 +353,13 @@ impl TabletService {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         replica.propose_record(record, deadline).await
     }
+}
+
+/// Whether the `chain::before_read` failpoint holds chains back (it is set in
+/// tests only; builds without failpoints never hold).
+fn chain_held() -> bool {
+    fail::fail_point!("chain::before_read", |_| true);
+    false
 }
 
 /// The changes the write at `ts` made to the rows of `keys` ([`Change`]s; rows it left

@@ -4,8 +4,9 @@
 //! before chaining them all reach their subspaces without a client retry or an
 //! operator's repair.
 //!
-//! Chains are made to fail with the `chain::propagate` failpoint, which is global to
-//! the process: this file holds the tests that set it, one at a time.
+//! Chains are made to fail with the `chain::propagate` failpoint, and held back with
+//! `chain::before_read`. Failpoints are global to the process: this file holds the
+//! tests that set them, and they take [`ONE_AT_A_TIME`] so that they run one at a time.
 
 mod common;
 
@@ -13,9 +14,12 @@ use std::time::Duration;
 
 use cairn_client::{Client, ClientOptions, Operation, SubspaceSpec, Table};
 use cairn_common::{
-    ColumnPredicate, ColumnSpec, DataType, HashLevel, PartitionSchema, Schema, Value,
+    AlterOp, ColumnPredicate, ColumnSpec, DataType, HashLevel, PartitionSchema, Schema, Value,
 };
 use common::*;
+
+/// Held by each test of this file: failpoints are global to the process.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn spec(name: &str) -> cairn_client::CreateTableSpec {
     let schema = Schema::new(
@@ -77,6 +81,7 @@ async fn wait_consistent(c: &Client, t: &Table, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unfinished_chains_are_resumed_by_the_point_leader() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let mut cl = InProc::start(3, Duration::from_secs(300)).await;
     let c = cl.client().await;
     c.create_table(spec("paint")).await.unwrap();
@@ -187,4 +192,102 @@ async fn unfinished_chains_are_resumed_by_the_point_leader() {
     fail::remove("chain::propagate");
     wait_consistent(&c, &t, "the chains of a bulk load").await;
     assert_eq!(found(&c, &t, "white").await, (20..30).collect::<Vec<_>>());
+}
+
+/// A chain reads its write's rows in the table's schema of the moment and sends them
+/// in that same schema. Here a write is decoded, applied, and its chain held back while
+/// a column change drops one column and adds another, which moves every later column:
+/// the rows the chain reads are in the new schema, and must be named by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chain_held_across_a_column_change_names_its_rows_by_the_new_schema() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cl = InProc::start(3, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    let schema = Schema::new(
+        vec![
+            ColumnSpec::new("id", DataType::Int64),
+            ColumnSpec::new("colour", DataType::String).nullable(),
+            ColumnSpec::new("a", DataType::Int64).nullable(),
+            ColumnSpec::new("z", DataType::Int64).nullable(),
+        ],
+        &["id"],
+    )
+    .unwrap();
+    c.create_table(
+        cairn_client::CreateTableSpec::new("shift", schema)
+            .replicas(1)
+            .subspace(SubspaceSpec::new(&["colour"]).regions(4).tablets(1)),
+    )
+    .await
+    .unwrap();
+    let t = c.open_table("shift").await.unwrap();
+    let row = |id: i64, colour: &str, a: i64, z: i64| {
+        Operation::upsert(vec![
+            Value::Int64(id),
+            Value::String(colour.into()),
+            Value::Int64(a),
+            Value::Int64(z),
+        ])
+    };
+    let mut s = c.new_session(&t);
+    s.apply(row(1, "red", 10, 30)).await.unwrap();
+
+    // The write applies; its chain waits before reading the row back.
+    fail::cfg("chain::before_read", "return").unwrap();
+    let held = {
+        let (c, t) = (c.clone(), t.clone());
+        tokio::spawn(async move {
+            let mut s = c.new_session(&t);
+            s.apply(row(2, "blue", 20, 40)).await
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Dropping `a` and adding `b` moves `z` one place left.
+    let altered = c
+        .alter_table(
+            "shift",
+            vec![
+                AlterOp::DropColumn("a".into()),
+                AlterOp::AddColumn(
+                    ColumnSpec::new("b", DataType::Int64).with_default(Value::Int64(7)),
+                ),
+            ],
+        )
+        .await;
+    fail::remove("chain::before_read");
+    altered.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), held)
+        .await
+        .expect("the held write finishes")
+        .unwrap()
+        .expect("the held write's chain gets through");
+
+    // The region copies are the table's rows, column by column.
+    let t = c.open_table("shift").await.unwrap();
+    let (_, problems) = c.check_subspaces(&t, 5).await.unwrap();
+    assert!(problems.is_empty(), "region copies differ: {problems:?}");
+    let r = c
+        .search(
+            &t,
+            &[ColumnPredicate::eq("colour", Value::String("blue".into()))],
+        )
+        .await
+        .unwrap();
+    assert!(r.plan.is_some(), "searched the subspace");
+    let batch = &r.batch;
+    assert_eq!(batch.num_rows(), 1);
+    let column = |name: &str| {
+        let i = batch.schema().index_of(name).unwrap();
+        batch
+            .column(i)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .unwrap()
+            .value(0)
+    };
+    assert_eq!(
+        (column("z"), column("b")),
+        (40, 7),
+        "the row found by search"
+    );
 }
