@@ -132,7 +132,7 @@ impl TabletService {
             let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
             let (ts, errs) = write(replica.clone()).await?;
             let seen = svc
-                .chain_rows(&driver, &replica, keys, ts, deadline)
+                .chain_rows(&driver, &replica, keys, ts, Newest::Known, deadline)
                 .await?;
             driver.note_done(&replica.meta.tablet_id, ts.0, encoded);
             Ok((seen, errs))
@@ -144,7 +144,8 @@ impl TabletService {
     /// Chains the change that the write at `ts` made to each row of `keys` (key
     /// values) into the replica's subspaces: the row before (`ts - 1`) and after
     /// (`ts`), read from the tablet's history ([`cairn_tablet::Tablet::change_at`]).
-    /// Returns a timestamp at or after the region writes.
+    /// Returns a timestamp at or after the region writes. `newest` says whether a
+    /// row may have changed again after `ts` (see [`Newest`]).
     ///
     /// REQUIRES: the chain locks of `keys` are held, or no other write of these rows
     /// can be chained meanwhile.
@@ -154,6 +155,7 @@ impl TabletService {
         replica: &Arc<TabletReplica>,
         mut keys: Vec<Vec<Value>>,
         ts: HybridTime,
+        newest: Newest,
         deadline: tokio::time::Instant,
     ) -> Result<HybridTime> {
         keys.sort_by(|a, b| {
@@ -177,14 +179,18 @@ impl TabletService {
         let keys = Arc::new(keys);
         let (schema, changes) = loop {
             let schema = tablet.schema();
-            let changes = match changes_at(&tablet, &keys, ts, std_deadline, false)? {
+            let changes = match changes_at(&tablet, &keys, ts, newest, std_deadline, false)? {
                 Some(changes) => changes,
                 None => {
                     let (tablet, keys) = (tablet.clone(), keys.clone());
                     tokio::task::spawn_blocking(move || {
-                        changes_at(&tablet, &keys, ts, std_deadline, true)?.ok_or_else(|| {
-                            TserverError::Internal("a blocking history read did not read".into())
-                        })
+                        changes_at(&tablet, &keys, ts, newest, std_deadline, true)?.ok_or_else(
+                            || {
+                                TserverError::Internal(
+                                    "a blocking history read did not read".into(),
+                                )
+                            },
+                        )
                     })
                     .await
                     .map_err(|e| {
@@ -239,7 +245,7 @@ impl TabletService {
                 Some(ts) if !keys.is_empty() => {
                     let _locks = driver.lock_keys(&replica.meta.tablet_id, &encoded).await;
                     let seen = svc
-                        .chain_rows(&driver, &replica, keys, ts, deadline)
+                        .chain_rows(&driver, &replica, keys, ts, Newest::Unknown, deadline)
                         .await?;
                     driver.note_done(&replica.meta.tablet_id, ts.0, encoded);
                     seen.0
@@ -332,8 +338,15 @@ impl TabletService {
                 continue;
             };
             let deadline = tokio::time::Instant::now() + crate::chain::MIN_CHAIN_TIMEOUT;
-            self.chain_rows(driver, replica, keys, HybridTime(ts), deadline)
-                .await?;
+            self.chain_rows(
+                driver,
+                replica,
+                keys,
+                HybridTime(ts),
+                Newest::Unknown,
+                deadline,
+            )
+            .await?;
             resumed += encoded.len();
             driver.note_done(id, ts, encoded);
         }
@@ -362,30 +375,67 @@ fn chain_held() -> bool {
     false
 }
 
+/// Whether the write being chained is known to be its rows' newest.
+///
+/// A chain normally runs under its rows' chain locks from before its write, so no
+/// newer write of them has been chained yet, and a newer one chains after it into the
+/// same subspaces or more. A change chained again by the bookkeeping, or a
+/// transaction's commit (whose chain locks are taken after it applies), may have been
+/// overtaken by a newer change that was chained first. In the subspaces that newer
+/// change reached, its tombstone outranks the older copy; but a subspace added since
+/// was filled by its backfill, with no tombstone where the older row would go. So the
+/// older change must not put its row anywhere once the row has changed again: it only
+/// removes its old row (the newer change, or the backfill, put the row's current
+/// values where they belong).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Newest {
+    /// Nothing can have changed the rows since the write (its chain locks were held
+    /// from before it).
+    Known,
+    /// A newer write may have been chained already: check each row.
+    Unknown,
+}
+
 /// The changes the write at `ts` made to the rows of `keys` ([`Change`]s; rows it left
-/// as they were have none). `Ok(None)` when a read would have to wait and `may_block`
-/// is false.
+/// as they were have none). With [`Newest::Unknown`], a row changed again since
+/// `ts` gives a change without its new row (see [`Newest`]). `Ok(None)` when a read
+/// would have to wait and `may_block` is false.
 ///
 /// REQUIRES: as [`cairn_tablet::Tablet::change_at`]; a blocking context if `may_block`.
 fn changes_at(
     tablet: &cairn_tablet::Tablet,
     keys: &[Vec<Value>],
     ts: HybridTime,
+    newest: Newest,
     deadline: std::time::Instant,
     may_block: bool,
 ) -> Result<Option<Vec<Change>>> {
+    if newest == Newest::Unknown && !may_block {
+        // Reading the newest row may wait for a transaction's commit.
+        return Ok(None);
+    }
     let mut out = Vec::new();
     for k in keys {
-        let Some((old, new)) = tablet.change_at(k, ts, deadline, may_block)? else {
+        let Some((old, mut new)) = tablet.change_at(k, ts, deadline, may_block)? else {
             return Ok(None);
         };
-        if old != new {
-            out.push(Change {
-                version: ts.0,
-                old,
-                new,
-            });
+        if old == new {
+            continue;
         }
+        if newest == Newest::Unknown
+            && new.is_some()
+            && tablet.get(k, cairn_tablet::ReadMode::Latest)? != new
+        {
+            new = None;
+            if old.is_none() {
+                continue;
+            }
+        }
+        out.push(Change {
+            version: ts.0,
+            old,
+            new,
+        });
     }
     Ok(Some(out))
 }

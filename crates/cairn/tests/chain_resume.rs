@@ -291,3 +291,78 @@ async fn a_chain_held_across_a_column_change_names_its_rows_by_the_new_schema() 
         "the row found by search"
     );
 }
+
+/// A change chained again by its point leader after its row changed once more puts no
+/// copy of its (by then old) row anywhere. Here the newer change was chained before a
+/// subspace was added, and the change it overtook is resumed after: the new subspace,
+/// filled by its backfill, has no tombstone that would turn the old copy away, and it
+/// would stay there, found by searches, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_resumed_after_its_row_changed_again_leaves_no_stale_copy() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cl = InProc::start(3, Duration::from_secs(300)).await;
+    let c = cl.client().await;
+    let schema = Schema::new(
+        vec![
+            ColumnSpec::new("id", DataType::Int64),
+            ColumnSpec::new("colour", DataType::String).nullable(),
+            ColumnSpec::new("shade", DataType::String).nullable(),
+        ],
+        &["id"],
+    )
+    .unwrap();
+    c.create_table(
+        cairn_client::CreateTableSpec::new("overtaken", schema)
+            .replicas(1)
+            .subspace(SubspaceSpec::new(&["colour"]).regions(4).tablets(1)),
+    )
+    .await
+    .unwrap();
+    let t = c.open_table("overtaken").await.unwrap();
+    let row = |colour: &str, shade: &str| {
+        Operation::upsert(vec![
+            Value::Int64(1),
+            Value::String(colour.into()),
+            Value::String(shade.into()),
+        ])
+    };
+    c.new_session(&t).apply(row("red", "dark")).await.unwrap();
+
+    // 1. A change whose chain fails: it waits on the tablet's list to be chained again.
+    fail::cfg("chain::propagate", "return").unwrap();
+    let failed = impatient(&c)
+        .new_session(&t)
+        .apply(row("blue", "pale"))
+        .await;
+    fail::remove("chain::propagate");
+    assert!(failed.is_err(), "the chain fails");
+    // 2. A newer change of the row is chained at once; the older one is held back
+    // from being chained again until the end of step 3.
+    c.new_session(&t).apply(row("green", "dark")).await.unwrap();
+    fail::cfg("chain::before_read", "return").unwrap();
+    // 3. A subspace is added: its backfill copies the row as it is now.
+    let added = c
+        .add_subspace(
+            "overtaken",
+            SubspaceSpec::new(&["shade"]).regions(4).tablets(1),
+            &|_| {},
+        )
+        .await;
+    fail::remove("chain::before_read");
+    added.unwrap();
+
+    // The older change is chained again now; wait for its round to finish.
+    tokio::time::sleep(cairn_tserver::point_leader::RESUME_AFTER + Duration::from_secs(2)).await;
+    let t = c.open_table("overtaken").await.unwrap();
+    wait_consistent(&c, &t, "the subspaces to hold the table's rows").await;
+    let shade = |s: &str| vec![ColumnPredicate::eq("shade", Value::String(s.into()))];
+    let pale = c.search(&t, &shade("pale")).await.unwrap();
+    assert!(pale.plan.is_some(), "searched the added subspace");
+    assert_eq!(
+        pale.batch.num_rows(),
+        0,
+        "the overtaken row is in no region"
+    );
+    assert_eq!(found(&c, &t, "green").await, vec![1]);
+    assert_eq!(found(&c, &t, "blue").await, Vec::<i64>::new());
+}

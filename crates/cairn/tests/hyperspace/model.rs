@@ -295,6 +295,13 @@ async fn a_random_history_with_leaders_stopped_mid_chain_matches_an_oracle() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| rand::random::<u64>() | 1);
     eprintln!("seed {seed} (rerun with CAIRN_MODEL_SEED)");
+    // The servers' logs, when RUST_LOG asks for them.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
     let mut cl = InProc::start(3, Duration::from_secs(300)).await;
     let c = cl.client().await;
     c.create_table(people_spec("model")).await.unwrap();
@@ -348,12 +355,18 @@ async fn a_random_history_with_leaders_stopped_mid_chain_matches_an_oracle() {
         o.set(id, row);
     }
     assert_eq!(t.subspaces.len(), 3, "the added subspace is live");
-    wait_for(
-        Duration::from_secs(60),
-        "the subspaces to catch up with the table",
-        || async { matches!(c.check_subspaces(&t, 5).await, Ok((_, p)) if p.is_empty()) },
-    )
-    .await;
+    let t0 = std::time::Instant::now();
+    loop {
+        let check = c.check_subspaces(&t, 5).await;
+        if matches!(&check, Ok((_, p)) if p.is_empty()) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the subspaces did not catch up with the table in 60s: {check:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     o.caught_up();
     assert_eq!(
         base_rows(&c, &t).await,
