@@ -115,6 +115,14 @@ impl InProc {
         }
     }
 
+    /// Stops the master and starts it again on the same address and data.
+    pub async fn restart_master(&mut self) {
+        if let Some(m) = self.master.take() {
+            m.shutdown().await;
+        }
+        self.start_master().await;
+    }
+
     pub async fn restart_all(&mut self) {
         for i in 0..self.tservers.len() {
             self.stop_tserver(i).await;
