@@ -194,6 +194,25 @@ async fn unfinished_chains_are_resumed_by_the_point_leader() {
     assert_eq!(found(&c, &t, "white").await, (20..30).collect::<Vec<_>>());
 }
 
+/// Creates table `name` (`id` key, nullable `colour`, then `more`) with one replica
+/// and a subspace on `colour`, and opens it.
+async fn coloured(c: &Client, name: &str, more: Vec<ColumnSpec>) -> Table {
+    let mut columns = vec![
+        ColumnSpec::new("id", DataType::Int64),
+        ColumnSpec::new("colour", DataType::String).nullable(),
+    ];
+    columns.extend(more);
+    let schema = Schema::new(columns, &["id"]).unwrap();
+    c.create_table(
+        cairn_client::CreateTableSpec::new(name, schema)
+            .replicas(1)
+            .subspace(SubspaceSpec::new(&["colour"]).regions(4).tablets(1)),
+    )
+    .await
+    .unwrap();
+    c.open_table(name).await.unwrap()
+}
+
 /// A chain reads its write's rows in the table's schema of the moment and sends them
 /// in that same schema. Here a write is decoded, applied, and its chain held back while
 /// a column change drops one column and adds another, which moves every later column:
@@ -203,24 +222,15 @@ async fn a_chain_held_across_a_column_change_names_its_rows_by_the_new_schema() 
     let _one = ONE_AT_A_TIME.lock().await;
     let cl = InProc::start(3, Duration::from_secs(300)).await;
     let c = cl.client().await;
-    let schema = Schema::new(
+    let t = coloured(
+        &c,
+        "shift",
         vec![
-            ColumnSpec::new("id", DataType::Int64),
-            ColumnSpec::new("colour", DataType::String).nullable(),
             ColumnSpec::new("a", DataType::Int64).nullable(),
             ColumnSpec::new("z", DataType::Int64).nullable(),
         ],
-        &["id"],
     )
-    .unwrap();
-    c.create_table(
-        cairn_client::CreateTableSpec::new("shift", schema)
-            .replicas(1)
-            .subspace(SubspaceSpec::new(&["colour"]).regions(4).tablets(1)),
-    )
-    .await
-    .unwrap();
-    let t = c.open_table("shift").await.unwrap();
+    .await;
     let row = |id: i64, colour: &str, a: i64, z: i64| {
         Operation::upsert(vec![
             Value::Int64(id),
@@ -302,23 +312,12 @@ async fn a_change_resumed_after_its_row_changed_again_leaves_no_stale_copy() {
     let _one = ONE_AT_A_TIME.lock().await;
     let cl = InProc::start(3, Duration::from_secs(300)).await;
     let c = cl.client().await;
-    let schema = Schema::new(
-        vec![
-            ColumnSpec::new("id", DataType::Int64),
-            ColumnSpec::new("colour", DataType::String).nullable(),
-            ColumnSpec::new("shade", DataType::String).nullable(),
-        ],
-        &["id"],
+    let t = coloured(
+        &c,
+        "overtaken",
+        vec![ColumnSpec::new("shade", DataType::String).nullable()],
     )
-    .unwrap();
-    c.create_table(
-        cairn_client::CreateTableSpec::new("overtaken", schema)
-            .replicas(1)
-            .subspace(SubspaceSpec::new(&["colour"]).regions(4).tablets(1)),
-    )
-    .await
-    .unwrap();
-    let t = c.open_table("overtaken").await.unwrap();
+    .await;
     let row = |colour: &str, shade: &str| {
         Operation::upsert(vec![
             Value::Int64(1),

@@ -261,9 +261,24 @@ async fn columns_change_on_a_table_with_subspaces_through_faults() {
         assert!(ok.unwrap() > 0, "a writer got writes through");
     }
 
-    let t = c.open_table("faulted").await.unwrap();
+    columns_followed(&c, "faulted", "lima", (20, 70)).await;
+}
+
+/// After `ADD COLUMN tag, level` and `DROP COLUMN score` on table `name` of
+/// [`people_spec`]: checks that the table and every region table have the new columns
+/// and not the dropped one, waits for the subspaces to hold the table's rows, and
+/// checks two searches (`city` = `city`, `age` in `ages`) against the table, whole
+/// rows included. Returns the table and its rows.
+async fn columns_followed(
+    c: &Client,
+    name: &str,
+    city: &str,
+    ages: (i32, i32),
+) -> (Table, BTreeMap<i64, Vec<Value>>) {
+    let t = c.open_table(name).await.unwrap();
     let names: Vec<&str> = t.schema.columns().iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["id", "city", "age", "tag", "level"]);
+    // The regions followed: they hold the new columns and not the dropped one.
     for entry in &t.subspaces {
         let region = c.open_table(&entry.table_name).await.unwrap();
         let has = |n: &str| region.schema.index_of(n).is_ok();
@@ -279,21 +294,24 @@ async fn columns_change_on_a_table_with_subspaces_through_faults() {
         || async { matches!(c.check_subspaces(&t, 5).await, Ok((_, p)) if p.is_empty()) },
     )
     .await;
-    let base = base_rows(&c, &t).await;
+    check_subspaces(c, &t).await;
+    let base = base_rows(c, &t).await;
     for preds in [
-        vec![ColumnPredicate::eq("city", Value::String("lima".into()))],
+        vec![ColumnPredicate::eq("city", Value::String(city.into()))],
         vec![ColumnPredicate::range(
             "age",
-            Value::Int32(20),
-            Value::Int32(70),
+            Value::Int32(ages.0),
+            Value::Int32(ages.1),
         )],
     ] {
-        check_search(&c, &t, &base, preds.clone(), true).await;
+        check_search(c, &t, &base, preds.clone(), true).await;
+        // Whole rows, new columns included, come back from the subspace.
         let found = rows_of(&t.schema, &[c.search(&t, &preds).await.unwrap().batch]);
         for (id, row) in &found {
             assert_eq!(row, &base[id], "row {id} found by {preds:?}");
         }
     }
+    (t, base)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -375,50 +393,10 @@ async fn columns_change_on_a_table_with_subspaces_while_rows_change() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     writers.stop().await;
 
-    let t3 = c.open_table("cols").await.unwrap();
-    let names: Vec<&str> = t3
-        .schema
-        .columns()
-        .iter()
-        .map(|c| c.name.as_str())
-        .collect();
-    assert_eq!(names, ["id", "city", "age", "tag", "level"]);
-    // The regions followed: they hold the new columns and not the dropped one.
-    for entry in &t3.subspaces {
-        let region = c.open_table(&entry.table_name).await.unwrap();
-        let has = |n: &str| region.schema.index_of(n).is_ok();
-        assert!(
-            has("tag") && has("level") && !has("score"),
-            "{:?}",
-            region.schema
-        );
-    }
-    wait_for(
-        Duration::from_secs(30),
-        "every subspace to hold the table's rows",
-        || async { matches!(c.check_subspaces(&t3, 5).await, Ok((_, p)) if p.is_empty()) },
-    )
-    .await;
-    check_subspaces(&c, &t3).await;
-    let base = base_rows(&c, &t3).await;
+    let (_, base) = columns_followed(&c, "cols", "kyiv", (10, 60)).await;
     assert_eq!(base[&1007][3], Value::String("t1007".into()));
     // Rows written before the ADD read the default, from the table and its subspaces.
     assert!(base.values().any(|row| row[4] == Value::Int64(7)));
-    for preds in [
-        vec![ColumnPredicate::eq("city", Value::String("kyiv".into()))],
-        vec![ColumnPredicate::range(
-            "age",
-            Value::Int32(10),
-            Value::Int32(60),
-        )],
-    ] {
-        check_search(&c, &t3, &base, preds.clone(), true).await;
-        // Whole rows, new columns included, come back from the subspace.
-        let found = rows_of(&t3.schema, &[c.search(&t3, &preds).await.unwrap().batch]);
-        for (id, row) in &found {
-            assert_eq!(row, &base[id], "row {id} found by {preds:?}");
-        }
-    }
 
     // What subspaces cannot follow is refused, and says what to do.
     let rename = AlterOp::RenameColumn {
