@@ -105,6 +105,8 @@ struct Shared {
     bearer: Bearer,
     /// The unused rest of the last auto-increment block reserved, per table id.
     auto_ids: parking_lot::Mutex<HashMap<String, std::ops::Range<i64>>>,
+    /// Region-table handles already built ([`Client::region_table_of`]).
+    region_tables: crate::hyperspace::RegionTables,
 }
 
 /// A connection to a Cairn cluster. Cheap to clone; clones share connections, the
@@ -159,6 +161,7 @@ impl Client {
                 requests: RequestTracker::new(),
                 bearer: Bearer::default(),
                 auto_ids: parking_lot::Mutex::new(HashMap::new()),
+                region_tables: Default::default(),
             }),
             opts: ClientOptions::default(),
         })
@@ -569,7 +572,6 @@ impl Client {
         self.shared.requests.client_id()
     }
 
-    /// Starts a request that retries must name alike (see [`crate::requests`]).
     /// The unused auto-increment values per table id (see [`crate::auto_id`]).
     pub(crate) fn auto_id_cache(
         &self,
@@ -577,6 +579,12 @@ impl Client {
         &self.shared.auto_ids
     }
 
+    /// The region tables this client has built handles for.
+    pub(crate) fn region_tables(&self) -> &crate::hyperspace::RegionTables {
+        &self.shared.region_tables
+    }
+
+    /// Starts a request that retries must name alike (see [`crate::requests`]).
     pub(crate) fn start_request(&self) -> Request {
         self.shared.requests.start()
     }

@@ -184,7 +184,7 @@ impl ChainDriver {
     /// most once in `changes`.
     pub async fn propagate(
         &self,
-        schema: &Schema,
+        schema: &Arc<Schema>,
         replicas: u32,
         subspaces: &[SubspaceEntry],
         changes: &[Change],
@@ -239,7 +239,9 @@ impl ChainDriver {
                 steps.next().unwrap_or_default(),
             );
             per_subspace.push(async move {
-                let table = cairn_client::hyperspace::region_table(schema, replicas, entry)
+                let table = self
+                    .client
+                    .region_table_of(schema, replicas, entry)
                     .map_err(client_error)?;
                 for links in [puts, removes] {
                     if !links.is_empty() {
@@ -263,7 +265,7 @@ impl ChainDriver {
     /// larger ones. Every link of a batch shares its outcome.
     async fn apply_links(
         &self,
-        table: &cairn_client::Table,
+        table: &Arc<cairn_client::Table>,
         links: Vec<Link>,
         timeout: Duration,
     ) -> Result<()> {
