@@ -106,7 +106,7 @@ struct Shared {
     /// The unused rest of the last auto-increment block reserved, per table id.
     auto_ids: parking_lot::Mutex<HashMap<String, std::ops::Range<i64>>>,
     /// Region-table handles already built ([`Client::region_table_of`]).
-    region_tables: crate::hyperspace::RegionTables,
+    region_tables: crate::region_tables::RegionTables,
 }
 
 /// A connection to a Cairn cluster. Cheap to clone; clones share connections, the
@@ -580,7 +580,7 @@ impl Client {
     }
 
     /// The region tables this client has built handles for.
-    pub(crate) fn region_tables(&self) -> &crate::hyperspace::RegionTables {
+    pub(crate) fn region_tables(&self) -> &crate::region_tables::RegionTables {
         &self.shared.region_tables
     }
 

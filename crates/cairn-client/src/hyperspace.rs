@@ -26,12 +26,12 @@ use cairn_common::types::RowsToColumns;
 use cairn_common::{ColumnPredicate, ColumnSchema, Schema, Value};
 use cairn_hyperspace::{
     CELL_COLUMN, Cell, Place, REGION_COLUMN, REMOVED_COLUMN, RegionId, RegionRun, SearchPlan,
-    SubspaceEntry, VERSION_COLUMN, cell_bounds, plan_search, region_partitioning, region_runs,
-    region_table_schema, sorted_groups,
+    SubspaceEntry, VERSION_COLUMN, cell_bounds, plan_search, region_runs, sorted_groups,
 };
 
 use crate::client::Client;
 use crate::error::{ClientError, Result};
+pub use crate::region_tables::region_table;
 use crate::scan::ReadMode;
 use crate::table::Table;
 use crate::write::Operation;
@@ -126,95 +126,9 @@ pub struct SearchResult {
     pub snapshot_timestamp: u64,
 }
 
-/// The handle of the region table of subspace `entry` of a table with schema `base`
-/// and `replicas` replicas, built from what the entry already says (no master call).
-pub fn region_table(base: &Schema, replicas: u32, entry: &SubspaceEntry) -> Result<Table> {
-    let schema = region_table_schema(base).map_err(hs_error)?;
-    let (partition_schema, _) =
-        region_partitioning(entry.layout.region_count(), entry.tablet_count()).map_err(hs_error)?;
-    Ok(Table {
-        id: entry.table_id.clone(),
-        name: entry.table_name.clone(),
-        schema: Arc::new(schema),
-        partition_schema,
-        replicas,
-        subspaces: vec![],
-    })
-}
-
-/// Region-table handles a client built, by region-table id: a search and every chain
-/// link needs the handle of the region table it reads or writes, and building one
-/// (the region schema and partitioning) costs more than the rest of a small search's
-/// planning. A handle is reused while the base table's schema is the same `Arc` (a
-/// column change makes a new one) and the entry names the same region grid.
-#[derive(Default)]
-pub(crate) struct RegionTables {
-    built: parking_lot::Mutex<HashMap<String, BuiltRegionTable>>,
-}
-
-/// One memoized region-table handle and what it was built from.
-struct BuiltRegionTable {
-    base: Arc<Schema>,
-    replicas: u32,
-    name: String,
-    regions: u32,
-    tablets: u32,
-    table: Arc<Table>,
-}
-
-/// Beyond this many region tables the memo starts over (tables come and go).
-const MAX_BUILT_REGION_TABLES: usize = 4096;
-
-impl RegionTables {
-    /// The handle of the region table of `entry` for a table of schema `base`: the one
-    /// built before for the same inputs, or a new one (see [`region_table`]).
-    fn get(&self, base: &Arc<Schema>, replicas: u32, entry: &SubspaceEntry) -> Result<Arc<Table>> {
-        let (regions, tablets) = (entry.layout.region_count(), entry.tablet_count());
-        if let Some(b) = self.built.lock().get(&entry.table_id)
-            && Arc::ptr_eq(&b.base, base)
-            && b.replicas == replicas
-            && b.name == entry.table_name
-            && b.regions == regions
-            && b.tablets == tablets
-        {
-            return Ok(b.table.clone());
-        }
-        let table = Arc::new(region_table(base, replicas, entry)?);
-        let mut built = self.built.lock();
-        if built.len() >= MAX_BUILT_REGION_TABLES {
-            built.clear();
-        }
-        built.insert(
-            entry.table_id.clone(),
-            BuiltRegionTable {
-                base: base.clone(),
-                replicas,
-                name: entry.table_name.clone(),
-                regions,
-                tablets,
-                table: table.clone(),
-            },
-        );
-        Ok(table)
-    }
-}
-
-impl Client {
-    /// [`region_table`], built once per client for a given schema `Arc` and region
-    /// grid and shared after that.
-    pub fn region_table_of(
-        &self,
-        base: &Arc<Schema>,
-        replicas: u32,
-        entry: &SubspaceEntry,
-    ) -> Result<Arc<Table>> {
-        self.region_tables().get(base, replicas, entry)
-    }
-}
-
 /// Every column of `schema` by name, in its order: a region table's scan names them,
 /// because a region table that gained a column holds it elsewhere than
-/// [`region_table_schema`] puts it.
+/// [`cairn_hyperspace::region_table_schema`] puts it.
 fn column_names(schema: &Schema) -> Vec<String> {
     schema.columns().iter().map(|c| c.name.clone()).collect()
 }
@@ -258,7 +172,7 @@ fn cell_range(lo: Cell, hi: Cell) -> ColumnPredicate {
     }
 }
 
-fn hs_error(e: cairn_hyperspace::HyperspaceError) -> ClientError {
+pub(crate) fn hs_error(e: cairn_hyperspace::HyperspaceError) -> ClientError {
     ClientError::InvalidArgument(e.to_string())
 }
 
@@ -1043,41 +957,6 @@ mod tests {
         let s: ArrayRef = Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1)));
         let v: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2)));
         RecordBatch::try_from_iter([("k", k), ("s", s), (VERSION_COLUMN, v)]).unwrap()
-    }
-
-    #[test]
-    fn a_region_table_handle_is_built_once_per_schema_and_grid() {
-        let base = Arc::new(schema());
-        let entry = |tablets: u32| {
-            let spec = cairn_hyperspace::SubspaceSpec::new(&["a"])
-                .regions(16)
-                .tablets(tablets);
-            SubspaceEntry::for_new_table("t1", &base, 2, &[spec], &["r1".to_string()])
-                .unwrap()
-                .remove(0)
-        };
-        let memo = RegionTables::default();
-        let first = memo.get(&base, 1, &entry(2)).unwrap();
-        assert!(Arc::ptr_eq(&first, &memo.get(&base, 1, &entry(2)).unwrap()));
-        assert_eq!(first.id, "r1");
-        let same = |t: &Table, b: &Schema, e: &SubspaceEntry| {
-            let fresh = region_table(b, t.replicas, e).unwrap();
-            t.id == fresh.id
-                && t.name == fresh.name
-                && t.schema == fresh.schema
-                && t.partition_schema == fresh.partition_schema
-        };
-        assert!(same(&first, &base, &entry(2)));
-        // A schema change (a new Arc, even if equal), another grid or replica count
-        // builds the handle again.
-        let altered = Arc::new(schema());
-        let again = memo.get(&altered, 1, &entry(2)).unwrap();
-        assert!(!Arc::ptr_eq(&first, &again));
-        let regridded = memo.get(&altered, 1, &entry(4)).unwrap();
-        assert!(!Arc::ptr_eq(&again, &regridded));
-        assert!(same(&regridded, &altered, &entry(4)));
-        let replicated = memo.get(&altered, 3, &entry(4)).unwrap();
-        assert_eq!(replicated.replicas, 3);
     }
 
     #[test]

@@ -79,6 +79,7 @@ pub mod client;
 pub mod error;
 pub mod get;
 pub mod hyperspace;
+mod region_tables;
 pub mod requests;
 mod retry;
 pub mod scan;
