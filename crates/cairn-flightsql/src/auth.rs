@@ -16,7 +16,7 @@ use cairn_proto::auth::{AuthError, LoginFailures, UserEntry};
 use parking_lot::Mutex;
 use tonic::Status;
 
-use crate::session::SqlEngine;
+use cairn_sql::session::SqlEngine;
 
 /// A session token unused this long expires.
 pub const IDLE_TOKEN_TTL: Duration = Duration::from_secs(3600);
@@ -170,7 +170,7 @@ impl super::CairnFlightSql {
     pub(crate) async fn session_for<T>(
         &self,
         request: &tonic::Request<T>,
-    ) -> Result<crate::SqlSession, Status> {
+    ) -> Result<cairn_sql::SqlSession, Status> {
         let user = self.user_of(request).await?;
         let session = self.engine.session();
         if let Some(u) = user {

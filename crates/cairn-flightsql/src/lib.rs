@@ -1,4 +1,4 @@
-//! # Arrow Flight SQL front end
+//! # cairn-flightsql — Cairn's Arrow Flight SQL front end
 //!
 //! [`serve`] answers Arrow Flight SQL (ADBC, JDBC, the Flight SQL CLI) on a TCP
 //! listener with [`CairnFlightSql`], an implementation of arrow-flight's
@@ -8,11 +8,14 @@
 //!
 //! Flight SQL calls are independent requests: there is no connection state to hang a
 //! session on. Every statement therefore runs in a fresh
-//! [`SqlSession`](crate::SqlSession), and every prepared statement keeps the session
+//! [`SqlSession`](cairn_sql::SqlSession), and every prepared statement keeps the session
 //! it was prepared in until it is closed. A `SET` only lasts for its own statement
 //! (it is accepted and does nothing for later calls); `cairn.read_timestamp` and the
-//! other settings cannot be carried from call to call. Transactions are not offered
-//! (`FlightSqlServerTransaction` is `NONE`): every statement commits on its own.
+//! other settings cannot be carried from call to call. A statement outside a
+//! transaction commits on its own. `BeginTransaction` opens a session with a Cairn
+//! transaction and keeps it under the returned id; the statements that name the id
+//! run in it, and `EndTransaction` commits or rolls it back
+//! (`FlightSqlServerTransaction` is `TRANSACTION`).
 //! Concurrent calls never share state, so one client's `SET` cannot leak into
 //! another's statements.
 //!
@@ -23,7 +26,7 @@
 //!   (results nobody fetches are dropped after [`RESULT_TTL`]). Statements without rows
 //!   have already done their work when `GetFlightInfo` returns; their ticket yields one
 //!   row with the affected count (`count: UInt64`, the schema of
-//!   [`crate::write::count_schema`]) for INSERT, UPDATE, DELETE and COPY, and no
+//!   [`cairn_sql::write::count_schema`]) for INSERT, UPDATE, DELETE and COPY, and no
 //!   columns at all for DDL and `SET`. ADBC's `cursor.execute("INSERT ...")` takes this
 //!   path.
 //! - `DoPut(CommandStatementUpdate)` runs the SQL and returns the sum of the affected
@@ -100,9 +103,9 @@ pub use params::number_placeholders;
 pub use state::{MAX_PREPARED, MAX_RESULTS, PREPARED_IDLE_TTL, RESULT_TTL};
 pub use status::{grpc_code, sql_error_status};
 
-use crate::error::SqlError;
-use crate::session::{CATALOG, QueryResult, SCHEMA, SqlEngine};
-use crate::write::count_schema;
+use cairn_sql::error::SqlError;
+use cairn_sql::session::{CATALOG, QueryResult, SCHEMA, SqlEngine};
+use cairn_sql::write::count_schema;
 use state::{BatchStream, PendingResult, PreparedEntry, Registry};
 use status::status_with_state;
 
@@ -223,7 +226,7 @@ impl CairnFlightSql {
         &self,
         request: &Request<T>,
         txn: &Option<Bytes>,
-    ) -> Result<Arc<crate::SqlSession>, Status> {
+    ) -> Result<Arc<cairn_sql::SqlSession>, Status> {
         let Some(id) = txn else {
             return Ok(Arc::new(self.session_for(request).await?));
         };

@@ -17,9 +17,9 @@ use cairn_client::{Client, ClientError, Table};
 use tonic::Status;
 
 use super::status::sql_error_status;
-use crate::error::SqlError;
-use crate::session::{CATALOG, SCHEMA};
-use crate::types::sql_type_name;
+use cairn_sql::error::SqlError;
+use cairn_sql::session::{CATALOG, SCHEMA};
+use cairn_sql::types::sql_type_name;
 
 /// The only table type.
 pub const TABLE_TYPE: &str = "TABLE";

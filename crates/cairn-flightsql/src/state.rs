@@ -22,7 +22,7 @@ use futures::Stream;
 use parking_lot::Mutex;
 use tonic::Status;
 
-use crate::session::{Prepared, SqlSession};
+use cairn_sql::session::{Prepared, SqlSession};
 
 /// How long a result waits for its `DoGet`.
 pub const RESULT_TTL: Duration = Duration::from_secs(5 * 60);

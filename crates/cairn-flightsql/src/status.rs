@@ -6,7 +6,7 @@
 
 use tonic::{Code, Status};
 
-use crate::error::SqlError;
+use cairn_sql::error::SqlError;
 
 /// The gRPC status for a SQL error: a code that fits its SQLSTATE and the message
 /// `"<SQLSTATE>: <error>"`.

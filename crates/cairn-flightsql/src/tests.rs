@@ -5,9 +5,9 @@
 //! parse errors, DDL preparation, handles). The ignored ones need a running cluster:
 //!
 //! ```text
-//! CAIRN_MASTERS=127.0.0.1:7051 cargo test -p cairn-sql --lib flight -- --ignored roundtrip
+//! CAIRN_MASTERS=127.0.0.1:7051 cargo test -p cairn-flightsql --lib -- --ignored roundtrip
 //! CAIRN_MASTERS=127.0.0.1:7051 CAIRN_FLIGHT_PORT=50051 \
-//!     cargo test -p cairn-sql --lib flight -- --ignored serve_for_clients --nocapture
+//!     cargo test -p cairn-flightsql --lib -- --ignored serve_for_clients --nocapture
 //! ```
 //!
 //! The second serves Flight SQL for `CAIRN_FLIGHT_SERVE_SECS` seconds (default 600)

@@ -20,7 +20,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{Expr, SelectItem, SetExpr, Statement};
 
-use crate::parser::{self, CairnStatement};
+use cairn_sql::parser::{self, CairnStatement};
 
 /// The PostgreSQL name of each result column of `sql` that differs from the plan's
 /// (`None` for a column that keeps its name), or `None` if `sql` is not the plain

@@ -29,9 +29,9 @@ use pgwire::messages::data::DataRow;
 
 use super::encode::{Stop, query_response};
 use super::handlers::ConnHandler;
-use crate::copy::CopyIn;
-use crate::error::SqlError;
-use crate::parser::{CopyFormat, CopyOptions};
+use cairn_sql::copy::CopyIn;
+use cairn_sql::error::SqlError;
+use cairn_sql::parser::{CopyFormat, CopyOptions};
 
 /// COPY's overall format code for text and CSV (1 would be binary).
 const TEXT: i8 = 0;

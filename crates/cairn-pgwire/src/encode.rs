@@ -16,7 +16,7 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 use tokio::sync::watch;
 
-use crate::error::SqlError;
+use cairn_sql::error::SqlError;
 
 /// The format of result column `idx` (text where the client gave no code for it).
 pub(crate) fn column_format(format: &Format, idx: usize) -> FieldFormat {

@@ -59,10 +59,10 @@ use super::local::{Local, Vars, classify, show_column};
 use super::params::decode_params;
 use super::sqltext::{Tok, split_statements, tokens};
 use super::txn::{TxBlock, wrote_nothing};
-use crate::error::SqlError;
-use crate::options::CairnOptions;
-use crate::session::{Prepared, QueryResult, SqlEngine, SqlSession};
-use crate::txn::{Isolation, TxnModes};
+use cairn_sql::error::SqlError;
+use cairn_sql::options::CairnOptions;
+use cairn_sql::session::{Prepared, QueryResult, SqlEngine, SqlSession};
+use cairn_sql::txn::{Isolation, TxnModes};
 
 /// The largest row limit an `Execute` is served with; above it, the whole result
 /// (see `on_execute`).
@@ -114,7 +114,7 @@ pub(crate) struct Conn {
     /// Where the connection's SCRAM exchange stands.
     pub(crate) scram: Mutex<super::auth::ScramStage>,
     /// The `COPY … FROM STDIN` waiting for the client's data, if one is under way.
-    pub(crate) copy_in: Mutex<Option<crate::copy::CopyIn>>,
+    pub(crate) copy_in: Mutex<Option<cairn_sql::copy::CopyIn>>,
     /// The transaction block and its savepoints.
     tx: Arc<Mutex<TxBlock>>,
 }
@@ -566,7 +566,7 @@ fn rewrite_sql(compat: &PostgresCompatibilityParser, sql: &str) -> Option<String
     if !read_only(sql) {
         return None;
     }
-    let bare = crate::parser::functions::regproc_names(sql);
+    let bare = cairn_sql::parser::functions::regproc_names(sql);
     let statements = compat.parse(bare.as_deref().unwrap_or(sql)).ok()?;
     let [statement] = statements.as_slice() else {
         return None;

@@ -1,8 +1,10 @@
-//! The PostgreSQL front end: psql, psycopg, pgJDBC and other PostgreSQL clients talk to
-//! Cairn over the PostgreSQL wire protocol (v3, served by `pgwire`).
+//! # cairn-pgwire — Cairn's PostgreSQL front end
+//!
+//! psql, psycopg, pgJDBC and other PostgreSQL clients talk to Cairn over the PostgreSQL
+//! wire protocol (v3, served by `pgwire`).
 //!
 //! [`serve`] accepts connections on a listener; each connection gets its own
-//! [`SqlSession`](crate::SqlSession), so `SET cairn.…` settings are per connection.
+//! [`SqlSession`](cairn_sql::SqlSession), so `SET cairn.…` settings are per connection.
 //!
 //! - **Simple query protocol**: the query string is split into statements, which run
 //!   one after the other; an error ends the string, like in PostgreSQL.
@@ -18,7 +20,7 @@
 //!   `statement_timeout` and the `default_transaction_…` settings change anything: a
 //!   statement (its rows streaming included) that runs past the timeout ends with
 //!   SQLSTATE 57014, as in PostgreSQL.
-//! - **Transactions.** `BEGIN` … `COMMIT` is a Cairn transaction ([`crate::txn`]):
+//! - **Transactions.** `BEGIN` … `COMMIT` is a Cairn transaction ([`cairn_sql::txn`]):
 //!   its writes are seen by its own statements only until `COMMIT`, and `ROLLBACK`
 //!   discards them. `BEGIN ISOLATION LEVEL …`, `SET TRANSACTION …`, `READ ONLY` and
 //!   `SET SESSION CHARACTERISTICS AS TRANSACTION …` work as in PostgreSQL. The block
@@ -30,7 +32,7 @@
 //!   `getTables`, `pg_type` lookups) read the `pg_catalog` the engine installs, after
 //!   `datafusion-pg-catalog`'s compatibility rewrite (`::regclass`,
 //!   `OPERATOR(pg_catalog.~)`, ...).
-//! - **Errors** carry the SQLSTATE of [`SqlError::sqlstate`](crate::SqlError::sqlstate).
+//! - **Errors** carry the SQLSTATE of [`SqlError::sqlstate`](cairn_sql::SqlError::sqlstate).
 //! - **Cancel requests** (`pg_cancel_backend`-style, e.g. psycopg's `conn.cancel()` or
 //!   psql's Ctrl-C) abort the running statement with SQLSTATE 57014, also while its
 //!   rows are streaming.
@@ -42,7 +44,7 @@
 //!
 //! - **Limits**: at most [`PgOptions::max_connections`] clients at once (one more is
 //!   refused at startup with SQLSTATE 53300), and each session's statements hold at
-//!   most the engine's per-statement memory ([`EngineLimits`](crate::EngineLimits)).
+//!   most the engine's per-statement memory ([`EngineLimits`](cairn_sql::EngineLimits)).
 //!
 //! The server reports itself as PostgreSQL [`SERVER_VERSION`], with UTF8 encoding,
 //! `DateStyle` ISO, integer datetimes and time zone UTC.
@@ -65,7 +67,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use crate::session::SqlEngine;
+use cairn_sql::session::SqlEngine;
 use handlers::{CairnHandlers, Shared};
 
 /// The PostgreSQL version Cairn reports (`server_version`, `SHOW server_version`,
@@ -219,7 +221,7 @@ mod serve_by_hand {
     ///
     /// ```text
     /// CAIRN_MASTERS=127.0.0.1:7051 CAIRN_PG_PORT=5433 \
-    ///   cargo test -p cairn-sql --lib pg::tests::serve_cluster -- --ignored --nocapture
+    ///   cargo test -p cairn-pgwire --lib serve_by_hand::serve_cluster -- --ignored --nocapture
     /// ```
     ///
     /// `CAIRN_PG_AUTH` (`trust`, `scram-sha-256`, `password`) picks the

@@ -12,7 +12,7 @@
 //! - `SHOW` of a well-known PostgreSQL variable (or one set before), or of a session
 //!   setting (`cairn.…`, `datafusion.…`), is answered with one text column.
 //! - `BEGIN`, `COMMIT`, `ROLLBACK` and `SET TRANSACTION` run the session's
-//!   transaction ([`crate::txn`]); the block's state (failed, savepoints) is kept by
+//!   transaction ([`cairn_sql::txn`]); the block's state (failed, savepoints) is kept by
 //!   [`super::txn::TxBlock`]. `ROLLBACK TO SAVEPOINT` is refused (0A000) when there
 //!   would be writes to undo.
 //!
@@ -32,7 +32,7 @@ use datafusion::logical_expr::{
 };
 use parking_lot::Mutex;
 
-use crate::error::SqlError;
+use cairn_sql::error::SqlError;
 
 use super::sqltext::{Tok, rest_after, tokens};
 
@@ -368,7 +368,7 @@ impl Vars {
         }
         if name == "default_transaction_isolation"
             && let Some(v) = &value
-            && crate::txn::Isolation::parse(v).is_none()
+            && cairn_sql::txn::Isolation::parse(v).is_none()
         {
             return Err(format!(
                 "invalid value for parameter \"default_transaction_isolation\": \"{v}\" (use \

@@ -17,7 +17,7 @@ use datafusion::common::ScalarValue;
 use pgwire::api::Type;
 use pgwire::api::portal::Format;
 
-use crate::error::SqlError;
+use cairn_sql::error::SqlError;
 
 /// Days from 1970-01-01 (Arrow's epoch) to 2000-01-01 (PostgreSQL's).
 const PG_EPOCH_DAYS: i32 = 10_957;

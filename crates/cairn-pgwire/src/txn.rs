@@ -2,7 +2,7 @@
 //! sees it.
 //!
 //! The block's writes are a Cairn transaction held by the session
-//! ([`crate::txn::SessionTxn`]): `COMMIT` commits them and `ROLLBACK` discards them.
+//! ([`cairn_sql::txn::SessionTxn`]): `COMMIT` commits them and `ROLLBACK` discards them.
 //! [`TxBlock`] follows PostgreSQL's rules around that:
 //!
 //! - an error inside a block fails the block: every statement but `COMMIT`, `ROLLBACK`
@@ -16,7 +16,7 @@
 //!   can be rolled back only as a whole, and claiming to undo part of it would hide
 //!   the rows that stay.
 
-use crate::error::SqlError;
+use cairn_sql::error::SqlError;
 
 /// A savepoint: its name and the block's write count when it was set.
 #[derive(Debug, Clone)]

@@ -29,6 +29,11 @@
 //!   views (`table_constraints`, `key_column_usage`, …) that show primary keys.
 //! - [`options`]: `SET cairn.…` settings.
 //! - [`error`]: [`SqlError`] with PostgreSQL SQLSTATE codes.
+//!
+//! The front ends that put this engine on the network live in crates of their own:
+//! `cairn-pgwire` (the PostgreSQL wire protocol) and `cairn-flightsql` (Arrow Flight
+//! SQL). Both hold one [`SqlSession`] per client connection and know nothing of
+//! DataFusion's plans beyond the results [`SqlSession`] hands them.
 
 pub mod authz;
 pub mod catalog;
@@ -36,12 +41,10 @@ pub mod copy;
 pub mod dcl;
 pub mod ddl;
 pub mod error;
-pub mod flight;
 pub mod information_schema;
 pub mod options;
 pub mod parser;
 pub mod partitioning;
-pub mod pg;
 mod point;
 pub mod provider;
 pub mod pushdown;

@@ -327,7 +327,7 @@ impl SqlSession {
     /// dooms the open transaction, as any error does in PostgreSQL. It is rolled
     /// back at once — so that the transaction it collided with can go on — and stays
     /// the session's, refusing statements, until `ROLLBACK` (or `COMMIT`) ends it.
-    pub(crate) async fn after_error(&self, e: &SqlError) {
+    pub async fn after_error(&self, e: &SqlError) {
         if !matches!(e.sqlstate(), "40001" | "40P01") {
             return;
         }

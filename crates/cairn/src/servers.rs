@@ -240,10 +240,10 @@ pub struct PgAuthFlags {
 }
 
 impl PgAuthFlags {
-    fn options(&self) -> Result<cairn_sql::pg::PgOptions, BoxError> {
-        let auth = cairn_sql::pg::PgAuth::parse(&self.pg_auth)
+    fn options(&self) -> Result<cairn_pgwire::PgOptions, BoxError> {
+        let auth = cairn_pgwire::PgAuth::parse(&self.pg_auth)
             .ok_or_else(|| format!("unknown --pg-auth {}", self.pg_auth))?;
-        Ok(cairn_sql::pg::PgOptions {
+        Ok(cairn_pgwire::PgOptions {
             auth,
             ..Default::default()
         })
@@ -306,8 +306,7 @@ async fn start_sql(
         opts.tls = tls.cloned();
         let e = engine.clone();
         tokio::spawn(async move {
-            if let Err(err) = cairn_sql::pg::serve(e, listener, opts, std::future::pending()).await
-            {
+            if let Err(err) = cairn_pgwire::serve(e, listener, opts, std::future::pending()).await {
                 eprintln!("PostgreSQL front end stopped: {err}");
             }
         });
@@ -328,7 +327,7 @@ async fn start_sql(
             .await
             .map_err(|e| format!("cannot listen for Flight SQL clients on {addr}: {e}"))?;
         let bound = listener.local_addr()?;
-        let opts = cairn_sql::flight::FlightOptions {
+        let opts = cairn_flightsql::FlightOptions {
             max_connections: limits.flight_max_connections.max(1),
             tls: tls.cloned(),
             // The SQL front ends ask for passwords alike: with TLS, or whenever the
@@ -337,7 +336,7 @@ async fn start_sql(
         };
         tokio::spawn(async move {
             if let Err(err) =
-                cairn_sql::flight::serve(engine, listener, opts, std::future::pending()).await
+                cairn_flightsql::serve(engine, listener, opts, std::future::pending()).await
             {
                 eprintln!("Flight SQL front end stopped: {err}");
             }

@@ -457,7 +457,7 @@ fn expand_array_pairs(query: &mut ast::Query) -> Option<()> {
 
 /// `sql` with every `'schema.name'::regproc` literal replaced by `'name'` (see the
 /// module doc), or `None` when it has none (or does not parse).
-pub(crate) fn regproc_names(sql: &str) -> Option<String> {
+pub fn regproc_names(sql: &str) -> Option<String> {
     use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
     use datafusion::sql::sqlparser::parser::Parser;
     let lower = sql.to_ascii_lowercase();

@@ -142,8 +142,8 @@ async fn postgres_and_flight_sql_clients_log_in_and_are_denied() {
         q(&admin, sql).await;
     }
     // PostgreSQL with SCRAM-SHA-256.
-    let opts = cairn_sql::pg::PgOptions {
-        auth: cairn_sql::pg::PgAuth::ScramSha256,
+    let opts = cairn_pgwire::PgOptions {
+        auth: cairn_pgwire::PgAuth::ScramSha256,
         ..Default::default()
     };
     let port = serve_pg(engine.clone(), opts).await;
@@ -206,11 +206,11 @@ async fn postgres_and_flight_sql_clients_log_in_and_are_denied() {
     // Flight SQL: the handshake's basic auth, then a bearer token.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let opts = cairn_sql::flight::FlightOptions {
+    let opts = cairn_flightsql::FlightOptions {
         auth_required: true,
         ..Default::default()
     };
-    tokio::spawn(cairn_sql::flight::serve(
+    tokio::spawn(cairn_flightsql::serve(
         engine,
         listener,
         opts,

@@ -55,10 +55,10 @@ async fn serve_pg(engine: &cairn_sql::SqlEngine) -> u16 {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
-    tokio::spawn(cairn_sql::pg::serve(
+    tokio::spawn(cairn_pgwire::serve(
         engine.clone(),
         listener,
-        cairn_sql::pg::PgOptions::default(),
+        cairn_pgwire::PgOptions::default(),
         std::future::pending(),
     ));
     port
@@ -72,10 +72,10 @@ async fn psql_psycopg_jdbc_and_adbc() {
     let flight = tokio::net::TcpListener::bind(("127.0.0.1", flight_port))
         .await
         .unwrap();
-    tokio::spawn(cairn_sql::flight::serve(
+    tokio::spawn(cairn_flightsql::serve(
         engine.clone(),
         flight,
-        cairn_sql::flight::FlightOptions::default(),
+        cairn_flightsql::FlightOptions::default(),
         std::future::pending(),
     ));
     let port = pg_port.to_string();

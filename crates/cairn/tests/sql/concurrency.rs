@@ -222,10 +222,10 @@ async fn pgbench_tpcb(tservers: usize, replicas: u32) {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
-    tokio::spawn(cairn_sql::pg::serve(
+    tokio::spawn(cairn_pgwire::serve(
         engine.clone(),
         listener,
-        cairn_sql::pg::PgOptions::default(),
+        cairn_pgwire::PgOptions::default(),
         std::future::pending(),
     ));
     let dir = tempfile::tempdir().unwrap();

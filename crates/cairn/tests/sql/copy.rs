@@ -14,12 +14,12 @@ use tokio_postgres::error::SqlState;
 use crate::{count, q, sql_cluster};
 
 async fn serve_pg(engine: &cairn_sql::SqlEngine) -> u16 {
-    let listener = cairn_sql::pg::bind("127.0.0.1:0").await.unwrap();
+    let listener = cairn_pgwire::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(cairn_sql::pg::serve(
+    tokio::spawn(cairn_pgwire::serve(
         engine.clone(),
         listener,
-        cairn_sql::pg::PgOptions::default(),
+        cairn_pgwire::PgOptions::default(),
         std::future::pending(),
     ));
     port

@@ -258,7 +258,7 @@ async fn huge_or_negative_execute_row_limits_are_no_limit() {
     let admin = engine.session();
     q(&admin, "CREATE TABLE h (id BIGINT PRIMARY KEY, v TEXT)").await;
     q(&admin, "INSERT INTO h VALUES (1, 'one')").await;
-    let port = serve_pg(engine, cairn_sql::pg::PgOptions::default()).await;
+    let port = serve_pg(engine, cairn_pgwire::PgOptions::default()).await;
     for limit in [i32::MAX, 0x7E00_0000, 1 << 20, -1, i32::MIN] {
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
@@ -301,7 +301,7 @@ async fn malformed_messages_and_random_sql_leave_the_server_serving() {
     )
     .await;
     q(&admin, "INSERT INTO g VALUES ('a', 1), ('b', 3)").await;
-    let port = serve_pg(engine, cairn_sql::pg::PgOptions::default()).await;
+    let port = serve_pg(engine, cairn_pgwire::PgOptions::default()).await;
     let seed: u64 = rand::random();
     eprintln!("seed {seed}");
     let mut rng = StdRng::seed_from_u64(seed);

@@ -18,12 +18,12 @@ use crate::sql_cluster;
 /// that stops the server when dropped.
 async fn start_pg(
     engine: SqlEngine,
-    opts: cairn_sql::pg::PgOptions,
+    opts: cairn_pgwire::PgOptions,
 ) -> (u16, tokio::sync::oneshot::Sender<()>) {
-    let listener = cairn_sql::pg::bind("127.0.0.1:0").await.unwrap();
+    let listener = cairn_pgwire::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(cairn_sql::pg::serve(engine, listener, opts, async move {
+    tokio::spawn(cairn_pgwire::serve(engine, listener, opts, async move {
         let _ = stopped.await;
     }));
     (port, stop)
@@ -60,7 +60,7 @@ async fn pg_connections_timeout_and_memory() {
     let (_cl, engine) = sql_cluster(1).await;
 
     // Connections: the third of two is refused with 53300; after a close, served.
-    let opts = cairn_sql::pg::PgOptions {
+    let opts = cairn_pgwire::PgOptions {
         max_connections: 2,
         ..Default::default()
     };
@@ -145,11 +145,11 @@ async fn flight_connection_limit() {
     let (_cl, engine) = sql_cluster(1).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let opts = cairn_sql::flight::FlightOptions {
+    let opts = cairn_flightsql::FlightOptions {
         max_connections: 1,
         ..Default::default()
     };
-    tokio::spawn(cairn_sql::flight::serve(
+    tokio::spawn(cairn_flightsql::serve(
         engine,
         listener,
         opts,

@@ -41,10 +41,10 @@ pub async fn sql_cluster(n: usize) -> (common::InProc, SqlEngine) {
 
 /// Serves `engine` over the PostgreSQL protocol with `opts` on a free loopback port
 /// until the test ends; returns the port.
-pub async fn serve_pg(engine: SqlEngine, opts: cairn_sql::pg::PgOptions) -> u16 {
-    let listener = cairn_sql::pg::bind("127.0.0.1:0").await.unwrap();
+pub async fn serve_pg(engine: SqlEngine, opts: cairn_pgwire::PgOptions) -> u16 {
+    let listener = cairn_pgwire::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(cairn_sql::pg::serve(
+    tokio::spawn(cairn_pgwire::serve(
         engine,
         listener,
         opts,

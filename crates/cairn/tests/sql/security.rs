@@ -52,8 +52,8 @@ async fn psql_tls_verify_full_and_passwords() {
     ] {
         admin.execute(sql).await.unwrap();
     }
-    let opts = cairn_sql::pg::PgOptions {
-        auth: cairn_sql::pg::PgAuth::ScramSha256,
+    let opts = cairn_pgwire::PgOptions {
+        auth: cairn_pgwire::PgAuth::ScramSha256,
         tls: Some(tls_of(certs.path(), "node")),
         ..Default::default()
     };

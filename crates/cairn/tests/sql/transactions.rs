@@ -507,10 +507,10 @@ async fn flight_sql_transactions_commit_and_roll_back() {
     .await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(cairn_sql::flight::serve(
+    tokio::spawn(cairn_flightsql::serve(
         engine.clone(),
         listener,
-        cairn_sql::flight::FlightOptions::default(),
+        cairn_flightsql::FlightOptions::default(),
         std::future::pending(),
     ));
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
