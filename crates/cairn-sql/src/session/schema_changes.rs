@@ -3,7 +3,7 @@
 
 use arrow::datatypes::DataType as ArrowType;
 use cairn_client::CreateTableSpec;
-use cairn_common::DataType;
+use cairn_common::{DataType, Schema};
 use datafusion::physical_plan::execute_stream;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
@@ -123,8 +123,11 @@ impl SqlSession {
         })
     }
 
-    /// `ALTER TABLE name ops`: column changes first (refused with PostgreSQL's codes when
-    /// the table's subspaces cannot follow them), then range partitions, then subspaces.
+    /// `ALTER TABLE name ops`: subspace drops first, so that one statement can drop a
+    /// subspace and then a column it indexed (or rename a column once no subspace is
+    /// left); then column changes (refused with PostgreSQL's codes when the remaining
+    /// subspaces cannot follow them), range partitions, and subspace additions last, so
+    /// that a new subspace may index a column the same statement adds.
     pub(super) async fn alter_table(
         &self,
         name: String,
@@ -136,7 +139,28 @@ impl SqlSession {
         let client = self.engine.client();
         let table = client.open_table(&name).await?;
         let steps = ddl::alter_ops_for_schema(&ops, &table.schema)?;
-        if let Some(r) = cairn_hyperspace::refuse_column_change(&table.subspaces, &steps) {
+        let existing: Vec<String> = table
+            .subspaces
+            .iter()
+            .map(|s| s.layout.name.clone())
+            .collect();
+        // New subspaces are judged against the columns as this statement leaves them;
+        // a column step the master will refuse leaves that to the master's message.
+        let altered_schema = steps
+            .iter()
+            .try_fold(Schema::clone(&table.schema), |schema, step| {
+                schema.altered(step)
+            })
+            .unwrap_or_else(|_| Schema::clone(&table.schema));
+        let (add_subspaces, drop_subspaces) =
+            ddl::subspace_changes(&ops, &altered_schema, &existing)?;
+        let remaining: Vec<_> = table
+            .subspaces
+            .iter()
+            .filter(|s| !drop_subspaces.contains(&s.layout.name))
+            .cloned()
+            .collect();
+        if let Some(r) = cairn_hyperspace::refuse_column_change(&remaining, &steps) {
             use cairn_hyperspace::ColumnChangeRefusal as R;
             let code = match r {
                 R::Building { .. } => "55000",
@@ -147,21 +171,17 @@ impl SqlSession {
         }
         let (add, drop) =
             ddl::range_partition_changes(&ops, &table.schema, &table.partition_schema)?;
-        let existing: Vec<String> = table
-            .subspaces
-            .iter()
-            .map(|s| s.layout.name.clone())
-            .collect();
-        let (add_subspaces, drop_subspaces) =
-            ddl::subspace_changes(&ops, &table.schema, &existing)?;
-        let mut altered = client.alter_table(&name, steps).await;
-        if altered.is_ok() {
-            altered = client.alter_range_partitions(&name, add, drop).await;
-        }
+        let mut altered = Ok(());
         for s in drop_subspaces {
             if altered.is_ok() {
                 altered = client.drop_subspace(&name, &s).await;
             }
+        }
+        if altered.is_ok() {
+            altered = client.alter_table(&name, steps).await;
+        }
+        if altered.is_ok() {
+            altered = client.alter_range_partitions(&name, add, drop).await;
         }
         for spec in add_subspaces {
             if altered.is_ok() {
