@@ -88,6 +88,7 @@ pub struct ScanBuilder {
     only_tablet: Option<String>,
     timeout: Option<Duration>,
     txn: Option<u64>,
+    prefer: Option<String>,
 }
 
 impl ScanBuilder {
@@ -104,6 +105,7 @@ impl ScanBuilder {
             only_tablet: None,
             timeout: None,
             txn: None,
+            prefer: None,
         }
     }
 
@@ -156,6 +158,15 @@ impl ScanBuilder {
     /// Scans only this tablet of the table (for per-tablet parallel scans).
     pub fn only_tablet(mut self, tablet_id: impl Into<String>) -> Self {
         self.only_tablet = Some(tablet_id.into());
+        self
+    }
+
+    /// Reads a snapshot from the replica on the tablet server at `addr` first, where
+    /// the tablet has one (a fragment of a distributed query reads the replicas of
+    /// the server it runs on); the others are tried if it fails. Scans of the
+    /// latest data go to the leader regardless.
+    pub fn prefer_replica(mut self, addr: impl Into<String>) -> Self {
+        self.prefer = Some(addr.into());
         self
     }
 
@@ -298,6 +309,7 @@ impl ScanBuilder {
             restartable,
             finished: false,
             local_schema,
+            prefer: self.prefer,
         })
     }
 }
@@ -360,6 +372,8 @@ pub struct ScanCursor {
     restartable: bool,
     finished: bool,
     local_schema: SchemaRef,
+    /// The replica snapshot reads try first ([`ScanBuilder::prefer_replica`]).
+    prefer: Option<String>,
 }
 
 impl ScanCursor {
@@ -666,12 +680,16 @@ impl ScanCursor {
             // READ_LATEST goes to the leader; snapshot reads to any replica, leader
             // first.
             None if read_mode == PbReadMode::ReadLatest => st.tablet.leader_addr()?.to_string(),
-            None => st
-                .tablet
-                .read_order()
-                .into_iter()
-                .find(|a| !st.excluded.contains(*a))?
-                .to_string(),
+            None => {
+                let order = st.tablet.read_order();
+                let preferred = self
+                    .prefer
+                    .as_deref()
+                    .filter(|p| order.contains(p) && !st.excluded.contains(*p));
+                preferred
+                    .or_else(|| order.into_iter().find(|a| !st.excluded.contains(*a)))?
+                    .to_string()
+            }
         };
         let lower_key = match &st.last_key {
             Some(k) if st.rows > 0 => {

@@ -138,6 +138,47 @@ impl Table {
         })
     }
 
+    /// The handle as bytes, for another process to rebuild with
+    /// [`Table::from_bytes`] without asking the master (a query fragment shipped to a
+    /// worker carries the tables it reads this way, at the schema it was planned at).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let wire = TableWire {
+            id: &self.id,
+            name: &self.name,
+            schema: SchemaMeta::from_schema(&self.schema),
+            partition_schema: &self.partition_schema,
+            replicas: self.replicas,
+            subspaces: &self.subspaces,
+        };
+        // Plain data: serializing it cannot fail.
+        serde_json::to_vec(&wire).unwrap_or_default()
+    }
+
+    /// A handle from [`Table::to_bytes`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<Table> {
+        #[derive(serde::Deserialize)]
+        struct Owned {
+            id: String,
+            name: String,
+            schema: SchemaMeta,
+            partition_schema: PartitionSchema,
+            replicas: u32,
+            subspaces: Vec<SubspaceEntry>,
+        }
+        let w: Owned = serde_json::from_slice(bytes).map_err(|e| ClientError::Decode {
+            what: "table handle",
+            detail: e.to_string(),
+        })?;
+        Ok(Table {
+            id: w.id,
+            name: w.name,
+            schema: Arc::new(w.schema.to_schema()?),
+            partition_schema: w.partition_schema,
+            replicas: w.replicas,
+            subspaces: w.subspaces,
+        })
+    }
+
     /// The partition key of a row given as one optional value per schema column (only
     /// the key columns matter; they must be present).
     pub fn partition_key(&self, values: &[Option<Value>]) -> Result<Vec<u8>> {
@@ -157,8 +198,19 @@ impl Table {
     }
 }
 
+/// The serialized form of a [`Table`].
+#[derive(serde::Serialize)]
+struct TableWire<'a> {
+    id: &'a str,
+    name: &'a str,
+    schema: SchemaMeta,
+    partition_schema: &'a PartitionSchema,
+    replicas: u32,
+    subspaces: &'a [SubspaceEntry],
+}
+
 /// One replica of a tablet.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReplicaInfo {
     /// The tablet server's node id.
     pub node_id: u64,
@@ -173,7 +225,7 @@ pub struct ReplicaInfo {
 }
 
 /// Where a tablet lives: its partition and replicas.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TabletLocationInfo {
     /// The tablet's id.
     pub tablet_id: String,

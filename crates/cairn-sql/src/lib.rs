@@ -9,6 +9,9 @@
 //! - [`provider`] / [`scan`] / [`pushdown`]: a `TableProvider` per table with exact
 //!   predicate, projection and limit pushdown, partition pruning, one DataFusion
 //!   partition per tablet, and one snapshot per statement.
+//! - [`distributed`]: a query's fragments run on the tablet servers' workers, split
+//!   by tablet and sent to the servers that lead them, with streamed shuffles
+//!   between them (HRDBMS's distributed execution, on `datafusion-distributed`).
 //! - [`search`]: a scan whose predicates narrow a subspace of the table (hyperspace
 //!   search) reads only the regions they intersect.
 //! - [`store_table`]: a read-only store as a table (key lookups and `IN` lists
@@ -40,6 +43,7 @@ pub mod catalog;
 pub mod copy;
 pub mod dcl;
 pub mod ddl;
+pub mod distributed;
 pub mod error;
 pub mod information_schema;
 pub mod options;

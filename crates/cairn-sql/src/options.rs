@@ -41,6 +41,11 @@ extensions_options! {
         /// only that subspace's matching regions (hyperspace search). Off scans the
         /// table's own tablets, for comparison.
         pub subspace_search: bool, default = true
+        /// Run queries distributed when the SQL engine knows the tablet servers'
+        /// workers (a cluster's front ends do, `cairn local` does not): each fragment
+        /// runs on the server that leads the tablets it reads. Off runs every query in
+        /// this process.
+        pub distributed: bool, default = true
     }
 }
 

@@ -31,7 +31,7 @@ use crate::scan::CairnScanExec;
 
 /// What makes two Cairn hash partitionings place equal keys in equal partitions: the
 /// types of the hashed columns (their key encoding), the bucket count and the seed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HashIdentity {
     /// Types of the hash columns, in hashing order.
     pub types: Vec<cairn_common::DataType>,

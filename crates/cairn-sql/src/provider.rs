@@ -389,6 +389,8 @@ impl TableProvider for CairnTable {
             hash,
             statement: Self::statement(state)?,
             schema: out_schema,
+            pad_to: 0,
+            read_from: None,
         })))
     }
 

@@ -79,6 +79,13 @@ pub(crate) struct ScanSpec {
     pub statement: Arc<StatementContext>,
     /// The output schema.
     pub schema: SchemaRef,
+    /// Partitions to declare at least: the partitions past `tablets` are empty. A
+    /// distributed task's share of a scan is padded so that every task's share has
+    /// as many partitions ([`crate::distributed`]); 0 elsewhere.
+    pub pad_to: usize,
+    /// The tablet server whose replicas this scan reads first (a distributed task's
+    /// share reads those of the server it runs on); `None`: the leaders'.
+    pub read_from: Option<String>,
 }
 
 /// Scans some tablets of a Cairn table.
@@ -105,9 +112,13 @@ impl CairnScanExec {
                             as Arc<dyn PhysicalExpr>
                     })
                     .collect(),
-                identity.buckets as usize,
+                if spec.pad_to > 0 {
+                    spec.pad_to
+                } else {
+                    identity.buckets as usize
+                },
             ),
-            None => Partitioning::UnknownPartitioning(spec.tablets.len().max(1)),
+            None => Partitioning::UnknownPartitioning(spec.tablets.len().max(spec.pad_to).max(1)),
         };
         let props = PlanProperties::new(
             EquivalenceProperties::new(spec.schema.clone()),
@@ -135,6 +146,81 @@ impl CairnScanExec {
     /// The predicates the tablet servers evaluate.
     pub fn predicates(&self) -> &[ColumnPredicate] {
         &self.spec.predicates
+    }
+
+    /// What this scan reads.
+    pub(crate) fn spec(&self) -> &ScanSpec {
+        &self.spec
+    }
+
+    /// The same scan reading only `tablets` (a subset of this scan's, in its order)
+    /// as `pad_to` partitions, from the replicas on `read_from` first: one
+    /// distributed task's share.
+    pub(crate) fn share(
+        &self,
+        tablets: &[usize],
+        pad_to: usize,
+        read_from: Option<String>,
+    ) -> CairnScanExec {
+        let s = &self.spec;
+        let spec = ScanSpec {
+            client: s.client.clone(),
+            table: s.table.clone(),
+            tablets: tablets.iter().map(|&i| s.tablets[i].clone()).collect(),
+            total_tablets: s.total_tablets,
+            tablet_stats: tablets
+                .iter()
+                .map(|&i| s.tablet_stats.get(i).cloned().flatten())
+                .collect(),
+            columns: s.columns.clone(),
+            predicates: s.predicates.clone(),
+            limit: s.limit,
+            hash: s.hash.clone(),
+            statement: s.statement.clone(),
+            schema: s.schema.clone(),
+            pad_to,
+            read_from,
+        };
+        CairnScanExec::new(spec)
+    }
+
+    /// Whether this scan returns its first rows in key order from one partition (it
+    /// cannot be split among tasks then).
+    pub(crate) fn key_ordered(&self) -> bool {
+        self.spec.key_ordered()
+    }
+
+    /// Fixes the statement's snapshot now, unless one is fixed or chosen already: the
+    /// first tablet's leader picks it as the first scan would (everything this client
+    /// wrote or saw is in it). A distributed plan needs it before its fragments leave
+    /// this process, since each worker reads at it.
+    pub(crate) async fn fix_snapshot(&self) -> Result<bool> {
+        let spec = &self.spec;
+        let mut chosen = spec.statement.chosen_snapshot.lock().await;
+        if chosen.is_some() {
+            return Ok(true);
+        }
+        let Some(tablet) = spec.tablets.first() else {
+            return Ok(false);
+        };
+        let key = &spec
+            .table
+            .schema
+            .column(spec.table.schema.key_indexes()[0])
+            .name;
+        let mut cursor = spec
+            .client
+            .scan(&spec.table)
+            .only_tablet(tablet.tablet_id.clone())
+            .projection(vec![key.clone()])
+            .limit(1)
+            .read_mode(ReadMode::ReadYourWrites)
+            .cursor()
+            .await
+            .map_err(df_err)?;
+        cursor.next_batch().await.map_err(df_err)?;
+        *chosen = cursor.snapshot_timestamp();
+        Ok(chosen.is_some())
     }
 
     /// The identity of the Cairn hash partitioning this scan declares, if it does.
@@ -183,6 +269,10 @@ impl DisplayAs for CairnScanExec {
         }
         if let Some(ts) = s.statement.fixed_snapshot {
             write!(f, ", snapshot={ts}")?;
+        }
+        if let Some(at) = &s.read_from {
+            // A distributed task's share: the server it runs on and reads from.
+            write!(f, ", at={at}")?;
         }
         for d in &self.dynamic_filters {
             write!(f, ", dynamic_filter={d}")?;
@@ -294,7 +384,8 @@ impl ExecutionPlan for CairnScanExec {
     ) -> Result<SendableRecordBatchStream> {
         let schema = self.spec.schema.clone();
         let Some(tablet) = self.spec.tablets.get(partition).cloned() else {
-            // No tablet survived pruning: the single partition is empty.
+            // No tablet survived pruning (the single partition is empty), or a
+            // distributed task's padding.
             return Ok(Box::pin(RecordBatchStreamAdapter::new(
                 schema,
                 futures::stream::empty(),
@@ -536,6 +627,9 @@ async fn open_tablet(
     let mut builder = builder
         .only_tablet(tablet.tablet_id.clone())
         .ordered(ordered);
+    if let Some(at) = &spec.read_from {
+        builder = builder.prefer_replica(at.clone());
+    }
     // Batches of the scan's own columns take its schema; wider ones keep theirs.
     let own_columns = columns == spec.columns;
     // A scan of no columns (count(*)) still needs rows: read the first key column

@@ -938,8 +938,26 @@ impl SqlSession {
             }
             _ => {
                 let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+                if let LogicalPlan::Explain(e) = &plan
+                    && let Some(rows) = crate::distributed::explain(&state, e).await?
+                {
+                    let stream = datafusion::physical_plan::memory::MemoryStream::try_new(
+                        vec![rows],
+                        schema.clone(),
+                        None,
+                    )?;
+                    return Ok(QueryResult::Rows {
+                        schema,
+                        stream: Box::pin(stream),
+                    });
+                }
                 let physical = state.create_physical_plan(&plan).await?;
-                let stream = execute_stream(physical, state.task_ctx())?;
+                crate::distributed::prepare(&physical).await?;
+                let distributed = crate::distributed::is_distributed(&physical);
+                let mut stream = execute_stream(physical, state.task_ctx())?;
+                if distributed {
+                    stream = crate::distributed::or_run_here(stream, state, plan);
+                }
                 Ok(QueryResult::Rows { schema, stream })
             }
         }

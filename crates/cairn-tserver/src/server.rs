@@ -50,6 +50,9 @@ pub struct TserverOptions {
     pub limits: ServiceLimits,
     /// Mutual TLS for every RPC served and made (`None`: plain TCP).
     pub tls: Option<Arc<cairn_proto::TlsConfig>>,
+    /// More gRPC services to serve on the RPC port, such as the SQL layer's worker
+    /// for distributed queries (built above this crate, which knows nothing of SQL).
+    pub extra_routes: Option<tonic::service::Routes>,
 }
 
 impl TserverOptions {
@@ -67,6 +70,7 @@ impl TserverOptions {
             max_clock_offset: cairn_common::clock::DEFAULT_MAX_OFFSET,
             limits: ServiceLimits::default(),
             tls: None,
+            extra_routes: None,
         }
     }
 }
@@ -150,8 +154,10 @@ impl TabletServer {
         }
         let mut tasks = Vec::new();
 
-        let router = cairn_proto::tls::server_builder(opts.tls.as_deref())
-            .map_err(|e| TserverError::Internal(format!("bad TLS configuration: {e}")))?
+        let routes = opts
+            .extra_routes
+            .clone()
+            .unwrap_or_default()
             .add_service(
                 pb::tablet_server_server::TabletServerServer::new(service.clone())
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -166,6 +172,9 @@ impl TabletServer {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
             .add_service(consensus_server(registry, gate.clone()));
+        let router = cairn_proto::tls::server_builder(opts.tls.as_deref())
+            .map_err(|e| TserverError::Internal(format!("bad TLS configuration: {e}")))?
+            .add_routes(routes);
         tasks.push(spawn_rpc_server(
             listener,
             router,

@@ -225,6 +225,13 @@ pub struct SqlFlags {
     pub flight_sql_addr: Option<String>,
     #[command(flatten)]
     pub auth: PgAuthFlags,
+    /// Run queries distributed: their fragments go to the workers every tablet
+    /// server hosts, each to a server holding replicas of the tablets it reads, with
+    /// shuffles streamed between them (not yet on a cluster with TLS). A query whose
+    /// worker fails before it returned rows runs again here. A session can still turn
+    /// it off with SET cairn.distributed = false.
+    #[arg(long, env = "CAIRN_DISTRIBUTED_SQL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub distributed_sql: bool,
 }
 
 /// How PostgreSQL clients authenticate.
@@ -274,13 +281,16 @@ impl UserFlags {
 /// engine calls the tablet servers of this process (`in_process`) without the network.
 async fn start_sql(
     masters: &[String],
-    pg_addr: Option<&str>,
-    flight_addr: Option<&str>,
-    auth: &PgAuthFlags,
+    sql: &SqlFlags,
     limits: &LimitFlags,
     tls: Option<&std::sync::Arc<cairn_proto::TlsConfig>>,
     in_process: &[&TabletServer],
 ) -> Result<Vec<String>, BoxError> {
+    let (pg_addr, flight_addr, auth) = (
+        sql.pg_addr.as_deref(),
+        sql.flight_sql_addr.as_deref(),
+        &sql.auth,
+    );
     let mut lines = vec![];
     if pg_addr.is_none() && flight_addr.is_none() {
         return Ok(lines);
@@ -288,9 +298,14 @@ async fn start_sql(
     let client = cairn_client::Client::connect(masters)
         .await?
         .with_tls(tls.cloned());
-    let engine = cairn_sql::SqlEngine::new(client)?.with_limits(cairn_sql::EngineLimits {
-        query_memory_bytes: limits.query_memory_limit_mb.saturating_mul(1 << 20),
-    });
+    let mut engine =
+        cairn_sql::SqlEngine::new(client.clone())?.with_limits(cairn_sql::EngineLimits {
+            query_memory_bytes: limits.query_memory_limit_mb.saturating_mul(1 << 20),
+        });
+    // The workers speak plain gRPC: a TLS cluster runs every query here.
+    if sql.distributed_sql && tls.is_none() {
+        engine = engine.with_workers(cairn_sql::distributed::ClusterWorkers::watch(client));
+    }
     for t in in_process {
         engine
             .client()
@@ -561,17 +576,7 @@ pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
     } else {
         args.masters.clone()
     };
-    for line in start_sql(
-        &masters,
-        args.sql.pg_addr.as_deref(),
-        args.sql.flight_sql_addr.as_deref(),
-        &args.sql.auth,
-        &args.limits,
-        sec.tls.as_ref(),
-        &[],
-    )
-    .await?
-    {
+    for line in start_sql(&masters, &args.sql, &args.limits, sec.tls.as_ref(), &[]).await? {
         println!("{line}");
     }
     shutdown_signal().await;
@@ -588,7 +593,20 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
     )?;
     let mut o = args.options();
     o.tls = sec.tls.clone();
+    // The worker that runs fragments of distributed queries, on the RPC port (plain
+    // gRPC only, so not on a TLS cluster). It reads this server's tablets in process.
+    let worker = cairn_sql::SqlEngine::new(
+        cairn_client::Client::connect(&args.masters)
+            .await?
+            .with_tls(sec.tls.clone()),
+    )?;
+    if sec.tls.is_none() {
+        o.extra_routes = Some(cairn_sql::distributed::worker_routes(&worker));
+    }
     let t = TabletServer::start(o).await?;
+    worker
+        .client()
+        .register_in_process(t.addr(), std::sync::Arc::new(t.service()));
     println!(
         "cairn tserver {} listening on {} (data in {}, masters {})",
         t.node_id(),
@@ -606,9 +624,7 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
     }
     for line in start_sql(
         &args.masters,
-        args.sql.pg_addr.as_deref(),
-        args.sql.flight_sql_addr.as_deref(),
-        &args.sql.auth,
+        &args.sql,
         &args.limits,
         sec.tls.as_ref(),
         &[&t],
@@ -663,6 +679,7 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
             pg_addr: None,
             flight_sql_addr: None,
             auth: args.auth.clone(),
+            distributed_sql: false,
         },
         limits: args.limits.clone(),
         security: args.security.clone(),
@@ -686,6 +703,7 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
                 pg_addr: None,
                 flight_sql_addr: None,
                 auth: args.auth.clone(),
+                distributed_sql: false,
             },
             limits: args.limits.clone(),
             security: args.security.clone(),
@@ -717,13 +735,16 @@ pub async fn run_local(args: LocalArgs) -> Result<(), BoxError> {
         }
     }
     let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
-    let pg = nonempty(&args.pg_addr);
-    let flight = nonempty(&args.flight_sql_addr);
+    let sql = SqlFlags {
+        pg_addr: nonempty(&args.pg_addr),
+        flight_sql_addr: nonempty(&args.flight_sql_addr),
+        auth: args.auth.clone(),
+        // One process: nothing to distribute to.
+        distributed_sql: false,
+    };
     for line in start_sql(
         &[master.addr().to_string()],
-        pg.as_deref(),
-        flight.as_deref(),
-        &args.auth,
+        &sql,
         &args.limits,
         sec.tls.as_ref(),
         &tservers.iter().collect::<Vec<_>>(),

@@ -138,9 +138,36 @@ impl SqlEngine {
         }
     }
 
+    /// The same engine distributing queries to `workers` (see [`crate::distributed`]);
+    /// sessions made from now on can.
+    pub fn with_workers(self, workers: Arc<crate::distributed::ClusterWorkers>) -> Self {
+        let template =
+            crate::distributed::enable(self.inner.template.clone(), &self.inner.client, workers);
+        let inner = EngineInner {
+            client: self.inner.client.clone(),
+            schema: self.inner.schema.clone(),
+            users: self.inner.users.clone(),
+            template,
+            limits: self.inner.limits.clone(),
+        };
+        SqlEngine {
+            inner: Arc::new(inner),
+        }
+    }
+
     /// Connects to the masters and builds an engine.
     pub async fn connect(masters: &[String]) -> Result<Self> {
         Self::new(Client::connect(masters).await?)
+    }
+
+    /// The scalar functions sessions know: DataFusion's and Cairn's.
+    pub(crate) fn scalar_functions(&self) -> Vec<Arc<datafusion::logical_expr::ScalarUDF>> {
+        self.inner
+            .template
+            .scalar_functions()
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// The cluster client.

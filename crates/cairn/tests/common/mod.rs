@@ -34,6 +34,9 @@ pub struct InProc {
     pub ts_limits: cairn_tserver::ServiceLimits,
     /// Mutual TLS for the master, the tablet servers and clients.
     pub tls: Option<std::sync::Arc<cairn_proto::TlsConfig>>,
+    /// Whether tablet servers host a worker for distributed SQL, as `cairn tserver`
+    /// does.
+    pub workers: bool,
 }
 
 impl InProc {
@@ -43,6 +46,20 @@ impl InProc {
 
     pub async fn start_with(n: usize, dead_after: Duration, group: GroupOptions) -> InProc {
         Self::start_full(n, dead_after, group, None).await
+    }
+
+    /// A cluster whose tablet servers host workers for distributed SQL.
+    #[allow(dead_code)]
+    pub async fn start_with_workers(n: usize) -> InProc {
+        let mut c = Self::start_full(0, Duration::from_secs(300), fast_group(), None).await;
+        c.workers = true;
+        for i in 0..n {
+            c.ts_addrs.push(reserve_addr());
+            c.tservers.push(None);
+            c.start_tserver(i).await;
+        }
+        c.wait_live(n).await;
+        c
     }
 
     /// A cluster whose servers and clients all use mutual TLS with `tls`.
@@ -67,6 +84,7 @@ impl InProc {
             group,
             ts_limits: Default::default(),
             tls,
+            workers: false,
         };
         c.start_master().await;
         for i in 0..n {
@@ -104,7 +122,18 @@ impl InProc {
         o.heartbeat_interval = Duration::from_millis(200);
         o.tablet.fsync = cairn_tablet::FsyncPolicy::Never;
         o.group.fsync = cairn_tablet::FsyncPolicy::Never;
+        let worker = if self.workers {
+            let engine = cairn_sql::SqlEngine::new(self.client().await).unwrap();
+            o.extra_routes = Some(cairn_sql::distributed::worker_routes(&engine));
+            Some(engine)
+        } else {
+            None
+        };
         let t = TabletServer::start(o).await.unwrap();
+        if let Some(w) = worker {
+            w.client()
+                .register_in_process(t.addr(), std::sync::Arc::new(t.service()));
+        }
         self.ts_addrs[i] = t.addr().to_string();
         self.tservers[i] = Some(t);
     }

@@ -10,6 +10,9 @@ use datafusion::datasource::MemTable;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::prelude::SessionContext;
 
+use cairn_sql::distributed::ClusterWorkers;
+use cairn_sql::{SqlEngine, SqlSession};
+
 use crate::{sql_cluster, strings};
 
 const SF: f64 = 0.01;
@@ -121,10 +124,13 @@ fn normalized(batches: &[RecordBatch]) -> Vec<Vec<String>> {
     rows
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tpch_sf001_all_queries_match_datafusion() {
-    let (_cl, engine) = sql_cluster(1).await;
+/// Creates and fills the TPC-H tables through `engine`; returns DataFusion on
+/// in-memory copies of the same rows.
+async fn load(engine: &SqlEngine, replicas: u32) -> SessionContext {
     let s = engine.session();
+    s.query(&format!("SET cairn.default_replicas = {replicas}"))
+        .await
+        .unwrap();
     let reference = SessionContext::new();
     for (name, ddl) in ddl() {
         let name = name.as_str();
@@ -154,6 +160,47 @@ async fn tpch_sf001_all_queries_match_datafusion() {
         .unwrap();
         assert_eq!(written as usize, rows, "{name}");
     }
+    reference
+}
+
+/// The answers of `session` to the 22 queries that differ from `reference`'s.
+async fn mismatches(
+    how: &str,
+    session: &SqlSession,
+    reference: &SessionContext,
+    failures: &mut Vec<String>,
+) {
+    for n in 1..=22 {
+        let sql = query(n);
+        let want = reference.sql(&sql).await.unwrap().collect().await.unwrap();
+        let got = match session.query(&sql).await {
+            Ok(b) => b,
+            Err(e) => {
+                failures.push(format!("q{n} ({how}): {e}"));
+                continue;
+            }
+        };
+        let (w, g) = (normalized(&want), normalized(&got));
+        if w.is_empty() && n != 20 {
+            failures.push(format!("q{n}: the reference answer is empty"));
+        }
+        if w != g {
+            failures.push(format!(
+                "q{n} ({how}): {} rows expected, {} got; first expected {:?}, got {:?}",
+                w.len(),
+                g.len(),
+                w.first(),
+                g.first()
+            ));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tpch_sf001_all_queries_match_datafusion() {
+    let (_cl, engine) = sql_cluster(1).await;
+    let reference = load(&engine, 1).await;
+    let s = engine.session();
     // Once as planned by default (small tables: joins collect their build side), once
     // with partitioned joins forced, which pairs Cairn's declared hash partitioning
     // with DataFusion's repartitioning (crate::partitioning in cairn-sql).
@@ -167,34 +214,126 @@ async fn tpch_sf001_all_queries_match_datafusion() {
     }
     let mut failures = vec![];
     for (how, session) in [("default", &s), ("partitioned joins", &partitioned)] {
-        for n in 1..=22 {
-            let sql = query(n);
-            let want = reference.sql(&sql).await.unwrap().collect().await.unwrap();
-            let got = match session.query(&sql).await {
-                Ok(b) => b,
-                Err(e) => {
-                    failures.push(format!("q{n} ({how}): {e}"));
-                    continue;
-                }
-            };
-            let (w, g) = (normalized(&want), normalized(&got));
-            if w.is_empty() && n != 20 {
-                failures.push(format!("q{n}: the reference answer is empty"));
-            }
-            if w != g {
-                failures.push(format!(
-                    "q{n} ({how}): {} rows expected, {} got; first expected {:?}, got {:?}",
-                    w.len(),
-                    g.len(),
-                    w.first(),
-                    g.first()
-                ));
-            }
-        }
+        mismatches(how, session, &reference, &mut failures).await;
     }
     assert!(
         failures.is_empty(),
         "TPC-H mismatches:\n{}",
         failures.join("\n")
     );
+}
+
+/// The 22 queries on three tablet servers that host workers, with distributed
+/// execution: DataFusion's answers, and plans that run on every server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tpch_sf001_distributed_on_three_tablet_servers() {
+    let cl = crate::common::InProc::start_with_workers(3).await;
+    let engine = SqlEngine::new(cl.client().await)
+        .unwrap()
+        .with_workers(ClusterWorkers::fixed(&cl.ts_addrs));
+    let reference = load(&engine, 1).await;
+    let s = engine.session();
+    let mut failures = vec![];
+    mismatches("distributed", &s, &reference, &mut failures).await;
+    // Partitioned joins and aggregations: shuffles between the servers.
+    let partitioned = engine.session();
+    for set in [
+        "SET datafusion.execution.target_partitions = 2",
+        "SET datafusion.optimizer.hash_join_single_partition_threshold = 0",
+        "SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
+    ] {
+        partitioned.query(set).await.unwrap();
+    }
+    mismatches(
+        "distributed, partitioned",
+        &partitioned,
+        &reference,
+        &mut failures,
+    )
+    .await;
+    assert!(
+        failures.is_empty(),
+        "TPC-H mismatches:\n{}",
+        failures.join("\n")
+    );
+    // Most queries run distributed (not the few over small tables only).
+    let mut distributed = 0;
+    for n in 1..=22 {
+        let plan = explain(&partitioned, &query(n)).await;
+        if std::env::var("CAIRN_SHOW_PLANS").is_ok() {
+            eprintln!("q{n}:\n{plan}");
+        }
+        distributed += plan.contains("DistributedExec") as usize;
+    }
+    assert!(
+        distributed >= 18,
+        "{distributed} of 22 queries run distributed"
+    );
+    // EXPLAIN shows the stages, and the tasks reading lineitem on all three servers.
+    let plan = explain(&s, &query(1)).await;
+    assert!(plan.contains("DistributedExec"), "{plan}");
+    assert!(plan.contains("Stage 1"), "{plan}");
+    for addr in &cl.ts_addrs {
+        assert!(plan.contains(addr.as_str()), "{addr} runs no task:\n{plan}");
+    }
+    // Off for the session: the same query runs in this process.
+    let local = engine.session();
+    local.query("SET cairn.distributed = false").await.unwrap();
+    let plan = explain(&local, &query(1)).await;
+    assert!(!plan.contains("DistributedExec"), "{plan}");
+}
+
+/// A distributed query whose worker is gone runs again in the coordinator, at the
+/// same snapshot, and answers as if nothing happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tpch_distributed_query_runs_here_when_a_worker_stops() {
+    let mut cl = crate::common::InProc::start_with_workers(3).await;
+    let engine = SqlEngine::new(cl.client().await)
+        .unwrap()
+        .with_workers(ClusterWorkers::fixed(&cl.ts_addrs));
+    let reference = load(&engine, 3).await;
+    let s = engine.session();
+    // The server leading lineitem's first tablet stops, and its worker with it. The
+    // planner still routes tasks there (the list of workers is fixed here and the
+    // client's locations are stale), they fail, and the queries run here.
+    let lineitem = engine.client().open_table("lineitem").await.unwrap();
+    let locations = engine
+        .client()
+        .table_locations(&lineitem, false)
+        .await
+        .unwrap();
+    let leader = locations[0].leader_addr().unwrap().to_string();
+    let victim = cl.ts_addrs.iter().position(|a| *a == leader).unwrap();
+    cl.stop_tserver(victim).await;
+    // Still planned with a task on the stopped server: the answers below come from
+    // running the queries here after that task failed.
+    let plan = explain(&s, &query(1)).await;
+    assert!(
+        plan.lines().any(|l| l.contains(&format!("at={leader}"))),
+        "{plan}"
+    );
+    let mut failures = vec![];
+    for n in [1, 3, 5, 18] {
+        let sql = query(n);
+        let want = reference.sql(&sql).await.unwrap().collect().await.unwrap();
+        match s.query(&sql).await {
+            Ok(got) if normalized(&got) == normalized(&want) => {}
+            Ok(got) => failures.push(format!("q{n}: {} rows, not the answer", got.len())),
+            Err(e) => failures.push(format!("q{n}: {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "after a worker stopped:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// The physical plan EXPLAIN shows for `sql`.
+async fn explain(s: &SqlSession, sql: &str) -> String {
+    let rows = strings(&s.query(&format!("EXPLAIN {sql}")).await.unwrap());
+    rows.iter()
+        .filter(|r| r[0] == "physical_plan")
+        .map(|r| r[1].clone())
+        .collect()
 }

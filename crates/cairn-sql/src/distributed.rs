@@ -1,0 +1,271 @@
+//! Distributed execution: a query's fragments run where its tablets live.
+//!
+//! HRDBMS ("HRDBMS: Combining the Best of Modern and Traditional Relational Databases",
+//! §3) runs each query as a tree of operators spread over the cluster, with data
+//! shuffled between nodes as streams. Cairn builds this on `datafusion-distributed`:
+//! DataFusion plans the query as usual, then the distributed planner cuts the plan
+//! into *stages* at its repartitions and merges. Each stage runs as one or more
+//! *tasks*, one per worker; shuffles stream Arrow batches between workers over
+//! Arrow Flight without touching disk, and the head stage runs on the coordinator,
+//! the front end the client is connected to.
+//!
+//! The pieces:
+//! - every tablet server hosts a worker on its RPC port ([`worker::worker_routes`]);
+//!   the coordinator sends fragments to the live ones ([`ClusterWorkers`]);
+//! - a [`CairnScanExec`] is split among tasks by tablet and each task is sent to the
+//!   server leading its tablets ([`tasks`]); it travels as what it reads
+//!   ([`CairnCodec`]);
+//! - the coordinator fixes the statement's snapshot before any fragment leaves it
+//!   ([`prepare`]), so every worker reads the same consistent data;
+//! - [`CairnQueryPlanner`] decides per statement whether to distribute at all.
+//!
+//! A statement is distributed when the session allows it (`cairn.distributed`), it
+//! reads only Cairn tables (no system catalogs, no read-only stores), it is not part
+//! of an open transaction (whose provisional rows only this session can read), and
+//! it writes nothing; everything else runs in the coordinator as before. A plan
+//! that would send a node no codec knows (a subspace search) runs there too.
+
+mod codec;
+pub mod tasks;
+mod worker;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::catalog::Session;
+use datafusion::common::Result;
+use datafusion::common::format::ExplainFormat;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::datasource::source_as_provider;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::context::{QueryPlanner, SessionState};
+use datafusion::logical_expr::{Explain, LogicalPlan};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execute_stream};
+use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
+use datafusion_distributed::{
+    DistributedExec, DistributedExt, DistributedGetterExt, DistributedLeafExec,
+    SessionStateBuilderExt, display_plan_ascii,
+};
+use futures::{StreamExt, TryStreamExt};
+
+pub use codec::CairnCodec;
+pub use worker::{ClusterWorkers, worker, worker_routes};
+
+use crate::options::{CairnOptions, StatementContext};
+use crate::provider::CairnTable;
+use crate::scan::CairnScanExec;
+
+/// `template` made able to distribute: the distributed planner (behind
+/// [`CairnQueryPlanner`]), Cairn's codec and task handlers, and `workers`.
+pub(crate) fn enable(
+    template: SessionState,
+    client: &cairn_client::Client,
+    workers: Arc<ClusterWorkers>,
+) -> SessionState {
+    let state = SessionStateBuilder::new_from_existing(template)
+        .with_distributed_worker_resolver(worker::Resolver(workers.clone()))
+        .with_distributed_user_codec(CairnCodec::new(client.clone()))
+        .with_distributed_desired_task_count_handler(tasks::desired_task_count)
+        .with_distributed_scale_up_leaf_node_handler(tasks::scale_up_leaf)
+        .with_distributed_route_tasks_handler(tasks::route_tasks)
+        .with_distributed_planner()
+        .build();
+    let distributed = Arc::clone(state.query_planner());
+    SessionStateBuilder::new_from_existing(state)
+        .with_query_planner(Arc::new(CairnQueryPlanner {
+            distributed,
+            workers,
+        }))
+        .build()
+}
+
+/// Plans each statement either distributed or in this process (see the module
+/// docs for which).
+#[derive(Debug)]
+pub struct CairnQueryPlanner {
+    /// The distributed planner (which plans with DataFusion's first).
+    distributed: Arc<dyn QueryPlanner + Send + Sync>,
+    workers: Arc<ClusterWorkers>,
+}
+
+#[async_trait]
+impl QueryPlanner for CairnQueryPlanner {
+    async fn create_physical_plan(
+        &self,
+        logical: &LogicalPlan,
+        session: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let local = DefaultPhysicalPlanner::default();
+        if !self.wants_distribution(logical, session) {
+            return local.create_physical_plan(logical, session).await;
+        }
+        let plan = self
+            .distributed
+            .create_physical_plan(logical, session)
+            .await?;
+        if is_distributed(&plan) && !only_sendable_nodes(&plan) {
+            return local.create_physical_plan(logical, session).await;
+        }
+        Ok(plan)
+    }
+}
+
+impl CairnQueryPlanner {
+    /// Whether `logical` may be distributed (see the module docs).
+    fn wants_distribution(&self, logical: &LogicalPlan, session: &dyn Session) -> bool {
+        let allowed = session
+            .config_options()
+            .extensions
+            .get::<CairnOptions>()
+            .is_none_or(|o| o.distributed);
+        let in_txn = session
+            .config()
+            .get_extension::<StatementContext>()
+            .is_some_and(|s| s.txn.is_some());
+        if !allowed || in_txn || self.workers.urls().len() < 2 {
+            return false;
+        }
+        let inner = match logical {
+            LogicalPlan::Analyze(a) => a.input.as_ref(),
+            LogicalPlan::Dml(_)
+            | LogicalPlan::Ddl(_)
+            | LogicalPlan::Statement(_)
+            | LogicalPlan::Copy(_)
+            | LogicalPlan::Explain(_) => return false,
+            other => other,
+        };
+        let mut tables = 0;
+        let mut only_cairn = true;
+        let _ = inner.apply_with_subqueries(|node| {
+            if let LogicalPlan::TableScan(scan) = node {
+                tables += 1;
+                only_cairn &= source_as_provider(&scan.source)
+                    .is_ok_and(|p| p.downcast_ref::<CairnTable>().is_some());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        tables > 0 && only_cairn
+    }
+}
+
+/// Whether `plan` runs distributed.
+pub fn is_distributed(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.exists(|n| Ok(n.is::<DistributedExec>()))
+        .unwrap_or(false)
+}
+
+/// Whether every leaf of `plan` can be sent to a worker: Cairn scans and the
+/// leaves DataFusion encodes itself.
+fn only_sendable_nodes(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    !plan
+        .exists(|n| {
+            Ok(n.children().is_empty()
+                && !(n.is::<CairnScanExec>()
+                    || n.is::<DistributedLeafExec>()
+                    || n.is::<EmptyExec>()
+                    || n.is::<PlaceholderRowExec>()
+                    || n.is::<DistributedExec>()
+                    || n.name() == "DataSourceExec"))
+        })
+        .unwrap_or(true)
+}
+
+/// Readies a physical plan to run: a distributed plan gets its statement's
+/// snapshot fixed now, by its first scan of some tablet, since the workers read at
+/// it. Plans that are not distributed are left alone (their first scan picks it).
+pub async fn prepare(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
+    if !is_distributed(plan) {
+        return Ok(());
+    }
+    for scan in scans(plan) {
+        if let Some(scan) = scan.downcast_ref::<CairnScanExec>()
+            && scan.fix_snapshot().await?
+        {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The rows of a distributed query, `stream`; should it fail before its first batch
+/// (a worker died, or could not be reached), the query runs again in this process
+/// instead, at the same snapshot (the statement context in `state` holds it), its
+/// scans going to whichever replicas answer. Once rows have been returned an error
+/// ends the query: no partial result is ever completed from another run.
+pub fn or_run_here(
+    stream: SendableRecordBatchStream,
+    state: SessionState,
+    plan: LogicalPlan,
+) -> SendableRecordBatchStream {
+    let schema = stream.schema();
+    type Rows = futures::stream::BoxStream<'static, Result<RecordBatch>>;
+    let rows = futures::stream::once(async move {
+        let mut stream = stream;
+        let rows: Rows = match stream.next().await {
+            Some(Ok(first)) => futures::stream::iter([Ok(first)]).chain(stream).boxed(),
+            None => futures::stream::empty().boxed(),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "a distributed query failed; running it here");
+                let mut state = state;
+                if let Some(o) = state
+                    .config_mut()
+                    .options_mut()
+                    .extensions
+                    .get_mut::<CairnOptions>()
+                {
+                    o.distributed = false;
+                }
+                let physical = state.create_physical_plan(&plan).await?;
+                execute_stream(physical, state.task_ctx())?.boxed()
+            }
+        };
+        Ok::<Rows, datafusion::error::DataFusionError>(rows)
+    })
+    .try_flatten();
+    Box::pin(RecordBatchStreamAdapter::new(schema, rows))
+}
+
+/// EXPLAIN of a query that runs distributed: DataFusion's two rows, the physical
+/// plan drawn as stages with their tasks, each Cairn scan task with the servers
+/// leading its tablets (where it runs). `None` when the query would not run
+/// distributed (or EXPLAIN asked for more than the plans): DataFusion explains it.
+pub async fn explain(state: &SessionState, e: &Explain) -> Result<Option<RecordBatch>> {
+    if e.verbose
+        || !matches!(e.explain_format, ExplainFormat::Indent)
+        || state.config().get_distributed_worker_resolver().is_err()
+    {
+        return Ok(None);
+    }
+    let physical = state.create_physical_plan(&e.plan).await?;
+    if !is_distributed(&physical) {
+        return Ok(None);
+    }
+    let logical = state.optimize(&e.plan)?;
+    let kinds = StringArray::from(vec!["logical_plan", "physical_plan"]);
+    let plans = StringArray::from(vec![
+        logical.display_indent().to_string(),
+        display_plan_ascii(physical.as_ref(), false),
+    ]);
+    Ok(Some(RecordBatch::try_new(
+        Arc::new(e.schema.as_arrow().clone()),
+        vec![Arc::new(kinds), Arc::new(plans)],
+    )?))
+}
+
+/// The Cairn scans of `plan`, the split ones as planned.
+fn scans(plan: &Arc<dyn ExecutionPlan>) -> Vec<Arc<dyn ExecutionPlan>> {
+    let mut out = vec![];
+    let _ = plan.apply(|n| {
+        if let Some(leaf) = n.downcast_ref::<DistributedLeafExec>() {
+            out.push(Arc::clone(leaf.original()));
+        } else if n.is::<CairnScanExec>() {
+            out.push(Arc::clone(n));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    out
+}

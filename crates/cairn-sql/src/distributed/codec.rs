@@ -1,0 +1,207 @@
+//! [`CairnCodec`]: how a [`CairnScanExec`] crosses the network to a worker.
+//!
+//! A scan travels as what it reads: the table handle (at the schema the statement
+//! was planned at), its share of the tablets with their replicas, the projection,
+//! the predicates the tablet servers evaluate, the limit, the declared hash
+//! partitioning and the statement's snapshot, which the coordinator fixed before
+//! the plan left it. The worker rebuilds the scan on its own cluster client and
+//! reads at that snapshot, so every fragment of one query sees the same data.
+//! Dynamic filters (a hash join's build side) stay behind: they are hints, and
+//! their producer may run in another process.
+
+use std::sync::Arc;
+
+use cairn_client::{Client, Table, TabletLocationInfo};
+use cairn_common::ColumnPredicate;
+use datafusion::arrow::datatypes::Schema as ArrowSchema;
+use datafusion::common::{Result, internal_datafusion_err, internal_err};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use prost::Message;
+
+use crate::options::{InsertMode, StatementContext};
+use crate::partitioning::HashIdentity;
+use crate::scan::{CairnScanExec, ScanSpec};
+
+/// Encodes and decodes Cairn's execution plan nodes for distributed execution; the
+/// coordinator and every worker register one (DataFusion's own nodes need none).
+#[derive(Debug, Clone)]
+pub struct CairnCodec {
+    /// The cluster client decoded scans read with.
+    client: Client,
+}
+
+impl CairnCodec {
+    /// A codec whose decoded scans read through `client`.
+    pub fn new(client: Client) -> Self {
+        CairnCodec { client }
+    }
+}
+
+/// The parts of a scan other than its Arrow schema (which travels as DataFusion's
+/// protobuf schema).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ScanWire {
+    /// [`Table::to_bytes`].
+    table: Vec<u8>,
+    tablets: Vec<TabletLocationInfo>,
+    total_tablets: usize,
+    columns: Vec<String>,
+    predicates: Vec<ColumnPredicate>,
+    limit: Option<usize>,
+    hash: Option<(Vec<usize>, HashIdentity)>,
+    /// The statement's snapshot; `None` only for a scan of no tablet.
+    snapshot: Option<u64>,
+    pad_to: usize,
+    read_from: Option<String>,
+}
+
+impl PhysicalExtensionCodec for CairnCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        _ctx: &TaskContext,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if !inputs.is_empty() {
+            return internal_err!("a Cairn scan has no inputs, got {}", inputs.len());
+        }
+        let bad = |what: &str, e: &dyn std::fmt::Display| {
+            internal_datafusion_err!("a Cairn scan arrived damaged ({what}): {e}")
+        };
+        let (Some(len), rest) = (buf.get(..4), buf.get(4..).unwrap_or_default()) else {
+            return Err(bad("length", &"too short"));
+        };
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        if rest.len() < len {
+            return Err(bad("length", &"too short"));
+        }
+        let wire: ScanWire = serde_json::from_slice(&rest[..len]).map_err(|e| bad("spec", &e))?;
+        let schema = datafusion_proto::protobuf::Schema::decode(&rest[len..])
+            .map_err(|e| bad("schema", &e))?;
+        let schema: ArrowSchema = (&schema).try_into().map_err(|e| bad("schema", &e))?;
+        let table = Table::from_bytes(&wire.table).map_err(|e| bad("table", &e))?;
+        let tablet_stats = vec![None; wire.tablets.len()];
+        let spec = ScanSpec {
+            client: self.client.clone(),
+            table,
+            tablets: wire.tablets,
+            total_tablets: wire.total_tablets,
+            tablet_stats,
+            columns: wire.columns,
+            predicates: wire.predicates,
+            limit: wire.limit,
+            hash: wire.hash,
+            statement: StatementContext::new(wire.snapshot, InsertMode::Insert),
+            schema: Arc::new(schema),
+            pad_to: wire.pad_to,
+            read_from: wire.read_from,
+        };
+        Ok(Arc::new(CairnScanExec::new(spec)))
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        let Some(scan) = node.downcast_ref::<CairnScanExec>() else {
+            return internal_err!("{} cannot run on another server", node.name());
+        };
+        let s = scan.spec();
+        // The lock is held only for an instant by a scan that finds the snapshot
+        // chosen already (the coordinator fixed it before distributing).
+        let mut snapshot = None;
+        for _ in 0..1000 {
+            if let Ok(chosen) = s.statement.chosen_snapshot.try_lock() {
+                snapshot = *chosen;
+                break;
+            }
+            std::thread::yield_now();
+        }
+        if snapshot.is_none() && !s.tablets.is_empty() {
+            return internal_err!(
+                "the snapshot of a scan of {} was not fixed before it was sent to a worker",
+                s.table.name
+            );
+        }
+        let wire = ScanWire {
+            table: s.table.to_bytes(),
+            tablets: s.tablets.clone(),
+            total_tablets: s.total_tablets,
+            columns: s.columns.clone(),
+            predicates: s.predicates.clone(),
+            limit: s.limit,
+            hash: s.hash.clone(),
+            snapshot,
+            pad_to: s.pad_to,
+            read_from: s.read_from.clone(),
+        };
+        let json = serde_json::to_vec(&wire)
+            .map_err(|e| internal_datafusion_err!("cannot encode a Cairn scan: {e}"))?;
+        let schema: datafusion_proto::protobuf::Schema = s.schema.as_ref().try_into()?;
+        buf.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        buf.extend_from_slice(&json);
+        schema
+            .encode(buf)
+            .map_err(|e| internal_datafusion_err!("cannot encode a Cairn scan's schema: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::distributed::tasks::tests::scan_of;
+    use datafusion::physical_plan::displayable;
+    use datafusion_proto::physical_plan::DefaultPhysicalProtoConverter;
+
+    #[tokio::test]
+    async fn a_scan_arrives_as_it_left() {
+        let scan = scan_of(&["a:1", "b:1", "c:1"], true).await;
+        let share: Arc<dyn ExecutionPlan> = Arc::new(scan.share(&[0, 2], 2, Some("c:1".into())));
+        let codec = CairnCodec::new(scan.spec().client.clone());
+        let mut buf = vec![];
+        codec
+            .try_encode(share.clone(), &mut buf, &DefaultPhysicalProtoConverter {})
+            .unwrap();
+        let ctx = TaskContext::default();
+        let back = codec
+            .try_decode(&buf, &[], &ctx, &DefaultPhysicalProtoConverter {})
+            .unwrap();
+        let show = |p: &Arc<dyn ExecutionPlan>| displayable(p.as_ref()).one_line().to_string();
+        // Same tablets, projection, predicates, hash, padding and leaders; the
+        // snapshot becomes the worker's fixed one.
+        assert_eq!(
+            show(&back).replace(", snapshot=12345", ""),
+            show(&share),
+            "{}",
+            show(&back)
+        );
+        assert!(show(&back).contains("snapshot=12345"));
+        assert_eq!(back.schema(), share.schema());
+        assert_eq!(
+            back.properties().partitioning.partition_count(),
+            share.properties().partitioning.partition_count()
+        );
+        // Damaged bytes are an error, not a panic.
+        assert!(
+            codec
+                .try_decode(&buf[..10], &[], &ctx, &DefaultPhysicalProtoConverter {})
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_scan_without_a_snapshot_is_not_sent() {
+        let scan = scan_of(&["a:1", "b:1"], false).await;
+        *scan.spec().statement.chosen_snapshot.lock().await = None;
+        let mut buf = vec![];
+        let err = CairnCodec::new(scan.spec().client.clone())
+            .try_encode(Arc::new(scan), &mut buf, &DefaultPhysicalProtoConverter {})
+            .unwrap_err();
+        assert!(err.to_string().contains("snapshot"), "{err}");
+    }
+}

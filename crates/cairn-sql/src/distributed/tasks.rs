@@ -1,0 +1,435 @@
+//! How a Cairn scan is split among distributed tasks and where the tasks run.
+//!
+//! The distributed planner asks three questions of each leaf it does not know:
+//! - how many tasks its stage wants ([`desired_task_count`]): one per tablet server
+//!   holding a replica of some of the scan's tablets (a fragment reads at the
+//!   statement's snapshot, which any replica serves), and one only for a scan that
+//!   must return its first rows in key order;
+//! - what each task reads ([`scale_up_leaf`]): a share of the tablets, padded so
+//!   every share declares the same number of partitions. A scan that declares
+//!   Cairn's hash partitioning (partition *i* is bucket *i*) gives task *t* buckets
+//!   *t*, *t + T*, *t + 2T*, …, so two scans hashed alike still pair bucket with
+//!   bucket inside each task; other scans give each tablet to one of its replicas'
+//!   servers, spreading them, and each task whole servers' tablets where they can,
+//!   balanced by tablet count. Each share names the server it reads from: the one
+//!   holding replicas of most of its tablets;
+//! - where each task runs ([`route_tasks`]): on the worker of that server, whose
+//!   scans then read the replicas in its own process.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use datafusion::common::Result;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_distributed::{
+    DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedGetterExt,
+    DistributedLeafExec, NetworkBoundaryExt, RouteTasksEvent, RouteTasksEventResponse,
+    ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
+};
+
+use cairn_client::TabletLocationInfo;
+
+use crate::scan::CairnScanExec;
+
+/// The task count a Cairn scan's stage asks for (see the module docs).
+pub fn desired_task_count(
+    ev: DesiredTaskCountEvent,
+) -> Option<Result<DesiredTaskCountEventResponse>> {
+    let scan = ev.plan.downcast_ref::<CairnScanExec>()?;
+    let tablets = &scan.spec().tablets;
+    if scan.key_ordered() || tablets.len() <= 1 {
+        return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
+    }
+    let mut servers: Vec<&str> = tablets.iter().flat_map(readable_at).collect();
+    servers.sort_unstable();
+    servers.dedup();
+    Some(Ok(DesiredTaskCountEventResponse::desired(
+        servers.len().clamp(1, tablets.len()),
+    )))
+}
+
+/// The servers a tablet can be read at a snapshot on: its live replicas (all of
+/// them if none is known to be live).
+fn readable_at(t: &TabletLocationInfo) -> Vec<&str> {
+    let live: Vec<&str> = t
+        .replicas
+        .iter()
+        .filter(|r| r.live)
+        .map(|r| r.addr.as_str())
+        .collect();
+    if live.is_empty() {
+        t.replicas.iter().map(|r| r.addr.as_str()).collect()
+    } else {
+        live
+    }
+}
+
+/// One task's share of a scan: positions in the scan's tablet list, and the server
+/// the task runs on and reads them from (`None`: no server holds them all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Share {
+    pub tablets: Vec<usize>,
+    pub server: Option<String>,
+}
+
+/// How a scan is split among `tasks` tasks, and the partitions every share
+/// declares.
+pub(crate) fn shares(scan: &CairnScanExec, tasks: usize) -> (Vec<Share>, usize) {
+    let tablets = &scan.spec().tablets;
+    let tasks = tasks.max(1);
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); tasks];
+    if scan.hash_identity().is_some() {
+        // Bucket i to task i mod T, as partition i div T.
+        for i in 0..tablets.len() {
+            out[i % tasks].push(i);
+        }
+    } else {
+        // Each tablet to one of its replicas' servers, the least loaded so far
+        // (the leader on a tie); each server's tablets together, the largest groups
+        // first, to the task with the fewest tablets so far; then tasks left empty
+        // take tablets from the fullest.
+        let mut load: HashMap<&str, usize> = HashMap::new();
+        let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, t) in tablets.iter().enumerate() {
+            let leader = t.leader_addr();
+            let at = readable_at(t)
+                .into_iter()
+                .min_by_key(|a| (load.get(a).copied().unwrap_or(0), Some(*a) != leader, *a))
+                .unwrap_or("");
+            *load.entry(at).or_default() += 1;
+            groups.entry(at).or_default().push(i);
+        }
+        let mut groups: Vec<Vec<usize>> = groups.into_values().collect();
+        groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
+        for g in groups {
+            if let Some(least) = (0..tasks).min_by_key(|&t| out[t].len()) {
+                out[least].extend(g);
+            }
+        }
+        while let Some(empty) = out.iter().position(Vec::is_empty) {
+            let Some(fullest) = (0..tasks).max_by_key(|&t| out[t].len()) else {
+                break;
+            };
+            if out[fullest].len() <= 1 {
+                break;
+            }
+            if let Some(moved) = out[fullest].pop() {
+                out[empty].push(moved);
+            }
+        }
+    }
+    let pad = out.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let mut taken: Vec<String> = vec![];
+    let shares = out
+        .into_iter()
+        .map(|mut share| {
+            share.sort_unstable();
+            let server = home(tablets, &share, &taken);
+            taken.extend(server.clone());
+            Share {
+                tablets: share,
+                server,
+            }
+        })
+        .collect();
+    (shares, pad)
+}
+
+/// The server holding a replica of the most of `share`'s tablets (then the most
+/// leaders, then one no other share runs on, then the lowest address).
+fn home(tablets: &[TabletLocationInfo], share: &[usize], taken: &[String]) -> Option<String> {
+    let mut score: HashMap<&str, (usize, usize)> = HashMap::new();
+    for &i in share {
+        let leader = tablets[i].leader_addr();
+        for a in readable_at(&tablets[i]) {
+            let e = score.entry(a).or_default();
+            e.0 += 1;
+            e.1 += (Some(a) == leader) as usize;
+        }
+    }
+    score
+        .into_iter()
+        .max_by_key(|(a, (n, leads))| {
+            (
+                *n,
+                !taken.iter().any(|t| t == a),
+                *leads,
+                std::cmp::Reverse(*a),
+            )
+        })
+        .map(|(a, _)| a.to_string())
+}
+
+/// Splits a Cairn scan into one share per task (see the module docs).
+pub fn scale_up_leaf(ev: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventResponse>> {
+    let scan = ev.plan.downcast_ref::<CairnScanExec>()?;
+    if ev.task_count <= 1 || scan.key_ordered() {
+        return None;
+    }
+    let (shares, pad) = shares(scan, ev.task_count);
+    let variants = shares.into_iter().map(|share| {
+        Arc::new(scan.share(&share.tablets, pad, share.server)) as Arc<dyn ExecutionPlan>
+    });
+    Some(
+        DistributedLeafExec::try_new(Arc::clone(ev.plan), variants)
+            .map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))),
+    )
+}
+
+/// Sends each task of a stage that reads Cairn tablets to the worker of the server
+/// its share reads from (the one most of its scans chose, see [`shares`]); stages
+/// without such scans are left to the library's routing.
+pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
+    // Per task, how many of its scans' tablets each server was chosen for.
+    let mut votes: Vec<HashMap<String, usize>> = vec![HashMap::new(); ev.task_count];
+    let mut found = false;
+    let _ = ev.plan.apply(|node| {
+        if node.is_network_boundary() {
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>() {
+            for (t, variant) in leaf.variants().iter().enumerate().take(ev.task_count) {
+                if let Some(scan) = variant.downcast_ref::<CairnScanExec>() {
+                    found = true;
+                    if let Some(at) = &scan.spec().read_from {
+                        *votes[t].entry(at.clone()).or_default() += scan.spec().tablets.len() + 1;
+                    }
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    if !found {
+        return None;
+    }
+    let urls = match ev
+        .task_ctx
+        .session_config()
+        .get_distributed_worker_resolver()
+    {
+        Ok(r) => match r.get_urls() {
+            Ok(urls) if !urls.is_empty() => urls,
+            Ok(_) => return None,
+            Err(e) => return Some(Err(e)),
+        },
+        Err(e) => return Some(Err(e)),
+    };
+    let by_addr: HashMap<String, &url::Url> = urls
+        .iter()
+        .filter_map(|u| Some((format!("{}:{}", u.host_str()?, u.port()?), u)))
+        .collect();
+    let mut chosen = Vec::with_capacity(ev.task_count);
+    for (t, v) in votes.iter().enumerate() {
+        let mut best: Vec<(&String, &usize)> = v.iter().collect();
+        best.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let url = best
+            .iter()
+            .find_map(|(addr, _)| by_addr.get(addr.as_str()).copied())
+            .unwrap_or(&urls[t % urls.len()]);
+        chosen.push(url.clone());
+    }
+    Some(Ok(RouteTasksEventResponse::new(chosen)))
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::options::{InsertMode, StatementContext};
+    use crate::partitioning::HashIdentity;
+    use crate::scan::ScanSpec;
+    use cairn_client::{Client, ReplicaInfo, Table, TabletLocationInfo};
+    use cairn_common::{
+        ColumnPredicate, ColumnSpec, DataType, HashLevel, Partition, PartitionSchema, PredicateOp,
+        Schema, Value,
+    };
+
+    /// A scan of table `t (k BIGINT PRIMARY KEY, v TEXT)` hashed on k into one bucket
+    /// per entry of `leaders`, bucket i led by `leaders[i]`; declaring Cairn's hash if
+    /// `hashed`.
+    pub(crate) async fn scan_of(leaders: &[&str], hashed: bool) -> CairnScanExec {
+        let replicas: Vec<Vec<&str>> = leaders.iter().map(|l| vec![*l]).collect();
+        scan_with(&replicas, hashed).await
+    }
+
+    /// [`scan_of`] with tablet i's replicas on `replicas[i]`, the first leading.
+    pub(crate) async fn scan_with(replicas: &[Vec<&str>], hashed: bool) -> CairnScanExec {
+        let leaders = replicas;
+        let schema = Schema::new(
+            vec![
+                ColumnSpec::new("k", DataType::Int64),
+                ColumnSpec::new("v", DataType::String).nullable(),
+            ],
+            &["k"],
+        )
+        .unwrap();
+        let buckets = leaders.len() as u32;
+        let table = Table {
+            id: "t-id".into(),
+            name: "t".into(),
+            schema: Arc::new(schema),
+            partition_schema: PartitionSchema {
+                hash_levels: vec![HashLevel {
+                    columns: vec!["k".into()],
+                    num_buckets: buckets,
+                    seed: 7,
+                }],
+                range_columns: vec![],
+            },
+            replicas: 1,
+            subspaces: vec![],
+        };
+        let tablets: Vec<TabletLocationInfo> = leaders
+            .iter()
+            .enumerate()
+            .map(|(i, addrs)| TabletLocationInfo {
+                tablet_id: format!("tablet-{i}"),
+                partition: Partition {
+                    hash_buckets: vec![i as u32],
+                    range_lower: vec![],
+                    range_upper: vec![],
+                },
+                replicas: addrs
+                    .iter()
+                    .enumerate()
+                    .map(|(r, addr)| ReplicaInfo {
+                        node_id: r as u64,
+                        addr: addr.to_string(),
+                        leader: r == 0,
+                        voter: true,
+                        live: true,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let arrow = table.schema.project_arrow(&[0, 1]);
+        let client = Client::connect(&["127.0.0.1:1".to_string()]).await.unwrap();
+        let statement = StatementContext::new(None, InsertMode::Insert);
+        *statement.chosen_snapshot.lock().await = Some(12345);
+        CairnScanExec::new(ScanSpec {
+            client,
+            total_tablets: tablets.len(),
+            tablet_stats: vec![None; tablets.len()],
+            tablets,
+            columns: vec!["k".into(), "v".into()],
+            predicates: vec![ColumnPredicate {
+                column: "k".into(),
+                op: PredicateOp::Range {
+                    lower: Some((Value::Int64(3), true)),
+                    upper: None,
+                },
+            }],
+            limit: None,
+            hash: hashed.then(|| {
+                (
+                    vec![0],
+                    HashIdentity {
+                        types: vec![DataType::Int64],
+                        buckets,
+                        seed: 7,
+                    },
+                )
+            }),
+            statement,
+            schema: arrow,
+            table,
+            pad_to: 0,
+            read_from: None,
+        })
+    }
+
+    /// A share as a (tablets, server) pair.
+    type Pair = (Vec<usize>, Option<String>);
+
+    /// The shares as pairs.
+    fn split(scan: &CairnScanExec, tasks: usize) -> (Vec<Pair>, usize) {
+        let (shares, pad) = shares(scan, tasks);
+        let shares = shares.into_iter().map(|s| (s.tablets, s.server)).collect();
+        (shares, pad)
+    }
+
+    fn at(tablets: &[usize], server: &str) -> Pair {
+        (tablets.to_vec(), Some(server.to_string()))
+    }
+
+    #[tokio::test]
+    async fn hashed_scans_split_bucket_by_bucket() {
+        let scan = scan_of(&["a:1", "b:1", "c:1", "a:1", "b:1"], true).await;
+        let (got, pad) = split(&scan, 2);
+        assert_eq!(got, vec![at(&[0, 2, 4], "a:1"), at(&[1, 3], "b:1")]);
+        assert_eq!(pad, 3);
+        // Every share declares the same partitions, Cairn's hash among them.
+        let share = scan.share(&[1, 3], pad, None);
+        assert_eq!(share.properties().partitioning.partition_count(), 3);
+        assert!(share.hash_identity().is_some());
+    }
+
+    #[tokio::test]
+    async fn other_scans_split_by_server() {
+        let scan = scan_of(&["b:1", "a:1", "b:1", "a:1", "c:1", "c:1"], false).await;
+        let (got, pad) = split(&scan, 3);
+        assert_eq!(
+            got,
+            vec![at(&[1, 3], "a:1"), at(&[0, 2], "b:1"), at(&[4, 5], "c:1")]
+        );
+        assert_eq!(pad, 2);
+        // More tasks than tablets: the extra shares are empty, padded alike.
+        let (got, pad) = split(&scan_of(&["a:1", "b:1"], false).await, 3);
+        assert_eq!(got, vec![at(&[0], "a:1"), at(&[1], "b:1"), (vec![], None)]);
+        assert_eq!(pad, 1);
+        // Uneven servers: the big group alone, the small ones shared out.
+        let scan = scan_of(&["c:1", "a:1", "c:1", "b:1"], false).await;
+        let (got, pad) = split(&scan, 3);
+        assert_eq!(
+            got,
+            vec![at(&[0, 2], "c:1"), at(&[1], "a:1"), at(&[3], "b:1")]
+        );
+        assert_eq!(pad, 2);
+        // One server, two tasks: its tablets are split.
+        let scan = scan_of(&["a:1", "a:1", "a:1", "a:1"], false).await;
+        let (got, _) = split(&scan, 2);
+        assert_eq!(got, vec![at(&[0, 1, 2], "a:1"), at(&[3], "a:1")]);
+    }
+
+    #[tokio::test]
+    async fn replicated_tablets_are_read_on_every_server_holding_them() {
+        // One server leads every tablet; all three hold replicas.
+        let replicas = vec![vec!["a:1", "b:1", "c:1"]; 6];
+        let scan = scan_with(&replicas, false).await;
+        let (got, pad) = split(&scan, 3);
+        assert_eq!(
+            got,
+            vec![at(&[0, 3], "a:1"), at(&[1, 4], "b:1"), at(&[2, 5], "c:1")]
+        );
+        assert_eq!(pad, 2);
+        // Hashed alike: buckets by task, each task at the server holding them.
+        let scan = scan_with(&replicas, true).await;
+        let (got, _) = split(&scan, 3);
+        let servers: Vec<_> = got.iter().map(|(_, s)| s.clone().unwrap()).collect();
+        assert_eq!(servers, vec!["a:1", "b:1", "c:1"]);
+    }
+
+    #[tokio::test]
+    async fn a_stage_wants_a_task_per_server_holding_replicas() {
+        let scan: Arc<dyn ExecutionPlan> =
+            Arc::new(scan_of(&["b:1", "a:1", "b:1", "a:1"], false).await);
+        let config = datafusion::prelude::SessionConfig::new();
+        let ask = |plan: &Arc<dyn ExecutionPlan>| {
+            desired_task_count(DesiredTaskCountEvent {
+                plan,
+                session_config: &config,
+            })
+            .unwrap()
+            .unwrap()
+            .task_count
+            .as_usize()
+        };
+        assert_eq!(ask(&scan), 2);
+        let one: Arc<dyn ExecutionPlan> = Arc::new(scan_of(&["a:1"], false).await);
+        assert_eq!(ask(&one), 1);
+        // Any replica serves a snapshot: three servers holding replicas, three tasks.
+        let replicated: Arc<dyn ExecutionPlan> =
+            Arc::new(scan_with(&vec![vec!["a:1", "b:1", "c:1"]; 4], false).await);
+        assert_eq!(ask(&replicated), 3);
+    }
+}

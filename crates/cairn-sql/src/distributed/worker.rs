@@ -1,0 +1,120 @@
+//! The worker every tablet server hosts, and the coordinator's list of workers.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use cairn_client::Client;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::ScalarUDF;
+use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext, WorkerSessionBuilder};
+use parking_lot::RwLock;
+use url::Url;
+
+use super::CairnCodec;
+use crate::SqlEngine;
+
+/// Builds the session each query fragment runs in on a worker: DataFusion's
+/// defaults, Cairn's functions (`pg_catalog`'s too, so any expression the
+/// coordinator planned decodes) and [`CairnCodec`] on this process's cluster client.
+#[derive(Clone)]
+struct FragmentSession {
+    client: Client,
+    functions: Vec<Arc<ScalarUDF>>,
+}
+
+#[async_trait::async_trait]
+impl WorkerSessionBuilder for FragmentSession {
+    async fn build_session_state(
+        &self,
+        ctx: WorkerQueryContext,
+    ) -> Result<SessionState, DataFusionError> {
+        Ok(ctx
+            .builder
+            .with_scalar_functions(self.functions.clone())
+            .with_distributed_user_codec(CairnCodec::new(self.client.clone()))
+            .build())
+    }
+}
+
+/// A worker that runs query fragments with `engine`'s client and functions; serve
+/// it on the tablet server's RPC port with [`worker_routes`].
+pub fn worker(engine: &SqlEngine) -> Worker {
+    Worker::from_session_builder(FragmentSession {
+        client: engine.client().clone(),
+        functions: engine.scalar_functions(),
+    })
+}
+
+/// The gRPC routes of a worker for `engine` (see [`worker`]), to add to a server.
+pub fn worker_routes(engine: &SqlEngine) -> tonic::service::Routes {
+    tonic::service::Routes::new(worker(engine).into_worker_server())
+}
+
+/// The workers a coordinator may send fragments to: the worker of every live
+/// tablet server, as the master lists them, refreshed every
+/// [`ClusterWorkers::REFRESH`] (a fixed list in tests).
+#[derive(Debug, Default)]
+pub struct ClusterWorkers {
+    urls: RwLock<Vec<Url>>,
+}
+
+impl ClusterWorkers {
+    /// How often the list is refreshed from the master.
+    pub const REFRESH: Duration = Duration::from_secs(2);
+
+    /// A list kept up to date from the master through `client`, in the background
+    /// (until the list is dropped). Call in a tokio runtime.
+    pub fn watch(client: Client) -> Arc<ClusterWorkers> {
+        let list = Arc::new(ClusterWorkers::default());
+        let weak: Weak<ClusterWorkers> = Arc::downgrade(&list);
+        tokio::spawn(async move {
+            loop {
+                let servers = client.list_tablet_servers().await;
+                let Some(list) = weak.upgrade() else { break };
+                match servers {
+                    Ok(servers) => {
+                        let mut addrs: Vec<&str> = servers
+                            .iter()
+                            .filter(|s| s.live)
+                            .map(|s| s.addr.as_str())
+                            .collect();
+                        addrs.sort_unstable();
+                        *list.urls.write() = addrs.into_iter().filter_map(worker_url).collect();
+                    }
+                    Err(e) => tracing::debug!(error = %e, "cannot list the workers"),
+                }
+                drop(list);
+                tokio::time::sleep(Self::REFRESH).await;
+            }
+        });
+        list
+    }
+
+    /// A fixed list: the workers of the tablet servers at `addrs` (`host:port`).
+    pub fn fixed(addrs: &[String]) -> Arc<ClusterWorkers> {
+        Arc::new(ClusterWorkers {
+            urls: RwLock::new(addrs.iter().filter_map(|a| worker_url(a)).collect()),
+        })
+    }
+
+    /// The workers' URLs, in address order.
+    pub fn urls(&self) -> Vec<Url> {
+        self.urls.read().clone()
+    }
+}
+
+/// The URL of the worker on the tablet server at `addr`.
+fn worker_url(addr: &str) -> Option<Url> {
+    Url::parse(&format!("http://{addr}")).ok()
+}
+
+/// [`ClusterWorkers`] as the distributed planner asks for them.
+#[derive(Clone)]
+pub(crate) struct Resolver(pub Arc<ClusterWorkers>);
+
+impl datafusion_distributed::WorkerResolver for Resolver {
+    fn get_urls(&self) -> Result<Vec<Url>, DataFusionError> {
+        Ok(self.0.urls())
+    }
+}
