@@ -599,7 +599,10 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
         cairn_client::Client::connect(&args.masters)
             .await?
             .with_tls(sec.tls.clone()),
-    )?;
+    )?
+    .with_limits(cairn_sql::EngineLimits {
+        query_memory_bytes: args.limits.query_memory_limit_mb.saturating_mul(1 << 20),
+    });
     if sec.tls.is_none() {
         o.extra_routes = Some(cairn_sql::distributed::worker_routes(&worker));
     }

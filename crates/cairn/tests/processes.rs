@@ -985,3 +985,121 @@ async fn subspaces_survive_kill9_of_point_and_region_leaders() {
         "{out}"
     );
 }
+
+/// Distributed SQL on real processes: a master serving PostgreSQL clients and three
+/// `cairn tserver`s, each hosting a worker. A query runs as tasks on all three
+/// servers; right after one is killed (SIGKILL) it still answers (its task fails and
+/// the front end runs the query itself at the same snapshot), and once the master
+/// has noticed, it runs distributed over the two servers left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn distributed_queries_on_tserver_processes_survive_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, pg) = (reserve_addr(), reserve_addr());
+    let _master = master_proc_with(
+        &dir.path().join("m"),
+        &m,
+        &[],
+        dir.path().join("m.log"),
+        &["--pg-addr", &pg],
+    );
+    let addrs: Vec<String> = (0..3).map(|_| reserve_addr()).collect();
+    let mut tservers: Vec<Proc> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            tserver_proc(
+                &dir.path().join(format!("t{i}")),
+                a,
+                std::slice::from_ref(&m),
+                dir.path().join(format!("t{i}.log")),
+            )
+        })
+        .collect();
+    let client = Client::connect(std::slice::from_ref(&m)).await.unwrap();
+    wait_live_servers(&client, 3, Duration::from_secs(30)).await;
+    let db = {
+        let t0 = Instant::now();
+        loop {
+            match tokio_postgres::connect(
+                &format!(
+                    "host=127.0.0.1 port={} user=cairn dbname=cairn",
+                    port_of(&pg)
+                ),
+                tokio_postgres::NoTls,
+            )
+            .await
+            {
+                Ok((db, conn)) => {
+                    tokio::spawn(conn);
+                    break db;
+                }
+                Err(e) if t0.elapsed() < Duration::from_secs(30) => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("no PostgreSQL front end on {pg}: {e}"),
+            }
+        }
+    };
+    db.batch_execute(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, g INT NOT NULL, v BIGINT NOT NULL) \
+         PARTITION BY HASH (k) PARTITIONS 6 WITH (replicas = 3)",
+    )
+    .await
+    .unwrap();
+    db.batch_execute("INSERT INTO t SELECT i, i % 7, i * 1 FROM generate_series(1, 20000) AS s(i)")
+        .await
+        .unwrap();
+    let expected: Vec<(i32, i64, i64)> = (0..7)
+        .map(|g| {
+            let ks: Vec<i64> = (1..=20000).filter(|k| k % 7 == g as i64).collect();
+            (g, ks.len() as i64, ks.iter().sum())
+        })
+        .collect();
+    let sql = "SELECT g, count(*), sum(v) FROM t GROUP BY g ORDER BY g";
+    let answer = || async {
+        db.query(sql, &[])
+            .await
+            .unwrap()
+            .iter()
+            // sum(BIGINT) is a BIGINT in Cairn (DataFusion), not PostgreSQL's numeric.
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect::<Vec<(i32, i64, i64)>>()
+    };
+    let explain = || async {
+        db.query(&format!("EXPLAIN {sql}"), &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(1))
+            .collect::<Vec<String>>()
+            .join("\n")
+    };
+    // The front end learns of the workers from the master within seconds.
+    wait_for(
+        Duration::from_secs(30),
+        "tasks on all three servers",
+        || async {
+            let plan = explain().await;
+            addrs.iter().all(|a| plan.contains(&format!("at={a}")))
+        },
+    )
+    .await;
+    assert_eq!(answer().await, expected);
+    tservers[1].kill9();
+    assert_eq!(answer().await, expected, "right after a server was killed");
+    wait_for(
+        Duration::from_secs(30),
+        "tasks on the two servers left",
+        || async {
+            let plan = explain().await;
+            plan.contains("DistributedExec") && !plan.contains(&addrs[1])
+        },
+    )
+    .await;
+    assert_eq!(answer().await, expected, "over the two servers left");
+}
+
+fn port_of(addr: &str) -> u16 {
+    addr.rsplit(':').next().unwrap().parse().unwrap()
+}

@@ -6,6 +6,8 @@ use std::time::Duration;
 use cairn_client::Client;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::SessionState;
+use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::ScalarUDF;
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext, WorkerSessionBuilder};
 use parking_lot::RwLock;
@@ -16,11 +18,14 @@ use crate::SqlEngine;
 
 /// Builds the session each query fragment runs in on a worker: DataFusion's
 /// defaults, Cairn's functions (`pg_catalog`'s too, so any expression the
-/// coordinator planned decodes) and [`CairnCodec`] on this process's cluster client.
+/// coordinator planned decodes), [`CairnCodec`] on this process's cluster client,
+/// and a memory pool of its own (the engine's per-query limit; sorts and grouped
+/// aggregates spill past it).
 #[derive(Clone)]
 struct FragmentSession {
     client: Client,
     functions: Vec<Arc<ScalarUDF>>,
+    memory_bytes: usize,
 }
 
 #[async_trait::async_trait]
@@ -29,20 +34,28 @@ impl WorkerSessionBuilder for FragmentSession {
         &self,
         ctx: WorkerQueryContext,
     ) -> Result<SessionState, DataFusionError> {
-        Ok(ctx
+        let mut builder = ctx
             .builder
             .with_scalar_functions(self.functions.clone())
-            .with_distributed_user_codec(CairnCodec::new(self.client.clone()))
-            .build())
+            .with_distributed_user_codec(CairnCodec::new(self.client.clone()));
+        if self.memory_bytes > 0 {
+            let runtime = RuntimeEnvBuilder::new()
+                .with_memory_pool(Arc::new(FairSpillPool::new(self.memory_bytes)))
+                .build_arc()?;
+            builder = builder.with_runtime_env(runtime);
+        }
+        Ok(builder.build())
     }
 }
 
-/// A worker that runs query fragments with `engine`'s client and functions; serve
-/// it on the tablet server's RPC port with [`worker_routes`].
+/// A worker that runs query fragments with `engine`'s client, functions and
+/// per-query memory limit; serve it on the tablet server's RPC port with
+/// [`worker_routes`].
 pub fn worker(engine: &SqlEngine) -> Worker {
     Worker::from_session_builder(FragmentSession {
         client: engine.client().clone(),
         functions: engine.scalar_functions(),
+        memory_bytes: engine.limits().query_memory_bytes,
     })
 }
 

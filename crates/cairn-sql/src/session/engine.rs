@@ -160,6 +160,11 @@ impl SqlEngine {
         Self::new(Client::connect(masters).await?)
     }
 
+    /// The sessions' resource limits.
+    pub fn limits(&self) -> &EngineLimits {
+        &self.inner.limits
+    }
+
     /// The scalar functions sessions know: DataFusion's and Cairn's.
     pub(crate) fn scalar_functions(&self) -> Vec<Arc<datafusion::logical_expr::ScalarUDF>> {
         self.inner
