@@ -7,14 +7,15 @@
 //! into *stages* at its repartitions and merges. Each stage runs as one or more
 //! *tasks*, one per worker; shuffles stream Arrow batches between workers over
 //! Arrow Flight without touching disk, and the head stage runs on the coordinator,
-//! the front end the client is connected to.
+//! the front end the client is connected to. A query whose fragment fails before
+//! any row reached the client runs again in the front end ([`or_run_here`]).
 //!
 //! The pieces:
-//! - every tablet server hosts a worker on its RPC port ([`worker::worker_routes`]);
+//! - every tablet server hosts a worker on its RPC port ([`worker_routes`]);
 //!   the coordinator sends fragments to the live ones ([`ClusterWorkers`]);
-//! - a [`CairnScanExec`] is split among tasks by tablet and each task is sent to the
-//!   server leading its tablets ([`tasks`]); it travels as what it reads
-//!   ([`CairnCodec`]);
+//! - a [`CairnScanExec`] is split among tasks by tablet and each task is sent to a
+//!   server holding replicas of its tablets, whose worker reads them in process
+//!   ([`tasks`]); it travels as what it reads ([`CairnCodec`]);
 //! - the coordinator fixes the statement's snapshot before any fragment leaves it
 //!   ([`prepare`]), so every worker reads the same consistent data;
 //! - [`CairnQueryPlanner`] decides per statement whether to distribute at all.
@@ -195,11 +196,13 @@ pub async fn prepare(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
 /// (a worker died, or could not be reached), the query runs again in this process
 /// instead, at the same snapshot (the statement context in `state` holds it), its
 /// scans going to whichever replicas answer. Once rows have been returned an error
-/// ends the query: no partial result is ever completed from another run.
+/// ends the query: no partial result is ever completed from another run. Reruns
+/// are counted in `workers`.
 pub fn or_run_here(
     stream: SendableRecordBatchStream,
     state: SessionState,
     plan: LogicalPlan,
+    workers: Option<Arc<ClusterWorkers>>,
 ) -> SendableRecordBatchStream {
     let schema = stream.schema();
     type Rows = futures::stream::BoxStream<'static, Result<RecordBatch>>;
@@ -210,6 +213,9 @@ pub fn or_run_here(
             None => futures::stream::empty().boxed(),
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "a distributed query failed; running it here");
+                if let Some(w) = &workers {
+                    w.note_rerun();
+                }
                 let mut state = state;
                 if let Some(o) = state
                     .config_mut()

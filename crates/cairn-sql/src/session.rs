@@ -956,7 +956,8 @@ impl SqlSession {
                 let distributed = crate::distributed::is_distributed(&physical);
                 let mut stream = execute_stream(physical, state.task_ctx())?;
                 if distributed {
-                    stream = crate::distributed::or_run_here(stream, state, plan);
+                    let workers = self.engine.workers().cloned();
+                    stream = crate::distributed::or_run_here(stream, state, plan, workers);
                 }
                 Ok(QueryResult::Rows { schema, stream })
             }

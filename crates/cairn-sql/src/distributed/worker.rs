@@ -1,5 +1,6 @@
 //! The worker every tablet server hosts, and the coordinator's list of workers.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -70,6 +71,9 @@ pub fn worker_routes(engine: &SqlEngine) -> tonic::service::Routes {
 #[derive(Debug, Default)]
 pub struct ClusterWorkers {
     urls: RwLock<Vec<Url>>,
+    /// Distributed queries that failed before returning rows and ran again in the
+    /// front end ([`super::or_run_here`]).
+    reruns: AtomicU64,
 }
 
 impl ClusterWorkers {
@@ -108,12 +112,24 @@ impl ClusterWorkers {
     pub fn fixed(addrs: &[String]) -> Arc<ClusterWorkers> {
         Arc::new(ClusterWorkers {
             urls: RwLock::new(addrs.iter().filter_map(|a| worker_url(a)).collect()),
+            reruns: AtomicU64::new(0),
         })
     }
 
     /// The workers' URLs, in address order.
     pub fn urls(&self) -> Vec<Url> {
         self.urls.read().clone()
+    }
+
+    /// How many distributed queries failed before returning rows and ran again in
+    /// the front end.
+    pub fn reruns(&self) -> u64 {
+        self.reruns.load(Ordering::Relaxed)
+    }
+
+    /// Counts one more [`ClusterWorkers::reruns`].
+    pub(crate) fn note_rerun(&self) {
+        self.reruns.fetch_add(1, Ordering::Relaxed);
     }
 }
 

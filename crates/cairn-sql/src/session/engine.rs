@@ -25,6 +25,8 @@ pub(super) struct EngineInner {
     pub(super) users: Arc<crate::authz::UserDirectory>,
     pub(super) template: SessionState,
     pub(super) limits: EngineLimits,
+    /// The workers queries are distributed to, if any.
+    pub(super) workers: Option<Arc<crate::distributed::ClusterWorkers>>,
 }
 
 /// Resource limits of SQL sessions.
@@ -119,6 +121,7 @@ impl SqlEngine {
                 schema,
                 template: ctx.state(),
                 limits: EngineLimits::default(),
+                workers: None,
             }),
         })
     }
@@ -132,6 +135,7 @@ impl SqlEngine {
             users: self.inner.users.clone(),
             template: self.inner.template.clone(),
             limits,
+            workers: self.inner.workers.clone(),
         };
         SqlEngine {
             inner: Arc::new(inner),
@@ -141,14 +145,18 @@ impl SqlEngine {
     /// The same engine distributing queries to `workers` (see [`crate::distributed`]);
     /// sessions made from now on can.
     pub fn with_workers(self, workers: Arc<crate::distributed::ClusterWorkers>) -> Self {
-        let template =
-            crate::distributed::enable(self.inner.template.clone(), &self.inner.client, workers);
+        let template = crate::distributed::enable(
+            self.inner.template.clone(),
+            &self.inner.client,
+            workers.clone(),
+        );
         let inner = EngineInner {
             client: self.inner.client.clone(),
             schema: self.inner.schema.clone(),
             users: self.inner.users.clone(),
             template,
             limits: self.inner.limits.clone(),
+            workers: Some(workers),
         };
         SqlEngine {
             inner: Arc::new(inner),
@@ -158,6 +166,11 @@ impl SqlEngine {
     /// Connects to the masters and builds an engine.
     pub async fn connect(masters: &[String]) -> Result<Self> {
         Self::new(Client::connect(masters).await?)
+    }
+
+    /// The workers this engine distributes queries to, if any.
+    pub fn workers(&self) -> Option<&Arc<crate::distributed::ClusterWorkers>> {
+        self.inner.workers.as_ref()
     }
 
     /// The sessions' resource limits.

@@ -163,6 +163,21 @@ async fn load(engine: &SqlEngine, replicas: u32) -> SessionContext {
     reference
 }
 
+/// A session of `engine` that plans partitioned hash joins even for small tables,
+/// over two partitions: Cairn's declared hash partitioning meets DataFusion's
+/// repartitioning (and, distributed, shuffles between servers).
+async fn partitioned_joins(engine: &SqlEngine) -> SqlSession {
+    let s = engine.session();
+    for set in [
+        "SET datafusion.execution.target_partitions = 2",
+        "SET datafusion.optimizer.hash_join_single_partition_threshold = 0",
+        "SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
+    ] {
+        s.query(set).await.unwrap();
+    }
+    s
+}
+
 /// The answers of `session` to the 22 queries that differ from `reference`'s.
 async fn mismatches(
     how: &str,
@@ -204,14 +219,7 @@ async fn tpch_sf001_all_queries_match_datafusion() {
     // Once as planned by default (small tables: joins collect their build side), once
     // with partitioned joins forced, which pairs Cairn's declared hash partitioning
     // with DataFusion's repartitioning (crate::partitioning in cairn-sql).
-    let partitioned = engine.session();
-    for set in [
-        "SET datafusion.execution.target_partitions = 2",
-        "SET datafusion.optimizer.hash_join_single_partition_threshold = 0",
-        "SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
-    ] {
-        partitioned.query(set).await.unwrap();
-    }
+    let partitioned = partitioned_joins(&engine).await;
     let mut failures = vec![];
     for (how, session) in [("default", &s), ("partitioned joins", &partitioned)] {
         mismatches(how, session, &reference, &mut failures).await;
@@ -236,14 +244,7 @@ async fn tpch_sf001_distributed_on_three_tablet_servers() {
     let mut failures = vec![];
     mismatches("distributed", &s, &reference, &mut failures).await;
     // Partitioned joins and aggregations: shuffles between the servers.
-    let partitioned = engine.session();
-    for set in [
-        "SET datafusion.execution.target_partitions = 2",
-        "SET datafusion.optimizer.hash_join_single_partition_threshold = 0",
-        "SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
-    ] {
-        partitioned.query(set).await.unwrap();
-    }
+    let partitioned = partitioned_joins(&engine).await;
     mismatches(
         "distributed, partitioned",
         &partitioned,
@@ -256,6 +257,9 @@ async fn tpch_sf001_distributed_on_three_tablet_servers() {
         "TPC-H mismatches:\n{}",
         failures.join("\n")
     );
+    // Every answer came from the workers: none ran again in the front end.
+    let workers = engine.workers().unwrap();
+    assert_eq!(workers.reruns(), 0, "distributed queries ran again here");
     // Most queries run distributed (not the few over small tables only).
     let mut distributed = 0;
     for n in 1..=22 {
@@ -327,6 +331,7 @@ async fn tpch_distributed_query_runs_here_when_a_worker_stops() {
         "after a worker stopped:\n{}",
         failures.join("\n")
     );
+    assert!(engine.workers().unwrap().reruns() > 0);
 }
 
 /// The physical plan EXPLAIN shows for `sql`.
