@@ -8,7 +8,9 @@
 //! the in-flight timestamp are held until the record is applied or can no longer be
 //! (leadership lost), also after the client's deadline passed: the waiting moves to a
 //! background task and the client gets `Unavailable`, so a leader cut off from its
-//! followers answers in bounded time and pins no threads.
+//! followers answers in bounded time and pins no threads. A batch whose every row
+//! failed its check changes nothing and is not logged; its answer is a read of the
+//! leader's state, so it waits for the same confirmation of leadership as a read.
 //!
 //! **Exactly once**: a write with a request id that this tablet has already answered
 //! gets that answer again (the answers are replicated with the writes, see
@@ -437,6 +439,23 @@ impl TabletReplica {
         Attempt::First(Some(tx))
     }
 
+    /// Answers a write that changed nothing and so never reached the log: every row
+    /// failed a check (a condition, a missing or present key) against this leader's
+    /// state. That answer is a read, and is only true if no other leader has changed
+    /// the rows meanwhile, so leadership is confirmed first (the read-index step, or
+    /// the lease), as for a `READ_LATEST` scan. A deposed leader that has not heard of
+    /// its successor would otherwise report a stale "condition failed" for a
+    /// compare-and-set that the new state satisfies.
+    async fn answer_unlogged(
+        &self,
+        tablet: &Tablet,
+        row_errors: Vec<(usize, RowError)>,
+        deadline: Instant,
+    ) -> Result<WriteAnswer> {
+        self.group.confirm_leadership(deadline).await?;
+        Ok((tablet.safe_time(), row_errors))
+    }
+
     /// Waits for another attempt's answer until `deadline`.
     async fn await_other(
         mut rx: tokio::sync::watch::Receiver<Option<WriteAnswer>>,
@@ -476,7 +495,10 @@ impl TabletReplica {
             Self::prepare_locked(&tablet, ops, wo.decoded_with, txn, atomic, deadline).await?;
         if prepared.is_empty() {
             // Nothing to replicate, nothing changed: a retry recomputes the same.
-            return Ok((tablet.safe_time(), prepared.row_errors));
+            drop(locks);
+            return self
+                .answer_unlogged(&tablet, prepared.row_errors, deadline)
+                .await;
         }
         let record = wo.request.clone().map(|id| prepared.request_record(id));
         let answered_by_record = record.is_some();
@@ -764,7 +786,9 @@ impl TabletReplica {
             .await
             .map_err(|e| TserverError::Internal(format!("bulk insert task failed: {e}")))??;
         if prepared.is_empty() {
-            return Ok((tablet.safe_time(), prepared.row_errors));
+            return self
+                .answer_unlogged(&tablet, prepared.row_errors, deadline)
+                .await;
         }
         let pending = tablet.register_bulk(&prepared);
         let record = request.map(|id| prepared.request_record(id));

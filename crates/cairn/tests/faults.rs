@@ -222,6 +222,37 @@ mod targeted {
                 );
             }
         }
+        // A write answered without the log is a read of the leader's state: a
+        // conditional update whose condition fails on the stale row (v = 1 there, 2 on
+        // the new leader), and an update of a key the stale state lacks but the new
+        // leader holds, must not be answered from the stale state.
+        put(&c, &t, 7, 7).await;
+        let stale_answers = [
+            Operation::update(&t.schema, &[Value::Int64(1)], &[("v", Value::Int64(3))])
+                .unwrap()
+                .if_matches(vec![cairn_common::ColumnPredicate::eq(
+                    "v",
+                    Value::Int64(2),
+                )]),
+            Operation::update(&t.schema, &[Value::Int64(7)], &[("v", Value::Int64(8))]).unwrap(),
+        ];
+        for op in stale_answers {
+            let what = format!("{op:?}");
+            let enc = cairn_client::encode_write(&t.schema, &[op]).unwrap();
+            let mut req = tonic::Request::new(pb::WriteRequest {
+                tablet_id: tablet.clone(),
+                batches: enc.batches,
+                ..Default::default()
+            });
+            req.set_timeout(Duration::from_secs(5));
+            match ts.write(req).await {
+                Err(s) => eprintln!("the deposed leader refused {what}: {}", s.message()),
+                Ok(r) => panic!(
+                    "the deposed leader answered {what} from its stale state: {:?}",
+                    r.into_inner().row_errors
+                ),
+            }
+        }
         // Writes to it fail within their deadline, many at once.
         let t0 = Instant::now();
         let mut calls = vec![];
