@@ -42,6 +42,7 @@ mod alter_table;
 mod copy;
 mod create_table;
 pub mod functions;
+pub mod names;
 mod query;
 mod subspace;
 mod tokens;

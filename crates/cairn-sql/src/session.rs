@@ -449,7 +449,9 @@ impl SqlSession {
                 }
                 let schema = match &plan {
                     LogicalPlan::Dml(_) => crate::write::count_schema(),
-                    p if returns_rows(p) => Arc::new(p.schema().as_arrow().clone()),
+                    p if returns_rows(p) => {
+                        parser::names::client_schema(&Arc::new(p.schema().as_arrow().clone()))
+                    }
                     _ => Arc::new(arrow::datatypes::Schema::empty()),
                 };
                 Ok(Prepared {
@@ -959,10 +961,29 @@ impl SqlSession {
                     let workers = self.engine.workers().cloned();
                     stream = crate::distributed::or_run_here(stream, state, plan, workers);
                 }
-                Ok(QueryResult::Rows { schema, stream })
+                let shown = parser::names::client_schema(&schema);
+                if !Arc::ptr_eq(&shown, &schema) {
+                    stream = renamed(stream, shown.clone());
+                }
+                Ok(QueryResult::Rows {
+                    schema: shown,
+                    stream,
+                })
             }
         }
     }
+}
+
+/// `stream` with its columns named as in `schema` (same types, other names).
+fn renamed(stream: SendableRecordBatchStream, schema: SchemaRef) -> SendableRecordBatchStream {
+    use futures::StreamExt;
+    let s = schema.clone();
+    Box::pin(
+        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+            schema,
+            stream.map(move |b| Ok(RecordBatch::try_new(s.clone(), b?.columns().to_vec())?)),
+        ),
+    )
 }
 
 /// Whether an optimized UPDATE or DELETE still scans its target table (it does not

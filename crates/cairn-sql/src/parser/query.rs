@@ -1,7 +1,8 @@
 //! Statements DataFusion plans (SELECT, INSERT, UPDATE, DELETE, EXPLAIN, …): the
 //! Cairn-only decorations are taken off before DataFusion sees them — the insert mode
 //! of `UPSERT INTO`, `INSERT OR …` and `ON CONFLICT DO NOTHING`, and the read time of
-//! `FOR SYSTEM_TIME AS OF` — and PostgreSQL functions are rewritten for DataFusion.
+//! `FOR SYSTEM_TIME AS OF` — PostgreSQL functions are rewritten for DataFusion, and
+//! select lists that repeat a name get unique aliases ([`names`]).
 
 use std::ops::ControlFlow;
 
@@ -11,7 +12,7 @@ use datafusion::sql::sqlparser::ast::{
     VisitorMut,
 };
 
-use super::{CairnStatement, InsertMode, ParseError, functions};
+use super::{CairnStatement, InsertMode, ParseError, functions, names};
 
 /// Extracts the insert mode and the AS OF time of a statement for DataFusion.
 pub(super) fn finish_query(
@@ -39,6 +40,7 @@ pub(super) fn finish_query(
     let as_of = strip_as_of(&mut statement)?;
     normalize_update_targets(&mut statement);
     functions::rewrite_functions(&mut statement);
+    names::name_repeated_items(&mut statement);
     Ok(CairnStatement::Query {
         statement,
         insert_mode,

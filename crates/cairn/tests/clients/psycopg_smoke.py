@@ -127,6 +127,11 @@ def basic(table):
         cur.execute(f"SELECT count(*), max(id), min(id) AS lowest FROM {table}")
         names = [d.name for d in cur.description]
         check(names[:3] == ["count", "max", "lowest"], f"aggregate column names: {names}")
+        # A select list may repeat a column, as in PostgreSQL.
+        cur.execute(f"SELECT id, id, count(*), count(*) FROM {table} WHERE id = 1 GROUP BY id")
+        names = [d.name for d in cur.description]
+        check(cur.fetchall() == [(1, 1, 1, 1)], "repeated select items")
+        check(names == ["id", "id", "count", "count"], f"repeated column names: {names}")
 
         # Binary results.
         bcur = conn.cursor(binary=True)
