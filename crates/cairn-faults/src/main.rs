@@ -87,6 +87,7 @@ fn main() {
                 .unwrap_or_else(|_| "info,cairn_client=warn,cairn_sql=warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let args = match cli.cmd {

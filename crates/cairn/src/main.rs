@@ -70,10 +70,12 @@ enum Command {
 }
 
 fn main() {
+    // Colours only on a terminal: a log file or a pipe gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let cli = Cli::parse();
     // SQL runs DataFusion with one partition per core, and an operator may compute for
