@@ -7,6 +7,7 @@
 //! existing keys.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cairn_common::HybridTime;
 use datafusion::common::extensions_options;
@@ -73,7 +74,7 @@ pub struct StatementContext {
     pub fixed_snapshot: Option<u64>,
     /// The snapshot chosen by the first tablet scanned, shared by every other scan of
     /// the statement.
-    pub chosen_snapshot: tokio::sync::Mutex<Option<u64>>,
+    pub chosen_snapshot: ChosenSnapshot,
     /// How INSERT treats existing keys.
     pub insert_mode: InsertMode,
     /// The transaction the statement runs in: its scans read as it, its writes are
@@ -98,10 +99,69 @@ impl StatementContext {
         let chosen = fixed_snapshot.or_else(|| txn.as_ref().and_then(|t| t.snapshot()));
         Arc::new(StatementContext {
             fixed_snapshot,
-            chosen_snapshot: tokio::sync::Mutex::new(chosen),
+            chosen_snapshot: ChosenSnapshot::new(chosen),
             insert_mode,
             txn,
         })
+    }
+}
+
+/// The snapshot a statement's scans share. The first scan chooses it while holding
+/// the lock (the others wait for its choice); once chosen it can also be read without
+/// waiting ([`ChosenSnapshot::known`]), as encoding a plan for a worker does.
+#[derive(Debug, Default)]
+pub struct ChosenSnapshot {
+    lock: tokio::sync::Mutex<Option<u64>>,
+    /// The value last left under the lock; 0 for none (0 is never a snapshot).
+    known: AtomicU64,
+}
+
+impl ChosenSnapshot {
+    /// A snapshot already chosen (`Some`), or one the first scan will choose.
+    pub fn new(chosen: Option<u64>) -> Self {
+        ChosenSnapshot {
+            lock: tokio::sync::Mutex::new(chosen),
+            known: AtomicU64::new(chosen.unwrap_or(0)),
+        }
+    }
+
+    /// Waits for the lock: the snapshot, to read or to choose.
+    pub async fn lock(&self) -> ChosenGuard<'_> {
+        ChosenGuard {
+            guard: self.lock.lock().await,
+            known: &self.known,
+        }
+    }
+
+    /// The snapshot as last chosen, without waiting for a scan that is choosing it.
+    pub fn known(&self) -> Option<u64> {
+        Some(self.known.load(Ordering::Acquire)).filter(|&t| t != 0)
+    }
+}
+
+/// The locked snapshot of [`ChosenSnapshot::lock`]; what it holds when dropped is what
+/// [`ChosenSnapshot::known`] answers.
+pub struct ChosenGuard<'a> {
+    guard: tokio::sync::MutexGuard<'a, Option<u64>>,
+    known: &'a AtomicU64,
+}
+
+impl std::ops::Deref for ChosenGuard<'_> {
+    type Target = Option<u64>;
+    fn deref(&self) -> &Option<u64> {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for ChosenGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Option<u64> {
+        &mut self.guard
+    }
+}
+
+impl Drop for ChosenGuard<'_> {
+    fn drop(&mut self) {
+        self.known.store(self.guard.unwrap_or(0), Ordering::Release);
     }
 }
 

@@ -112,16 +112,8 @@ impl PhysicalExtensionCodec for CairnCodec {
             return internal_err!("{} cannot run on another server", node.name());
         };
         let s = scan.spec();
-        // The lock is held only for an instant by a scan that finds the snapshot
-        // chosen already (the coordinator fixed it before distributing).
-        let mut snapshot = None;
-        for _ in 0..1000 {
-            if let Ok(chosen) = s.statement.chosen_snapshot.try_lock() {
-                snapshot = *chosen;
-                break;
-            }
-            std::thread::yield_now();
-        }
+        // The coordinator fixed the snapshot before distributing.
+        let snapshot = s.statement.chosen_snapshot.known();
         if snapshot.is_none() && !s.tablets.is_empty() {
             return internal_err!(
                 "the snapshot of a scan of {} was not fixed before it was sent to a worker",
