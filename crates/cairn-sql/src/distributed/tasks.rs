@@ -254,7 +254,6 @@ pub(super) mod tests {
 
     /// [`scan_of`] with tablet i's replicas on `replicas[i]`, the first leading.
     pub(crate) async fn scan_with(replicas: &[Vec<&str>], hashed: bool) -> CairnScanExec {
-        let leaders = replicas;
         let schema = Schema::new(
             vec![
                 ColumnSpec::new("k", DataType::Int64),
@@ -263,7 +262,7 @@ pub(super) mod tests {
             &["k"],
         )
         .unwrap();
-        let buckets = leaders.len() as u32;
+        let buckets = replicas.len() as u32;
         let table = Table {
             id: "t-id".into(),
             name: "t".into(),
@@ -279,7 +278,7 @@ pub(super) mod tests {
             replicas: 1,
             subspaces: vec![],
         };
-        let tablets: Vec<TabletLocationInfo> = leaders
+        let tablets: Vec<TabletLocationInfo> = replicas
             .iter()
             .enumerate()
             .map(|(i, addrs)| TabletLocationInfo {
