@@ -47,6 +47,7 @@ use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execute_stream};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
+use datafusion_distributed::grpc::DefaultChannelResolver;
 use datafusion_distributed::{
     DistributedExec, DistributedExt, DistributedGetterExt, DistributedLeafExec,
     SessionStateBuilderExt, display_plan_ascii,
@@ -61,7 +62,8 @@ use crate::provider::CairnTable;
 use crate::scan::CairnScanExec;
 
 /// `template` made able to distribute: the distributed planner (behind
-/// [`CairnQueryPlanner`]), Cairn's codec and task handlers, and `workers`.
+/// [`CairnQueryPlanner`]), Cairn's codec and task handlers, `workers`, and one set
+/// of channels to them that every session of the engine shares.
 pub(crate) fn enable(
     template: SessionState,
     client: &cairn_client::Client,
@@ -69,6 +71,7 @@ pub(crate) fn enable(
 ) -> SessionState {
     let state = SessionStateBuilder::new_from_existing(template)
         .with_distributed_worker_resolver(worker::Resolver(workers.clone()))
+        .with_distributed_channel_resolver(DefaultChannelResolver::default())
         .with_distributed_user_codec(CairnCodec::new(client.clone()))
         .with_distributed_desired_task_count_handler(tasks::desired_task_count)
         .with_distributed_scale_up_leaf_node_handler(tasks::scale_up_leaf)

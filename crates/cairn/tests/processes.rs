@@ -1047,7 +1047,7 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
     )
     .await
     .unwrap();
-    db.batch_execute("INSERT INTO t SELECT i, i % 7, i * 1 FROM generate_series(1, 20000) AS s(i)")
+    db.batch_execute("INSERT INTO t SELECT i, i % 7, i FROM generate_series(1, 20000) AS s(i)")
         .await
         .unwrap();
     let expected: Vec<(i32, i64, i64)> = (0..7)
@@ -1086,6 +1086,24 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
     )
     .await;
     assert_eq!(answer().await, expected);
+    // Fragments share their worker's channels to the other workers: queries after
+    // the first open no new connections (each fragment used to dial the tasks it
+    // reads from again, leaving idle connections behind).
+    let plan = explain().await;
+    assert!(plan.contains("NetworkShuffleExec"), "{plan}");
+    let sockets = |ps: &[Proc]| ps.iter().map(open_sockets).sum::<usize>();
+    for _ in 0..3 {
+        answer().await;
+    }
+    let before = sockets(&tservers);
+    for _ in 0..20 {
+        assert_eq!(answer().await, expected);
+    }
+    let after = sockets(&tservers);
+    assert!(
+        after <= before + 12,
+        "the tablet servers went from {before} to {after} open sockets over 20 queries"
+    );
     tservers[1].kill9();
     assert_eq!(answer().await, expected, "right after a server was killed");
     wait_for(
@@ -1098,6 +1116,18 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
     )
     .await;
     assert_eq!(answer().await, expected, "over the two servers left");
+}
+
+/// The sockets process `p` holds open (its descriptors that are sockets).
+fn open_sockets(p: &Proc) -> usize {
+    let pid = p.child.as_ref().expect("a running process").id();
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+                .filter(|target| target.to_string_lossy().starts_with("socket:"))
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 fn port_of(addr: &str) -> u16 {

@@ -10,6 +10,7 @@ use datafusion::execution::SessionState;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::ScalarUDF;
+use datafusion_distributed::grpc::DefaultChannelResolver;
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext, WorkerSessionBuilder};
 use parking_lot::RwLock;
 use url::Url;
@@ -20,13 +21,19 @@ use crate::SqlEngine;
 /// Builds the session each query fragment runs in on a worker: DataFusion's
 /// defaults, Cairn's functions (`pg_catalog`'s too, so any expression the
 /// coordinator planned decodes), [`CairnCodec`] on this process's cluster client,
-/// and a memory pool of its own (the engine's per-query limit; sorts and grouped
-/// aggregates spill past it).
+/// a memory pool of its own (the engine's per-query limit; sorts and grouped
+/// aggregates spill past it), and the worker's channels to the other workers.
+///
+/// The channels are set explicitly: left to the library, they would be kept per
+/// runtime, and each fragment here has a runtime of its own (for its pool), so
+/// every fragment that reads a shuffle would dial its producers again and leave
+/// the connections idle behind it.
 #[derive(Clone)]
 struct FragmentSession {
     client: Client,
     functions: Vec<Arc<ScalarUDF>>,
     memory_bytes: usize,
+    channels: DefaultChannelResolver,
 }
 
 #[async_trait::async_trait]
@@ -38,7 +45,8 @@ impl WorkerSessionBuilder for FragmentSession {
         let mut builder = ctx
             .builder
             .with_scalar_functions(self.functions.clone())
-            .with_distributed_user_codec(CairnCodec::new(self.client.clone()));
+            .with_distributed_user_codec(CairnCodec::new(self.client.clone()))
+            .with_distributed_channel_resolver(self.channels.clone());
         if self.memory_bytes > 0 {
             let runtime = RuntimeEnvBuilder::new()
                 .with_memory_pool(Arc::new(FairSpillPool::new(self.memory_bytes)))
@@ -57,6 +65,7 @@ pub fn worker(engine: &SqlEngine) -> Worker {
         client: engine.client().clone(),
         functions: engine.scalar_functions(),
         memory_bytes: engine.limits().query_memory_bytes,
+        channels: DefaultChannelResolver::default(),
     })
 }
 
