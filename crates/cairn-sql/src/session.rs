@@ -413,6 +413,26 @@ impl SqlSession {
         }
     }
 
+    /// Plans a parsed query statement: fixes its snapshot (`as_of`, or the session's
+    /// `cairn.read_timestamp`) and its insert mode, then plans it (see
+    /// [`SqlSession::plan_statement`]).
+    async fn plan_query(
+        &self,
+        statement: DFStatement,
+        insert_mode: parser::InsertMode,
+        as_of: Option<&ast::Expr>,
+    ) -> Result<PlannedQuery> {
+        let fixed = self.fixed_snapshot(as_of).await?;
+        let mode = insert_mode_of(insert_mode);
+        let (state, plan) = self.plan_statement(statement, fixed, mode).await?;
+        Ok(PlannedQuery {
+            state,
+            plan,
+            fixed,
+            mode,
+        })
+    }
+
     /// This session's state with a fresh statement context: `fixed` snapshot, insert
     /// `mode`, and the session's transaction if a block is open.
     fn statement_state(&self, fixed: Option<u64>, mode: InsertMode) -> SessionState {
@@ -439,11 +459,11 @@ impl SqlSession {
                 insert_mode,
                 as_of,
             } => {
-                let fixed = self.fixed_snapshot(as_of.as_ref()).await?;
-                let mode = insert_mode_of(insert_mode);
-                let (state, plan) = self.plan_statement(statement, fixed, mode).await?;
-                crate::authz::check_plan(&self.principal().await?, &plan, mode)?;
-                self.run_plan(state, plan).await
+                let q = self
+                    .plan_query(statement, insert_mode, as_of.as_ref())
+                    .await?;
+                crate::authz::check_plan(&self.principal().await?, &q.plan, q.mode)?;
+                self.run_plan(q.state, q.plan).await
             }
             CairnStatement::Dcl(d) => {
                 self.check_write("a user or privilege statement")?;
@@ -721,6 +741,16 @@ fn returns_rows(p: &LogicalPlan) -> bool {
         p,
         LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Dml(_)
     )
+}
+
+/// A query statement planned by [`SqlSession::plan_query`].
+struct PlannedQuery {
+    /// The state to run it in (its statement context set).
+    state: SessionState,
+    plan: LogicalPlan,
+    /// The snapshot it reads at, when fixed before it runs.
+    fixed: Option<u64>,
+    mode: InsertMode,
 }
 
 fn insert_mode_of(m: parser::InsertMode) -> InsertMode {

@@ -76,18 +76,23 @@ fn name_in(body: &mut SetExpr) {
 }
 
 fn name_select(items: &mut [SelectItem]) {
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    for item in items.iter() {
-        if let SelectItem::UnnamedExpr(e) = item {
-            *seen.entry(key(e)).or_default() += 1;
-        }
+    let keys: Vec<Option<String>> = items
+        .iter()
+        .map(|item| match item {
+            SelectItem::UnnamedExpr(e) => Some(key(e)),
+            _ => None,
+        })
+        .collect();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for k in keys.iter().flatten() {
+        *seen.entry(k).or_default() += 1;
     }
     if seen.values().all(|&n| n < 2) {
         return;
     }
-    for (i, item) in items.iter_mut().enumerate() {
-        if let SelectItem::UnnamedExpr(e) = item
-            && seen.get(&key(e)).is_some_and(|&n| n > 1)
+    for (i, (item, k)) in items.iter_mut().zip(&keys).enumerate() {
+        if let (SelectItem::UnnamedExpr(e), Some(k)) = (&*item, k)
+            && seen.get(k.as_str()).is_some_and(|&n| n > 1)
         {
             let alias = Ident::with_quote('"', format!("{}{MARKER}{i}", client_name(e)));
             *item = SelectItem::ExprWithAlias {

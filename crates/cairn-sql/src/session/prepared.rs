@@ -12,7 +12,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
 
-use super::{QueryResult, SqlSession, insert_mode_of, returns_rows};
+use super::{PlannedQuery, QueryResult, SqlSession, returns_rows};
 use crate::error::{Result, SqlError};
 use crate::options::InsertMode;
 use crate::parser::{self, CairnStatement};
@@ -138,9 +138,11 @@ impl SqlSession {
                 insert_mode,
                 as_of,
             } => {
-                let fixed = self.fixed_snapshot(as_of.as_ref()).await?;
-                let mode = insert_mode_of(insert_mode);
-                let (_, plan) = self.plan_statement(statement, fixed, mode).await?;
+                let PlannedQuery {
+                    plan, fixed, mode, ..
+                } = self
+                    .plan_query(statement, insert_mode, as_of.as_ref())
+                    .await?;
                 let types = plan.get_parameter_types()?;
                 let mut params: Vec<(usize, Option<ArrowType>)> = types
                     .into_iter()
