@@ -4,6 +4,7 @@
 use cairn_common::{
     AUTO_INCREMENTING_ID, ColumnSpec, DataType, HashLevel, PartitionSchema, Schema,
 };
+use datafusion::sql::sqlparser::ast::DataType as SqlType;
 
 use super::{column_spec, common, encode_bounds, reserved_name, subspace_spec};
 use crate::parser::{CreateTable, ParseError};
@@ -47,7 +48,8 @@ pub struct TableDef {
 ///   master (Kudu 1.17+'s auto-incrementing column): `pandas.DataFrame.to_sql` and
 ///   other tools that create tables without keys work, and duplicate rows are kept.
 ///
-/// Errors: a column named [`AUTO_INCREMENTING_ID`] → 42939; bad key, partition or range
+/// Errors: a column named [`AUTO_INCREMENTING_ID`] → 42939; a name given to two columns →
+/// 42701; bad key, partition or range
 /// definitions → 42P16; bad literals → 22023 / 42804.
 pub fn table_def(
     ct: &CreateTable,
@@ -76,7 +78,17 @@ pub fn table_def(
         }
         ct.columns
             .iter()
-            .map(|c| column_spec(c, is_key(&c.name)))
+            .enumerate()
+            .map(|(i, c)| match (&c.data_type, columns_from_query) {
+                // A name without a type (`CREATE TABLE t (a, b) AS SELECT …`).
+                (SqlType::Unspecified, Some(q)) => Ok(ColumnSpec {
+                    name: c.name.clone(),
+                    data_type: q[i].1.clone(),
+                    nullable: q[i].2 && c.nullable && !is_key(&c.name),
+                    default: None,
+                }),
+                _ => column_spec(c, is_key(&c.name)),
+            })
             .collect::<Result<_, _>>()?
     } else {
         let Some(q) = columns_from_query else {
@@ -108,6 +120,19 @@ pub fn table_def(
                 default: None,
             },
         );
+    }
+    for (i, c) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|d| d.name == c.name) {
+            let hint = if ct.columns.is_empty() && columns_from_query.is_some() {
+                ": name the query's columns apart with AS, or list the table's columns before AS"
+            } else {
+                ""
+            };
+            return Err(ParseError::invalid_with(
+                "42701",
+                format!("column \"{}\" specified more than once{hint}", c.name),
+            ));
+        }
     }
     for k in &primary_key {
         if !specs.iter().any(|c| &c.name == k) {
@@ -299,8 +324,9 @@ mod tests {
         let e = def("CREATE TABLE t (a INT PRIMARY KEY, b INT NOT NULL DEFAULT NULL)")
             .expect_err("null default");
         assert_eq!(e.sqlstate(), "42P16");
+        // PostgreSQL's duplicate_column.
         let e = def("CREATE TABLE t (a INT PRIMARY KEY, b INT, A INT)").expect_err("dup column");
-        assert_eq!(e.sqlstate(), "42P16");
+        assert_eq!(e.sqlstate(), "42701");
         let mut ct = create("CREATE TABLE t (a INT PRIMARY KEY)");
         ct.hash = vec![(vec!["a".into()], 1)];
         let e = table_def(&ct, None, 4).expect_err("1 bucket");
@@ -427,6 +453,32 @@ mod tests {
         assert_eq!(d.schema.auto_id_index(), Some(0));
         assert_eq!(d.schema.visible_indexes(), vec![1, 2]);
         assert!(d.schema.column(1).nullable, "no longer a key column");
+        // Names without types take the query's types.
+        let ct = create("CREATE TABLE t2 (a, b) PRIMARY KEY (a) AS SELECT id, v FROM t1");
+        let d = table_def(&ct, Some(&cols), 3).expect("def");
+        let c = |i: usize| d.schema.column(i);
+        assert_eq!(
+            (c(0).name.as_str(), &c(0).data_type),
+            ("a", &DataType::Int64)
+        );
+        assert_eq!(
+            (c(1).name.as_str(), &c(1).data_type),
+            ("b", &DataType::String)
+        );
+        assert!(!c(0).nullable && c(1).nullable);
+        // A name given to two columns: PostgreSQL's 42701, from a query or a list.
+        let twice = vec![("n".to_string(), DataType::Int64, true); 2];
+        let ct = create("CREATE TABLE t2 AS SELECT n, n FROM t1");
+        let e = table_def(&ct, Some(&twice), 3).expect_err("twice");
+        assert_eq!(e.sqlstate(), "42701");
+        assert!(
+            e.message()
+                .contains("column \"n\" specified more than once"),
+            "{e}"
+        );
+        let ct = create("CREATE TABLE t2 (a INT PRIMARY KEY, a INT)");
+        let e = table_def(&ct, None, 3).expect_err("twice");
+        assert_eq!(e.sqlstate(), "42701");
         // Key not among the query's columns.
         let ct = create("CREATE TABLE t2 PRIMARY KEY (nope) AS SELECT id FROM t1");
         assert_eq!(

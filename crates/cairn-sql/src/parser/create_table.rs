@@ -10,7 +10,7 @@ use datafusion::sql::sqlparser::ast::{
     VisitorMut,
 };
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::parser::{IsOptional, Parser};
 use datafusion::sql::sqlparser::tokenizer::Token;
 
 use super::query::AsOfStripper;
@@ -84,10 +84,27 @@ pub(super) fn parse_create_table(p: &mut Parser<'_>) -> Result<CreateTable, Pars
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = parse_table_name(p)?;
 
-    let (sql_columns, constraints) = if p.peek_token_ref().token == Token::LParen {
-        p.parse_columns()?
+    // PostgreSQL's `CREATE TABLE t (a, b) AS SELECT …` names the query's columns
+    // without types; each takes its type from the query.
+    let names_only = if p.peek_token_ref().token == Token::LParen {
+        p.maybe_parse(|p| p.parse_parenthesized_column_list(IsOptional::Mandatory, false))?
     } else {
-        (vec![], vec![])
+        None
+    };
+    let (sql_columns, constraints) = match &names_only {
+        Some(names) => (
+            names
+                .iter()
+                .map(|n| ast::ColumnDef {
+                    name: n.clone(),
+                    data_type: DataType::Unspecified,
+                    options: vec![],
+                })
+                .collect(),
+            vec![],
+        ),
+        None if p.peek_token_ref().token == Token::LParen => p.parse_columns()?,
+        None => (vec![], vec![]),
     };
 
     let mut trailing_pk: Option<Vec<String>> = None;
@@ -205,6 +222,11 @@ pub(super) fn parse_create_table(p: &mut Parser<'_>) -> Result<CreateTable, Pars
         return Err(ParseError::invalid_definition(
             "the primary key is declared more than once: declare it in one place",
         ));
+    }
+    if names_only.is_some() && query.is_none() {
+        return Err(ParseError::syntax(format!(
+            "CREATE TABLE {name} lists column names without types: give each a type, e.g. (id BIGINT, name TEXT), or take the types from a query with AS SELECT ..."
+        )));
     }
     let primary_key = pk_sources.pop().unwrap_or_default();
     for c in &mut columns {
@@ -665,6 +687,18 @@ mod tests {
         let c = create("CREATE TABLE t2 (id INT PRIMARY KEY, v TEXT) AS SELECT 1, 'a'");
         assert_eq!(c.columns.len(), 2);
         assert!(c.query.is_some());
+        // PostgreSQL's names without types take the query's types.
+        let c = create("CREATE TABLE t2 (a, \"B\") PRIMARY KEY (a) AS SELECT id, id FROM t1");
+        let names: Vec<_> = c.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, vec!["a", "B"]);
+        assert!(
+            c.columns
+                .iter()
+                .all(|c| c.data_type == DataType::Unspecified)
+        );
+        assert!(!c.columns[0].nullable, "a key column");
+        let e = err("CREATE TABLE t2 (a, b)");
+        assert!(e.message().contains("without types"), "{e}");
         let c = create("create table t3 primary key (column1) as values (1), (2)");
         assert_eq!(c.primary_key, vec!["column1"]);
         let e =

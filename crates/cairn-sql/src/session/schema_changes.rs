@@ -1,6 +1,8 @@
 //! The table DDL a session runs through the master: `CREATE TABLE [AS]`, `DROP TABLE`
 //! and `ALTER TABLE` (columns, range partitions and subspaces).
 
+use std::sync::Arc;
+
 use arrow::datatypes::DataType as ArrowType;
 use cairn_client::CreateTableSpec;
 use cairn_common::{DataType, Schema};
@@ -63,14 +65,15 @@ impl SqlSession {
         // column types, then write its rows.
         let state = self.statement_state(self.fixed_snapshot(None).await?, InsertMode::Insert);
         self.engine.inner.schema.refresh(false).await?;
-        let plan = state
-            .statement_to_plan(DFStatement::Statement(Box::new(ast::Statement::Query(
-                query,
-            ))))
-            .await?;
+        // Repeated names are made unique for DataFusion, as in any query; the table
+        // takes the client's names (which a column list may have to replace).
+        let mut statement = DFStatement::Statement(Box::new(ast::Statement::Query(query)));
+        parser::names::name_repeated_items(&mut statement);
+        let plan = state.statement_to_plan(statement).await?;
         crate::authz::check_plan(&self.principal().await?, &plan, InsertMode::Insert)?;
         let mut columns = vec![];
-        for f in plan.schema().fields() {
+        for f in parser::names::client_schema(&Arc::new(plan.schema().as_arrow().clone())).fields()
+        {
             columns.push((f.name().clone(), ctas_type(f.data_type())?, f.is_nullable()));
         }
         let def = ddl::table_def(&ct, Some(&columns), buckets)?;
