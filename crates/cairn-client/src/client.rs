@@ -176,6 +176,11 @@ impl Client {
         self
     }
 
+    /// The TLS material this client dials with ([`Client::with_tls`]), if any.
+    pub fn tls(&self) -> Option<Arc<cairn_proto::TlsConfig>> {
+        self.shared.tls.read().clone()
+    }
+
     /// Logs in as `user`: the master checks the password and signs a token that every
     /// call of this client (and its clones) then carries; tablet servers check it
     /// without asking the master. The token is renewed in the background before it

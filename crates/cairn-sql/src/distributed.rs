@@ -12,7 +12,9 @@
 //!
 //! The pieces:
 //! - every tablet server hosts a worker on its RPC port ([`worker_routes`]);
-//!   the coordinator sends fragments to the live ones ([`ClusterWorkers`]);
+//!   the coordinator sends fragments to the live ones ([`ClusterWorkers`]) over
+//!   channels it keeps, with the cluster's mutual TLS when it has it, and only the
+//!   cluster's servers may call a worker ([`channels`]);
 //! - a [`CairnScanExec`] is split among tasks by tablet and each task is sent to a
 //!   server holding replicas of its tablets, whose worker reads them in process
 //!   ([`tasks`]); it travels as what it reads ([`CairnCodec`]);
@@ -26,6 +28,7 @@
 //! it writes nothing; everything else runs in the coordinator as before. A plan
 //! that would send a node no codec knows (a subspace search) runs there too.
 
+mod channels;
 mod codec;
 pub mod tasks;
 mod worker;
@@ -47,7 +50,6 @@ use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execute_stream};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
-use datafusion_distributed::grpc::DefaultChannelResolver;
 use datafusion_distributed::{
     DistributedExec, DistributedExt, DistributedGetterExt, DistributedLeafExec,
     SessionStateBuilderExt, display_plan_ascii,
@@ -63,7 +65,8 @@ use crate::scan::CairnScanExec;
 
 /// `template` made able to distribute: the distributed planner (behind
 /// [`CairnQueryPlanner`]), Cairn's codec and task handlers, `workers`, and one set
-/// of channels to them that every session of the engine shares.
+/// of channels to them that every session of the engine shares, dialled with
+/// `client`'s TLS.
 pub(crate) fn enable(
     template: SessionState,
     client: &cairn_client::Client,
@@ -71,7 +74,7 @@ pub(crate) fn enable(
 ) -> SessionState {
     let state = SessionStateBuilder::new_from_existing(template)
         .with_distributed_worker_resolver(worker::Resolver(workers.clone()))
-        .with_distributed_channel_resolver(DefaultChannelResolver::default())
+        .with_distributed_channel_resolver(channels::WorkerChannels::new(client.tls()))
         .with_distributed_user_codec(CairnCodec::new(client.clone()))
         .with_distributed_desired_task_count_handler(tasks::desired_task_count)
         .with_distributed_scale_up_leaf_node_handler(tasks::scale_up_leaf)

@@ -302,8 +302,7 @@ async fn start_sql(
         cairn_sql::SqlEngine::new(client.clone())?.with_limits(cairn_sql::EngineLimits {
             query_memory_bytes: limits.query_memory_limit_mb.saturating_mul(1 << 20),
         });
-    // The workers speak plain gRPC: a TLS cluster runs every query here.
-    if sql.distributed_sql && tls.is_none() {
+    if sql.distributed_sql {
         engine = engine.with_workers(cairn_sql::distributed::ClusterWorkers::watch(client));
     }
     for t in in_process {
@@ -593,8 +592,9 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
     )?;
     let mut o = args.options();
     o.tls = sec.tls.clone();
-    // The worker that runs fragments of distributed queries, on the RPC port (plain
-    // gRPC only, so not on a TLS cluster). It reads this server's tablets in process.
+    // The worker that runs fragments of distributed queries, on the RPC port (with
+    // its TLS, admitting only the cluster's servers). It reads this server's tablets
+    // in process.
     let worker = cairn_sql::SqlEngine::new(
         cairn_client::Client::connect(&args.masters)
             .await?
@@ -603,9 +603,7 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
     .with_limits(cairn_sql::EngineLimits {
         query_memory_bytes: args.limits.query_memory_limit_mb.saturating_mul(1 << 20),
     });
-    if sec.tls.is_none() {
-        o.extra_routes = Some(cairn_sql::distributed::worker_routes(&worker));
-    }
+    o.extra_routes = Some(cairn_sql::distributed::worker_routes(&worker));
     let t = TabletServer::start(o).await?;
     worker
         .client()

@@ -10,19 +10,20 @@ use datafusion::execution::SessionState;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::ScalarUDF;
-use datafusion_distributed::grpc::DefaultChannelResolver;
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext, WorkerSessionBuilder};
 use parking_lot::RwLock;
 use url::Url;
 
 use super::CairnCodec;
+use super::channels::{WorkerChannels, internal_only};
 use crate::SqlEngine;
 
 /// Builds the session each query fragment runs in on a worker: DataFusion's
 /// defaults, Cairn's functions (`pg_catalog`'s too, so any expression the
 /// coordinator planned decodes), [`CairnCodec`] on this process's cluster client,
 /// a memory pool of its own (the engine's per-query limit; sorts and grouped
-/// aggregates spill past it), and the worker's channels to the other workers.
+/// aggregates spill past it), and the worker's channels to the other workers
+/// ([`WorkerChannels`], with the cluster's TLS).
 ///
 /// The channels are set explicitly: left to the library, they would be kept per
 /// runtime, and each fragment here has a runtime of its own (for its pool), so
@@ -33,7 +34,7 @@ struct FragmentSession {
     client: Client,
     functions: Vec<Arc<ScalarUDF>>,
     memory_bytes: usize,
-    channels: DefaultChannelResolver,
+    channels: WorkerChannels,
 }
 
 #[async_trait::async_trait]
@@ -65,13 +66,19 @@ pub fn worker(engine: &SqlEngine) -> Worker {
         client: engine.client().clone(),
         functions: engine.scalar_functions(),
         memory_bytes: engine.limits().query_memory_bytes,
-        channels: DefaultChannelResolver::default(),
+        channels: WorkerChannels::new(engine.client().tls()),
     })
 }
 
-/// The gRPC routes of a worker for `engine` (see [`worker`]), to add to a server.
+/// The gRPC routes of a worker for `engine` (see [`worker`]), to add to a server. On
+/// a cluster with TLS (the engine's client has it) only callers holding a cluster
+/// certificate get through.
 pub fn worker_routes(engine: &SqlEngine) -> tonic::service::Routes {
-    tonic::service::Routes::new(worker(engine).into_worker_server())
+    let tls_required = engine.client().tls().is_some();
+    tonic::service::Routes::new(tonic::service::interceptor::InterceptedService::new(
+        worker(engine).into_worker_server(),
+        move |req| internal_only(tls_required, req),
+    ))
 }
 
 /// The workers a coordinator may send fragments to: the worker of every live

@@ -51,7 +51,24 @@ impl InProc {
     /// A cluster whose tablet servers host workers for distributed SQL.
     #[allow(dead_code)]
     pub async fn start_with_workers(n: usize) -> InProc {
-        let mut c = Self::start_full(0, Duration::from_secs(300), fast_group(), None).await;
+        Self::start_workers(n, None).await
+    }
+
+    /// [`InProc::start_with_workers`] on a cluster whose servers and clients all use
+    /// mutual TLS with `tls`.
+    #[allow(dead_code)]
+    pub async fn start_tls_with_workers(
+        n: usize,
+        tls: std::sync::Arc<cairn_proto::TlsConfig>,
+    ) -> InProc {
+        Self::start_workers(n, Some(tls)).await
+    }
+
+    async fn start_workers(
+        n: usize,
+        tls: Option<std::sync::Arc<cairn_proto::TlsConfig>>,
+    ) -> InProc {
+        let mut c = Self::start_full(0, Duration::from_secs(300), fast_group(), tls).await;
         c.workers = true;
         for i in 0..n {
             c.ts_addrs.push(reserve_addr());

@@ -2,13 +2,18 @@
 //! a user runs it: `sslmode=verify-full` against the cluster CA succeeds, a wrong
 //! password fails, a plaintext connection is refused, a client trusting another CA
 //! refuses the server, and a user without SELECT gets SQLSTATE 42501 until granted it.
-//! `psql` missing skips the test, except under CI (`CI=true`).
+//! `psql` missing skips the test, except under CI (`CI=true`). Distributed queries on
+//! a TLS cluster, whose workers admit only the cluster's servers.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::common::{make_certs, tls_of};
-use crate::{serve_pg, sql_cluster};
+use cairn_sql::SqlEngine;
+use cairn_sql::distributed::ClusterWorkers;
+use datafusion_distributed::grpc::{BoxCloneSyncChannel, create_worker_client};
+
+use crate::common::{InProc, make_certs, tls_of};
+use crate::{serve_pg, sql_cluster, strings};
 
 fn psql(conninfo: &str, password: &str, sql: &str) -> Output {
     Command::new("psql")
@@ -161,4 +166,79 @@ async fn psql_tls_verify_full_and_passwords() {
         .await
         .unwrap();
     assert!(text(&o).contains("42501"), "{}", text(&o));
+}
+
+/// Distributed SQL on a cluster with mutual TLS: the coordinator and the workers dial
+/// each other with their node certificates, and a query runs as tasks on all three
+/// servers without falling back to the front end; a caller holding no cluster
+/// certificate cannot reach a worker (a fragment reads with the server's rights).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn distributed_queries_on_a_tls_cluster() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path(), &["node"]);
+    let cl = InProc::start_tls_with_workers(3, tls_of(certs.path(), "node")).await;
+    let engine = SqlEngine::new(cl.client().await)
+        .unwrap()
+        .with_workers(ClusterWorkers::fixed(&cl.ts_addrs));
+    let s = engine.session();
+    s.query(
+        "CREATE TABLE tls_t (k BIGINT PRIMARY KEY, g INT NOT NULL, v BIGINT NOT NULL) \
+         PARTITION BY HASH (k) PARTITIONS 6",
+    )
+    .await
+    .unwrap();
+    s.query("INSERT INTO tls_t SELECT i, i % 5, i FROM generate_series(1, 3000) AS s(i)")
+        .await
+        .unwrap();
+    let sql = "SELECT g, count(*), sum(v) FROM tls_t GROUP BY g ORDER BY g";
+    let plan: String = strings(&s.query(&format!("EXPLAIN {sql}")).await.unwrap())
+        .iter()
+        .filter(|r| r[0] == "physical_plan")
+        .map(|r| r[1].clone())
+        .collect();
+    assert!(plan.contains("DistributedExec"), "{plan}");
+    for addr in &cl.ts_addrs {
+        assert!(plan.contains(addr.as_str()), "{addr} runs no task:\n{plan}");
+    }
+    let expected: Vec<Vec<String>> = (0..5)
+        .map(|g| {
+            let ks: Vec<i64> = (1..=3000).filter(|k| k % 5 == g).collect();
+            vec![
+                g.to_string(),
+                ks.len().to_string(),
+                ks.iter().sum::<i64>().to_string(),
+            ]
+        })
+        .collect();
+    assert_eq!(strings(&s.query(sql).await.unwrap()), expected);
+    assert_eq!(
+        engine.workers().unwrap().reruns(),
+        0,
+        "the query failed on the workers and ran again in the front end"
+    );
+
+    // A worker admits the cluster's servers only.
+    let worker_info = |tls: std::sync::Arc<cairn_proto::TlsConfig>| {
+        let addr = cl.ts_addrs[0].clone();
+        async move {
+            let channel = cairn_proto::tls::endpoint(&addr, Some(&tls))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut worker = create_worker_client(BoxCloneSyncChannel::new(channel));
+            worker
+                .get_worker_info(datafusion_distributed::GetWorkerInfoRequest {})
+                .await
+        }
+    };
+    let ca_only = cairn_proto::TlsConfig::ca_only(&certs.path().join("ca.pem")).unwrap();
+    let e = worker_info(ca_only)
+        .await
+        .err()
+        .expect("a caller without a certificate");
+    assert!(e.to_string().contains("signed by the cluster CA"), "{e}");
+    worker_info(tls_of(certs.path(), "node"))
+        .await
+        .expect("a caller with a cluster certificate");
 }

@@ -1,0 +1,109 @@
+//! The connections between a coordinator and the workers, and between workers, and
+//! who may open them.
+//!
+//! A coordinator sends every task of a query to a worker, and a task that reads a
+//! shuffle streams from the workers of the stage below. [`WorkerChannels`] keeps one
+//! HTTP/2 channel per worker for all of that, made on first use and shared by every
+//! query of the engine (or every fragment of the worker) that holds it. On a cluster
+//! with TLS it dials with the node's own certificate, as every other RPC between
+//! Cairn's servers does.
+//!
+//! A worker runs whatever plan it is sent, reading any table with the server's own
+//! rights, so only the cluster's servers may call it: on a TLS cluster the worker
+//! service admits callers holding a certificate the cluster CA signed
+//! ([`internal_only`]), not users with a token, whose privileges the coordinator
+//! checks before it plans.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cairn_proto::TlsConfig;
+use datafusion::common::DataFusionError;
+use datafusion_distributed::grpc::{BoxCloneSyncChannel, create_worker_client};
+use datafusion_distributed::{ChannelResolver, WorkerChannel};
+use parking_lot::Mutex;
+use url::Url;
+
+/// How long dialling a worker may take before the query gives up on it (and runs
+/// again in the front end).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One channel per worker, dialled with the cluster's TLS when it has it (see the
+/// module docs). Clones share the channels.
+#[derive(Clone)]
+pub(crate) struct WorkerChannels {
+    tls: Option<Arc<TlsConfig>>,
+    channels: Arc<Mutex<HashMap<Url, BoxCloneSyncChannel>>>,
+}
+
+impl WorkerChannels {
+    /// Channels dialled with `tls` (mutual TLS with this node's certificate), or in
+    /// plain gRPC without it.
+    pub(crate) fn new(tls: Option<Arc<TlsConfig>>) -> WorkerChannels {
+        WorkerChannels {
+            tls,
+            channels: Arc::default(),
+        }
+    }
+
+    /// The channel to the worker at `url`, dialled now if there is none yet.
+    async fn channel(&self, url: &Url) -> Result<BoxCloneSyncChannel, DataFusionError> {
+        if let Some(c) = self.channels.lock().get(url) {
+            return Ok(c.clone());
+        }
+        let addr = match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            _ => {
+                return Err(DataFusionError::Configuration(format!(
+                    "a worker's URL needs a host and a port: {url}"
+                )));
+            }
+        };
+        let endpoint = cairn_proto::tls::endpoint(&addr, self.tls.as_deref())
+            .map_err(|e| {
+                DataFusionError::Configuration(format!("cannot dial the worker at {addr}: {e}"))
+            })?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        let channel = endpoint.connect().await.map_err(|e| {
+            DataFusionError::Execution(format!(
+                "cannot connect to the worker on the tablet server at {addr}: {e}"
+            ))
+        })?;
+        // Two queries may have dialled at once: both use the channel kept first.
+        Ok(self
+            .channels
+            .lock()
+            .entry(url.clone())
+            .or_insert_with(|| BoxCloneSyncChannel::new(channel))
+            .clone())
+    }
+}
+
+#[async_trait]
+impl ChannelResolver for WorkerChannels {
+    async fn get_worker_client_for_url(
+        &self,
+        url: &Url,
+    ) -> Result<Box<dyn WorkerChannel>, DataFusionError> {
+        self.channel(url).await.map(create_worker_client)
+    }
+}
+
+/// Admits a call to the worker service when the cluster has no TLS (`tls_required`
+/// false: loopback or a trusted network, as for every other RPC) or the caller holds
+/// a cluster certificate; refuses everyone else with UNAUTHENTICATED.
+pub(crate) fn internal_only(
+    tls_required: bool,
+    req: tonic::Request<()>,
+) -> Result<tonic::Request<()>, tonic::Status> {
+    if !tls_required || req.peer_certs().is_some_and(|c| !c.is_empty()) {
+        return Ok(req);
+    }
+    Err(tonic::Status::unauthenticated(
+        "only the cluster's servers may run query fragments: present a certificate \
+         signed by the cluster CA",
+    ))
+}
