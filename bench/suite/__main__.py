@@ -7,20 +7,22 @@ regenerates bench/results/REPORT.md and its charts.
 import argparse
 import sys
 
-from . import (common, pgbench, readonly, readonly_serve, report, search, storage, tlscost,
-               tpch, ycsb)
+from . import (common, pgbench, readonly, readonly_serve, report, scaleout, search, storage,
+               tlscost, tpch, ycsb)
 
 EPILOG = """examples:
   bench/run tpch --quick                     # SF 0.01, all 7 systems, a few minutes
   bench/run tpch --sf 1 --systems cairn-local,duckdb-parquet --queries 1,6
   bench/run storage --quick
   bench/run tls-cost                         # TLS + auth off vs on: TPC-H SF 1, YCSB C
+  bench/run scaleout                         # TPC-H SF 1 CPU on 1, 2, 4 tablet servers
   bench/run pgbench                          # pgbench TPC-B-like: Cairn vs PostgreSQL
   bench/run search --quick                   # hyperspace search, 100,000 objects
   bench/run all --quick                      # tpch, ycsb, storage, then the report
   bench/run report                           # REPORT.md from the JSON lines
 
-Results: bench/results/{tpch,ycsb,pgbench,storage,readonly,readonly-serve,search,tls-cost}.jsonl, bench/results/REPORT.md, charts in
+Results: bench/results/{tpch,ycsb,pgbench,storage,readonly,readonly-serve,search,tls-cost,
+scaleout}.jsonl, bench/results/REPORT.md, charts in
 bench/results/charts/. Servers, data and logs go to --work-dir (default /tmp/cairn-bench)."""
 
 
@@ -56,6 +58,10 @@ def parser():
     tlscost.add_arguments(sub.add_parser(
         "tls-cost", help="TPC-H and YCSB C on Cairn with TLS and authentication off and on",
         description=tlscost.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    scaleout.add_arguments(sub.add_parser(
+        "scaleout", help="TPC-H on clusters of 1, 2 and 4 tablet servers: CPU per process, "
+        "critical path, bytes shuffled, scale-out efficiency", description=scaleout.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter))
     a = sub.add_parser("all", help="tpch, ycsb and storage with their defaults, then report")
     a.add_argument("--quick", action="store_true", help="the quick variant of every suite")
     sub.add_parser("report", help="regenerate REPORT.md and the charts from the JSON lines")
@@ -88,7 +94,7 @@ def main():
     elif args.command != "report":
         {"tpch": tpch, "ycsb": ycsb, "pgbench": pgbench, "storage": storage,
          "readonly": readonly, "readonly-serve": readonly_serve, "search": search,
-         "tls-cost": tlscost}[args.command].run(args)
+         "tls-cost": tlscost, "scaleout": scaleout}[args.command].run(args)
     print(f"report: {report.generate()}", file=sys.stderr)
     if failed:
         sys.exit(f"failed: {', '.join(failed)}")

@@ -752,6 +752,170 @@ def pgbench_section(clients, lines):
                      "tps / postgres", "status"], rows))
 
 
+# ---- scale-out ----------------------------------------------------------------------
+
+def scaleout_by(lines):
+    """{query: {servers: line}} over the queries that ran, and the baseline size."""
+    by = defaultdict(dict)
+    for x in lines:
+        if x["query"] != "load" and x["status"] == "ok" and x.get("max_cpu_s") is not None:
+            by[x["query"]][x["servers"]] = x
+    return by, lines[0].get("baseline_servers", 1)
+
+
+# Below this much CPU a query's figures are mostly /proc's 10 ms ticks.
+SCALEOUT_MIN_CPU_S = 0.1
+
+
+def scaleout_efficiency(by, base):
+    """{(query, servers): efficiency}: the baseline's total CPU over (servers / baseline
+    × the critical path), for every query the baseline ran with enough CPU to measure."""
+    out = {}
+    for q, recs in by.items():
+        b = recs.get(base)
+        if not b or b["total_cpu_s"] < SCALEOUT_MIN_CPU_S:
+            continue
+        for n, r in recs.items():
+            if n != base and r["max_cpu_s"] > 0:
+                out[q, n] = b["total_cpu_s"] / (n / base * r["max_cpu_s"])
+    return out
+
+
+def scaleout_headline(sf, lines):
+    """Headline sentences: the efficiency at the largest size against the targets."""
+    by, base = scaleout_by(lines)
+    eff = scaleout_efficiency(by, base)
+    sizes = sorted({n for _, n in eff})
+    if not sizes:
+        return [f"- Scale-out, TPC-H SF {sf:g}: no query used {SCALEOUT_MIN_CPU_S} s of CPU "
+                "on one server, too little to measure (run it at SF 1)."]
+    top = sizes[-1]
+    at_top = {q: e for (q, n), e in eff.items() if n == top}
+    g = geomean(list(at_top.values()))
+    worst = min(at_top, key=at_top.get)
+    met = g >= 0.75 and at_top[worst] >= 0.5
+    return [f"- Scale-out, TPC-H SF {sf:g} ({len(at_top)} queries, CPU read from /proc): "
+            f"efficiency at {top} tablet servers geomean {g:.2f} (target ≥ 0.75), lowest "
+            f"{at_top[worst]:.2f} ({worst}; target ≥ 0.5): **{'met' if met else 'missed'}**."]
+
+
+def scaleout_section(sf, lines):
+    """The scale-out section: per query and cluster size, CPU, critical path, bytes
+    shuffled and efficiency; the queries that do not scale; a chart."""
+    by, base = scaleout_by(lines)
+    eff = scaleout_efficiency(by, base)
+    sizes = sorted({n for recs in by.values() for n in recs})
+    queries = sorted(by, key=lambda q: int(q.lstrip("q")))
+    header = ["query", f"total CPU at {base} (s)"]
+    for n in sizes:
+        if n != base:
+            header += [f"{n}: total CPU (s)", f"{n}: critical path (s, process)",
+                       f"{n}: shuffled (MB)", f"{n}: efficiency"]
+    rows = []
+    for q in queries:
+        b = by[q].get(base)
+        row = [q, f"{b['total_cpu_s']:.2f}" if b else "—"]
+        for n in sizes:
+            if n == base:
+                continue
+            r = by[q].get(n)
+            if not r:
+                row += ["—"] * 4
+                continue
+            dist = "" if r.get("distributed") else " (not distributed)"
+            row += [f"{r['total_cpu_s']:.2f}", f"{r['max_cpu_s']:.2f} ({r['critical']})",
+                    f"{r.get('shuffled_bytes', 0) / 2**20:.1f}{dist}",
+                    f"{eff[q, n]:.2f}" if (q, n) in eff else "—"]
+        rows.append(row)
+    summary = []
+    for n in sizes:
+        if n == base:
+            continue
+        es = [e for (q, m), e in eff.items() if m == n]
+        # How unevenly the tablet servers shared each query: the busiest over the mean.
+        skew = []
+        for q, m in eff:
+            ts = [v for k, v in by[q][n]["cpu_s"].items() if k != "master"] if m == n else []
+            if ts and sum(ts) > 0:
+                skew.append(max(ts) / (sum(ts) / len(ts)))
+        if es:
+            summary.append([n, len(es), f"{geomean(es):.2f}", f"{min(es):.2f}",
+                            sum(e < 0.5 for e in es),
+                            f"{geomean(skew):.2f}" if skew else "—"])
+    top = sizes[-1] if sizes else base
+    small = [q for q in queries
+             if by[q].get(base) and by[q][base]["total_cpu_s"] < SCALEOUT_MIN_CPU_S]
+    slow = []
+    for q in queries:
+        e = eff.get((q, top))
+        r = by[q].get(top)
+        if e is None or e >= 0.5 or not r:
+            continue
+        cpu = r["cpu_s"]
+        share = cpu.get("master", 0) / r["total_cpu_s"] if r["total_cpu_s"] else 0
+        busiest = sorted((v for k, v in cpu.items() if k != "master"), reverse=True)
+        why = []
+        if r["critical"] == "master":
+            why.append(f"the coordinator (master) does {share:.0%} of the work")
+        elif len(busiest) > 1 and busiest[-1] < 0.5 * busiest[0]:
+            why.append(f"uneven split: the busiest server {busiest[0]:.2f} s, the least "
+                       f"busy {busiest[-1]:.2f} s")
+        if not r.get("distributed"):
+            why.append("it did not run distributed")
+        added = r["total_cpu_s"] / by[q][base]["total_cpu_s"] if by[q].get(base) else 0
+        if added > 1.3:
+            why.append(f"distribution adds work: total CPU ×{added:.1f} the baseline's")
+        slow.append(f"- {q}: efficiency {e:.2f}; " + ("; ".join(why) or "no single cause "
+                                                       "stands out in these figures") + ".")
+    path = None
+    if eff:
+        CHARTS.mkdir(parents=True, exist_ok=True)
+        path = CHARTS / f"scaleout_sf{sf:g}.png"
+        chart_scaleout(sf, eff, queries, [n for n in sizes if n != base], path)
+    x0 = lines[0]
+    return (f"## Scale-out, TPC-H SF {sf:g}\n\n" + provenance(x0)
+            + f"\nOne `cairn master` (pgwire; it coordinates every query) and N `cairn "
+            f"tserver` processes on this machine, replicas 1, every table in "
+            f"{x0.get('partitions')} hash partitions, {x0.get('runs')} measured runs per "
+            "query. CPU is user + system time from /proc, less each process's idle rate; "
+            "critical path = the most CPU one process spent; efficiency = total CPU at "
+            f"{base} / (N / {base} × critical path at N), for queries using at least "
+            f"{SCALEOUT_MIN_CPU_S} s of CPU at {base}. Above 1 means distributing saved "
+            "work: with one tablet server a query is not distributed, and the master reads "
+            "every scanned row from the tablet server over RPC, while workers read their "
+            "tablets in process. Shuffled = the network "
+            "boundaries' `bytes_transferred` in EXPLAIN ANALYZE. With 2 cores, wall times "
+            "are not a speed-up measure. `bench/suite/scaleout.py` documents the method.\n\n"
+            + table(["tablet servers", "queries", "efficiency geomean", "lowest",
+                     "below 0.5", "busiest / mean tablet server (geomean)"], summary) + "\n"
+            + table(header, rows)
+            + (f"\nNot counted, under {SCALEOUT_MIN_CPU_S} s of CPU at {base} (mostly "
+               f"/proc's 10 ms ticks): {', '.join(small)}.\n" if small else "")
+            + ("\nQueries below 0.5 at " + f"{top} servers:\n\n" + "\n".join(slow) + "\n"
+               if slow else "")
+            + (f"\n![scale-out efficiency](charts/{path.name})\n" if path else ""))
+
+
+def chart_scaleout(sf, eff, queries, sizes, path):
+    """Bars of the efficiency per query, one per cluster size, with the targets."""
+    fig, ax = plt.subplots(figsize=(max(10, len(queries) * 0.6), 5))
+    width = 0.8 / max(1, len(sizes))
+    for i, n in enumerate(sizes):
+        xs = [j + (i - (len(sizes) - 1) / 2) * width for j, q in enumerate(queries)
+              if (q, n) in eff]
+        ys = [eff[q, n] for q in queries if (q, n) in eff]
+        ax.bar(xs, ys, width, label=f"{n} tablet servers", color=f"C{i}")
+    ax.axhline(0.75, color="green", linestyle="--", linewidth=1, label="target geomean 0.75")
+    ax.axhline(0.5, color="red", linestyle=":", linewidth=1, label="floor 0.5")
+    ax.set_xticks(range(len(queries)), queries)
+    ax.set_ylabel("scale-out efficiency")
+    ax.set_title(f"TPC-H SF {sf:g}: scale-out efficiency per query (CPU; higher is better)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def fmt(v):
     """A number for a table cell: thousands separators for large ones."""
     return f"{v:,.0f}" if v >= 100 else f"{v:.3f}"
@@ -817,8 +981,14 @@ def generate():
     for sf, lines in tc.items():
         head += tls_cost_headline(sf, lines)
         body.append(tls_cost_section(sf, lines))
+    so = newest(common.read_jsonl(common.RESULTS / "scaleout.jsonl"), "sf",
+                lambda x: x["run_id"])
+    for sf, lines in so.items():
+        head += scaleout_headline(sf, lines)
+        body.append(scaleout_section(sf, lines))
     md = ("# Cairn benchmark report\n\nGenerated by `bench/run report` from "
-          "`bench/results/{tpch,ycsb,pgbench,storage,readonly,readonly-serve,search,tls-cost}.jsonl` "
+          "`bench/results/{tpch,ycsb,pgbench,storage,readonly,readonly-serve,search,tls-cost,"
+          "scaleout}.jsonl` "
           "(newest run per "
           "suite and "
           "scale). "
