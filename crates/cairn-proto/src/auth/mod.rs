@@ -458,7 +458,7 @@ impl AuthGate {
             };
             return Ok(Principal::User(verifier.verify(token, now_ms())?));
         }
-        if req.peer_certs().is_some_and(|c| !c.is_empty()) || !self.required {
+        if internal_by_transport(req, self.required) {
             return Ok(Principal::Internal);
         }
         Err(Status::unauthenticated(
@@ -478,6 +478,13 @@ impl AuthGate {
         p.check(action)?;
         Ok(p)
     }
+}
+
+/// Whether the caller of `req` is internal by its connection alone: it presented a
+/// certificate the cluster CA signed (the TLS handshake checked it), or the server runs
+/// without TLS (`tls_required` false), where every caller is.
+pub fn internal_by_transport<T>(req: &tonic::Request<T>, tls_required: bool) -> bool {
+    !tls_required || req.peer_certs().is_some_and(|c| !c.is_empty())
 }
 
 /// A client's token, added to every call it makes (a tonic interceptor).

@@ -92,14 +92,15 @@ impl ChannelResolver for WorkerChannels {
     }
 }
 
-/// Admits a call to the worker service when the cluster has no TLS (`tls_required`
-/// false: loopback or a trusted network, as for every other RPC) or the caller holds
-/// a cluster certificate; refuses everyone else with UNAUTHENTICATED.
+/// Admits a call to the worker service from an internal caller by
+/// [`cairn_proto::auth::internal_by_transport`] (a cluster certificate, or no TLS at
+/// all, as for every other RPC); refuses everyone else, token holders included, with
+/// UNAUTHENTICATED.
 pub(crate) fn internal_only(
     tls_required: bool,
     req: tonic::Request<()>,
 ) -> Result<tonic::Request<()>, tonic::Status> {
-    if !tls_required || req.peer_certs().is_some_and(|c| !c.is_empty()) {
+    if cairn_proto::auth::internal_by_transport(&req, tls_required) {
         return Ok(req);
     }
     Err(tonic::Status::unauthenticated(

@@ -166,9 +166,7 @@ impl SqlSession {
                 }
                 let schema = match &plan {
                     LogicalPlan::Dml(_) => crate::write::count_schema(),
-                    p if returns_rows(p) => {
-                        parser::names::client_schema(&Arc::new(p.schema().as_arrow().clone()))
-                    }
+                    p if returns_rows(p) => parser::names::client_schema(p.schema().inner()),
                     _ => Arc::new(arrow::datatypes::Schema::empty()),
                 };
                 Ok(Prepared {

@@ -1,8 +1,6 @@
 //! The table DDL a session runs through the master: `CREATE TABLE [AS]`, `DROP TABLE`
 //! and `ALTER TABLE` (columns, range partitions and subspaces).
 
-use std::sync::Arc;
-
 use arrow::datatypes::DataType as ArrowType;
 use cairn_client::CreateTableSpec;
 use cairn_common::{DataType, Schema};
@@ -72,8 +70,7 @@ impl SqlSession {
         let plan = state.statement_to_plan(statement).await?;
         crate::authz::check_plan(&self.principal().await?, &plan, InsertMode::Insert)?;
         let mut columns = vec![];
-        for f in parser::names::client_schema(&Arc::new(plan.schema().as_arrow().clone())).fields()
-        {
+        for f in parser::names::client_schema(plan.schema().inner()).fields() {
             columns.push((f.name().clone(), ctas_type(f.data_type())?, f.is_nullable()));
         }
         let def = ddl::table_def(&ct, Some(&columns), buckets)?;
