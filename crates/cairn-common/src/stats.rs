@@ -17,7 +17,7 @@ pub struct ColumnStatistics {
     pub max: Option<Value>,
     /// NULLs counted.
     pub null_count: u64,
-    /// Uncompressed bytes of the column's stored data.
+    /// About how many bytes the column takes in memory (as Arrow arrays).
     pub bytes: u64,
 }
 

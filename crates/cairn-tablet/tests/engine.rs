@@ -544,6 +544,44 @@ fn column_statistics_come_from_the_stored_rowsets() {
     assert_eq!((stats[3].min.as_ref(), stats[3].max.as_ref()), (None, None));
 }
 
+/// The planner weighs broadcasting a table by its statistics' bytes: they must be the
+/// size in memory, not that of the dictionary-encoded pages, or a 4 MB column of few
+/// distinct strings looks a few KB and gets copied to every task.
+#[test]
+fn column_statistics_count_bytes_as_decoded() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema::new(
+        vec![
+            ColumnSpec::new("k", DataType::Int64),
+            ColumnSpec::new("s", DataType::String),
+            ColumnSpec::new("w", DataType::Int32),
+        ],
+        &["k"],
+    )
+    .unwrap();
+    let t = LocalTablet::create(dir.path(), schema, small_options()).unwrap();
+    let text = "a string of thirty bytes, too!";
+    assert_eq!(text.len(), 30);
+    let rows = 4000u64;
+    t.write(
+        (0..rows as i64)
+            .map(|k| {
+                RowOp::insert(vec![
+                    Value::Int64(k),
+                    Value::String(text.into()),
+                    Value::Int32(7),
+                ])
+            })
+            .collect(),
+    )
+    .unwrap();
+    t.flush_mrs().unwrap();
+    let stats = t.column_statistics();
+    assert_eq!(stats[0].bytes, rows * 8, "{stats:?}");
+    assert_eq!(stats[1].bytes, rows * (30 + 4), "{stats:?}");
+    assert_eq!(stats[2].bytes, rows * 4, "{stats:?}");
+}
+
 /// A column dropped and added again under the same name is a new column: what the
 /// predicate skip cache learnt about the old one must not skip rows of the new one.
 #[test]
