@@ -418,6 +418,7 @@ mod tests {
             partition_schema: PartitionSchema::default(),
             replicas: 3,
             subspaces,
+            colocation: None,
         };
         assert_eq!(default_chunk_bytes(&table), DEFAULT_CHUNK_BYTES / 3);
         table.subspaces.clear();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use cairn_common::{AlterOp, SchemaMeta};
+use cairn_common::{AlterOp, Colocation, SchemaMeta};
 use cairn_proto::InProcessTabletServer;
 use cairn_proto::auth::Bearer;
 use cairn_proto::master_client::MasterClient;
@@ -307,6 +307,11 @@ impl Client {
             } else {
                 to_json(&spec.subspaces)?.into()
             },
+            colocate_with: match &spec.colocation {
+                Colocation::With(t) => t.clone(),
+                _ => String::new(),
+            },
+            no_colocation: spec.colocation == Colocation::None,
         };
         let what = format!("creating table '{}'", spec.name);
         let resp = self

@@ -92,6 +92,7 @@ pub mod txn;
 pub mod write;
 
 pub use bulk::{BulkLoadSummary, BulkLoader, BulkRowError};
+pub use cairn_common::Colocation;
 pub use cairn_hyperspace::SubspaceSpec;
 pub use cairn_proto::{InProcessScan, InProcessTabletServer};
 pub use client::{Client, ClientOptions, LOCATIONS_TTL, MasterStub, TabletServerStub};

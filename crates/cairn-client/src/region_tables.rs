@@ -32,6 +32,7 @@ pub fn region_table(base: &Schema, replicas: u32, entry: &SubspaceEntry) -> Resu
         partition_schema,
         replicas,
         subspaces: vec![],
+        colocation: None,
     })
 }
 

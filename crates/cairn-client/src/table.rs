@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cairn_common::{Partition, PartitionSchema, Schema, SchemaMeta, Value};
+use cairn_common::{Colocation, Partition, PartitionSchema, Schema, SchemaMeta, Value};
 use cairn_hyperspace::{SubspaceEntry, SubspaceSpec};
 
 use crate::error::{ClientError, Result, normalize_addr};
@@ -31,6 +31,9 @@ pub struct CreateTableSpec {
     /// Subspaces for hyperspace search ([`Client::search`](crate::Client::search)): each
     /// keeps a copy of every row partitioned by its attributes' values.
     pub subspaces: Vec<SubspaceSpec>,
+    /// The colocation group to join ([`Colocation::Default`]: that of the tables
+    /// hashed alike).
+    pub colocation: Colocation,
 }
 
 impl CreateTableSpec {
@@ -46,7 +49,14 @@ impl CreateTableSpec {
             if_not_exists: false,
             owner: None,
             subspaces: vec![],
+            colocation: Colocation::Default,
         }
+    }
+    /// Sets the colocation group to join: `Colocation::With("orders".into())` places
+    /// bucket *i* on the servers of `orders`' bucket *i*, `Colocation::None` opts out.
+    pub fn colocation(mut self, c: Colocation) -> Self {
+        self.colocation = c;
+        self
     }
     /// Adds a subspace (HyperDex's search on secondary attributes): e.g.
     /// `SubspaceSpec::new(&["city", "age"])`.
@@ -98,6 +108,8 @@ pub struct Table {
     pub replicas: u32,
     /// The table's subspaces, each with the hidden table holding its regions.
     pub subspaces: Vec<SubspaceEntry>,
+    /// The colocation group the table is in, if any (see [`Colocation`]).
+    pub colocation: Option<String>,
 }
 
 impl Table {
@@ -135,6 +147,7 @@ impl Table {
             partition_schema,
             replicas: resp.replicas,
             subspaces,
+            colocation: Some(resp.colocation_group).filter(|g| !g.is_empty()),
         })
     }
 
@@ -149,6 +162,7 @@ impl Table {
             partition_schema: &self.partition_schema,
             replicas: self.replicas,
             subspaces: &self.subspaces,
+            colocation: &self.colocation,
         };
         // Plain data: serializing it cannot fail.
         serde_json::to_vec(&wire).unwrap_or_default()
@@ -164,6 +178,8 @@ impl Table {
             partition_schema: PartitionSchema,
             replicas: u32,
             subspaces: Vec<SubspaceEntry>,
+            #[serde(default)]
+            colocation: Option<String>,
         }
         let w: Owned = serde_json::from_slice(bytes).map_err(|e| ClientError::Decode {
             what: "table handle",
@@ -176,6 +192,7 @@ impl Table {
             partition_schema: w.partition_schema,
             replicas: w.replicas,
             subspaces: w.subspaces,
+            colocation: w.colocation,
         })
     }
 
@@ -207,6 +224,7 @@ struct TableWire<'a> {
     partition_schema: &'a PartitionSchema,
     replicas: u32,
     subspaces: &'a [SubspaceEntry],
+    colocation: &'a Option<String>,
 }
 
 /// One replica of a tablet.
@@ -366,6 +384,7 @@ mod tests {
             partition_schema: ps,
             replicas: 3,
             subspaces: vec![],
+            colocation: None,
         }
     }
 
@@ -543,6 +562,7 @@ mod tests {
             },
             replicas: 1,
             subspaces: vec![],
+            colocation: None,
         };
         assert!(t.partition_key(&[Some(Value::Int64(1)), None]).is_ok());
         assert!(t.partition_key(&[Some(Value::Int64(1))]).is_err());

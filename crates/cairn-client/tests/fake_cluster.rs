@@ -202,6 +202,7 @@ impl Master for FakeMaster {
                 state: "RUNNING".into(),
                 version: 0,
                 subspaces_json: Default::default(),
+                colocation_group: String::new(),
             })),
             None => Err(Status::not_found(format!("table {name}"))),
         }

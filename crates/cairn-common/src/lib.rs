@@ -45,7 +45,7 @@ pub use atomic::{AtomicOp, CellMutation};
 pub use clock::{HybridClock, HybridTime};
 pub use error::{CommonError, Result};
 pub use ids::{IdKind, validate_id};
-pub use partition::{HashLevel, Partition, PartitionSchema};
+pub use partition::{Colocation, HashLevel, Partition, PartitionSchema};
 pub use predicate::{ColumnPredicate, PredicateOp};
 pub use schema::{
     AUTO_INCREMENTING_ID, AlterOp, ColumnId, ColumnSchema, ColumnSpec, Schema, SchemaMeta,

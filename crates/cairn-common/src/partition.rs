@@ -38,6 +38,22 @@ pub struct PartitionSchema {
     pub range_columns: Vec<String>,
 }
 
+/// Which colocation group a new table joins: tables hashed on one level alike (same
+/// column types, bucket count, seed and replicas) whose bucket *i* the master keeps
+/// on the same servers, so joins and aggregations on the hash columns stay local.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Colocation {
+    /// The group of the tables hashed alike, when the table can be colocated (one hash
+    /// level, no range partitioning); none otherwise.
+    #[default]
+    Default,
+    /// No group: the tablets are spread by load alone.
+    None,
+    /// The named table's group; creating the table fails if the two are not hashed
+    /// alike.
+    With(String),
+}
+
 /// The slice of the partition-key space one tablet owns.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Partition {

@@ -95,6 +95,10 @@ pub struct TableEntry {
     /// into them.
     #[serde(default)]
     pub dropped_regions: Vec<String>,
+    /// The colocation group the table belongs to (`crate::placement`): bucket *i* of
+    /// every table in it is placed on the same servers. `None`: in no group.
+    #[serde(default)]
+    pub colocation: Option<String>,
 }
 
 /// The first value of every table's auto-incrementing key.
@@ -779,6 +783,7 @@ mod tests {
             subspace_of: None,
             subspaces_version: 0,
             dropped_regions: vec![],
+            colocation: None,
         }
     }
 

@@ -17,6 +17,8 @@
 //!   (signed tokens; failed logins logged and rate-limited), `ListUsers` for the SQL
 //!   front ends, and user DDL. Every RPC first asks the service's
 //!   [`cairn_proto::auth::AuthGate`] who is calling and whether they may.
+//! - [`placement`]: which servers a new table's tablets go to, and colocation groups
+//!   (tables hashed alike whose bucket *i* shares servers, so joins stay local).
 //! - [`stores`]: read-only stores in the catalog — their columns and the ring of
 //!   partitions laid out over the tablet servers (`CreateStore`, `GetStore`).
 //! - [`store_push`]: pushing a built version of a store to its servers (all fetch,
@@ -26,6 +28,7 @@
 
 pub mod catalog;
 pub mod error;
+pub mod placement;
 pub mod reconcile;
 pub mod server;
 pub mod service;

@@ -302,7 +302,7 @@ async fn maintain_tablet(
             .map(|v| v.node_id)
             .collect()
     };
-    if dead.is_empty() || st.in_progress.lock().contains(&e.id) {
+    if dead.is_empty() || st.in_progress.lock().contains_key(&e.id) {
         return Ok(());
     }
     let members: HashSet<u64> = report
@@ -315,15 +315,28 @@ async fn maintain_tablet(
     let target = if live_voters >= t.replicas as usize {
         None
     } else {
-        st.live_servers()
+        // A server holding the same bucket of another table of the colocation group
+        // first (keeps the group together), else the least loaded.
+        let siblings = {
+            let pending = st.in_progress.lock();
+            st.catalog
+                .read(|c| crate::placement::sibling_servers(c, t, &e.id, &pending))
+        };
+        let mut free: Vec<_> = st
+            .live_servers()
             .into_iter()
-            .find(|(id, _, _)| !members.contains(id))
+            .filter(|(id, _, _)| !members.contains(id))
+            .collect();
+        free.sort_by_key(|(id, _, _)| !siblings.contains(id));
+        free.into_iter().next()
     };
     if target.is_none() && live_voters < t.replicas as usize {
         tracing::warn!(tablet = %e.id, "a replica is on a dead server but no other live server can take it");
         return Ok(());
     }
-    st.in_progress.lock().insert(e.id.clone());
+    st.in_progress
+        .lock()
+        .insert(e.id.clone(), target.as_ref().map(|(id, _, _)| *id));
     let st2 = st.clone();
     let t = t.clone();
     let e = e.clone();
@@ -397,7 +410,7 @@ async fn delete_orphans(
             for (tablet_id, r) in &info.reports {
                 let orphan = match catalog.tablets.get(tablet_id) {
                     None => true,
-                    Some(_) if st.in_progress.lock().contains(tablet_id) => false,
+                    Some(_) if st.in_progress.lock().contains_key(tablet_id) => false,
                     Some(_) => {
                         // Evicted: the leader's configuration no longer names this server.
                         let mut evicted = false;

@@ -149,7 +149,7 @@ impl MasterServer {
             pool,
             masters,
             leader_since: Mutex::new(None),
-            in_progress: Mutex::new(HashSet::new()),
+            in_progress: Mutex::new(HashMap::new()),
             ddl: tokio::sync::Mutex::new(()),
             auto_ids: tokio::sync::Mutex::new(()),
             gate: cairn_proto::auth::AuthGate::new(opts.tls.is_some()),

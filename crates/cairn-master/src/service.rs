@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_common::{IdKind, PartitionSchema, SchemaMeta, validate_id};
+use cairn_common::{Colocation, IdKind, PartitionSchema, SchemaMeta, validate_id};
 use cairn_consensus::RaftGroup;
 use cairn_consensus::network::ChannelPool;
 use cairn_proto as pb;
@@ -12,8 +12,9 @@ use cairn_proto::auth::{Action, Principal};
 use parking_lot::{Mutex, RwLock};
 use tonic::{Request, Response, Status};
 
-use crate::catalog::{CatalogOp, CatalogSm, Placement, TableEntry, TableState, TabletEntry};
+use crate::catalog::{CatalogOp, CatalogSm, TableEntry, TableState, TabletEntry};
 use crate::error::{MasterError, Result};
+use crate::placement::{Layout, choose_group, group_key, group_layout, place_tablets};
 use crate::server::MasterOptions;
 
 mod subspaces;
@@ -46,8 +47,9 @@ pub struct MasterState {
     pub masters: Vec<String>,
     /// Since when this master has been the ready leader.
     pub leader_since: Mutex<Option<Instant>>,
-    /// Tablets being re-replicated.
-    pub in_progress: Mutex<HashSet<String>>,
+    /// Tablets being re-replicated, each with the server its new replica is being
+    /// added on (`None`: only a dead replica is being removed).
+    pub in_progress: Mutex<HashMap<String, Option<u64>>>,
     /// Serialises DDL on the leader.
     pub ddl: tokio::sync::Mutex<()>,
     /// Serialises auto-incrementing key allocations on the leader (read the next
@@ -304,7 +306,34 @@ impl MasterService {
             )));
         }
         let table_id = new_id();
-        let tablets = place_tablets(&table_id, partitions, replicas, &live);
+        let key = if bounds.is_empty() {
+            group_key(&schema, &ps, replicas)
+        } else {
+            None
+        };
+        let wanted = match (req.no_colocation, req.colocate_with.trim()) {
+            (true, _) => Colocation::None,
+            (false, "") => Colocation::Default,
+            (false, other) => Colocation::With(other.to_string()),
+        };
+        let (colocation, layout) = st.catalog.read(|c| {
+            let group = choose_group(c, key, &wanted)?;
+            let layout = group
+                .as_deref()
+                .and_then(|g| group_layout(c, g, partitions.len()));
+            Ok::<_, MasterError>((group, layout))
+        })?;
+        let tablets = place_tablets(
+            &table_id,
+            partitions,
+            replicas,
+            &live,
+            match (&colocation, &layout) {
+                (Some(_), Some(l)) => Layout::Follow(l),
+                (Some(_), None) => Layout::RoundRobin,
+                (None, _) => Layout::Spread,
+            },
+        );
         // A Cairn server (a SQL front end) names the user it acts for.
         let owner = match who {
             Principal::Internal if !req.owner.is_empty() => req.owner.clone(),
@@ -341,6 +370,7 @@ impl MasterService {
             subspace_of: None,
             subspaces_version: 0,
             dropped_regions: vec![],
+            colocation,
         };
         st.propose_for(
             request.as_ref(),
@@ -507,7 +537,7 @@ impl MasterService {
                 live.len()
             )));
         }
-        let added = place_tablets(&t.id, partitions, t.replicas, &live);
+        let added = place_tablets(&t.id, partitions, t.replicas, &live, Layout::Spread);
         let dropped: Vec<String> = entries
             .iter()
             .filter(|e| {
@@ -745,40 +775,6 @@ fn show_range(r: &(Vec<u8>, Vec<u8>)) -> String {
     format!("[{}, {})", hex(&r.0), hex(&r.1))
 }
 
-/// New tablets for `partitions`, each with `replicas` replicas on the least loaded live
-/// servers (ties broken at random).
-fn place_tablets(
-    table_id: &str,
-    partitions: Vec<cairn_common::Partition>,
-    replicas: u32,
-    live: &[(u64, String, usize)],
-) -> Vec<TabletEntry> {
-    let mut load: HashMap<u64, usize> = live.iter().map(|(id, _, l)| (*id, *l)).collect();
-    let mut tablets = Vec::new();
-    for p in partitions {
-        let mut cands: Vec<_> = live.iter().collect();
-        cands.sort_by_key(|(id, _, _)| (load[id], rand::random::<u32>()));
-        let chosen: Vec<Placement> = cands
-            .iter()
-            .take(replicas as usize)
-            .map(|(id, addr, _)| Placement {
-                node_id: *id,
-                addr: addr.clone(),
-            })
-            .collect();
-        for c in &chosen {
-            *load.entry(c.node_id).or_default() += 1;
-        }
-        tablets.push(TabletEntry {
-            id: new_id(),
-            table_id: table_id.to_string(),
-            partition: p,
-            replicas: chosen,
-        });
-    }
-    tablets
-}
-
 #[tonic::async_trait]
 impl pb::master_server::Master for MasterService {
     async fn create_table(
@@ -920,6 +916,7 @@ impl pb::master_server::Master for MasterService {
             } else {
                 serde_json::to_vec(&t.subspaces).unwrap_or_default().into()
             },
+            colocation_group: t.colocation.unwrap_or_default(),
         }))
     }
 

@@ -1,6 +1,6 @@
 //! In-process cluster tests: every RPC path through the client, bad input, snapshot
 //! reads on followers, replica agreement, schema changes, drop, restart, follower
-//! catch-up, bulk loads, and re-replication after a server dies.
+//! catch-up, bulk loads, re-replication after a server dies, and colocation groups.
 
 mod common;
 
@@ -457,6 +457,102 @@ async fn dead_tserver_is_rereplicated() {
     )
     .await;
     assert_eq!(c.scan(&t).count().await.unwrap(), 300);
+}
+
+/// Each bucket's servers, as sets of addresses, in bucket order.
+async fn bucket_servers(
+    c: &cairn_client::Client,
+    t: &cairn_client::Table,
+) -> Vec<std::collections::BTreeSet<String>> {
+    c.table_locations(t, true)
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| {
+            l.replicas
+                .iter()
+                .filter(|r| r.voter)
+                .map(|r| r.addr.clone())
+                .collect()
+        })
+        .collect()
+}
+
+/// Tables hashed alike share each bucket's servers (a colocation group), also after
+/// a server dies and its replicas are re-created elsewhere; `none` and a table hashed
+/// otherwise stay out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn colocated_tables_keep_buckets_together_through_rereplication() {
+    let mut cl = InProc::start(5, Duration::from_secs(3)).await;
+    let c = cl.client().await;
+    c.create_table(table_spec("a", 4, 3)).await.unwrap();
+    c.create_table(table_spec("b", 4, 3)).await.unwrap();
+    c.create_table(table_spec("lone", 4, 3).colocation(cairn_client::Colocation::None))
+        .await
+        .unwrap();
+    let with_a = |name: &str, buckets| {
+        table_spec(name, buckets, 3).colocation(cairn_client::Colocation::With("a".into()))
+    };
+    c.create_table(with_a("c", 4)).await.unwrap();
+    let e = c.create_table(with_a("d", 8)).await.unwrap_err();
+    assert!(e.to_string().contains("bucket count"), "{e}");
+    let e = c
+        .create_table(with_a("d", 4).colocation(cairn_client::Colocation::With("lone".into())))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("no colocation group"), "{e}");
+    let open = |n: &'static str| {
+        let c = c.clone();
+        async move { c.open_table(n).await.unwrap() }
+    };
+    let (a, b, lone, cc) = (
+        open("a").await,
+        open("b").await,
+        open("lone").await,
+        open("c").await,
+    );
+    assert_eq!(
+        a.colocation.as_deref(),
+        Some("hash(INT64) x4 seed 0 replicas 3")
+    );
+    assert_eq!(
+        (&b.colocation, &cc.colocation),
+        (&a.colocation, &a.colocation)
+    );
+    assert_eq!(lone.colocation, None);
+    let sa = bucket_servers(&c, &a).await;
+    assert_eq!(sa, bucket_servers(&c, &b).await);
+    assert_eq!(sa, bucket_servers(&c, &cc).await);
+    for t in [&a, &b] {
+        insert_range(&c, t, 0..100).await;
+    }
+    // A server holding replicas of the group dies: each bucket's new replica goes to
+    // the same server for every table.
+    let victim_addr = sa[0].iter().next().unwrap().clone();
+    let victim = cl.ts_addrs.iter().position(|x| *x == victim_addr).unwrap();
+    cl.stop_tserver(victim).await;
+    for t in [&a, &b, &cc] {
+        let (c, t, victim_addr) = (c.clone(), t.clone(), victim_addr.clone());
+        wait_for(Duration::from_secs(90), "re-replication", move || {
+            let (c, t, victim_addr) = (c.clone(), t.clone(), victim_addr.clone());
+            async move {
+                let Ok(l) = c.table_locations(&t, true).await else {
+                    return false;
+                };
+                l.iter().all(|l| {
+                    let voters: Vec<_> = l.replicas.iter().filter(|r| r.voter).collect();
+                    voters.len() == 3 && voters.iter().all(|r| r.live && r.addr != victim_addr)
+                })
+            }
+        })
+        .await;
+    }
+    let sa = bucket_servers(&c, &a).await;
+    assert_eq!(sa, bucket_servers(&c, &b).await, "after re-replication");
+    assert_eq!(sa, bucket_servers(&c, &cc).await, "after re-replication");
+    for t in [&a, &b] {
+        assert_eq!(c.scan(t).count().await.unwrap(), 100);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

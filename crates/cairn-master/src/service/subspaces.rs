@@ -25,9 +25,10 @@
 
 use cairn_hyperspace::{SubspaceEntry, SubspaceSpec};
 
-use super::{MasterService, check_tablet_limits, new_id, place_tablets, refuse_region_table};
+use super::{MasterService, check_tablet_limits, new_id, refuse_region_table};
 use crate::catalog::{CatalogOp, TableEntry, TableState, TabletEntry};
 use crate::error::{MasterError, Result};
+use crate::placement::{Layout, place_tablets};
 
 impl MasterService {
     /// The catalog entry of subspace `s`'s region table, for a table `base_id` with
@@ -49,7 +50,7 @@ impl MasterService {
                 .map_err(|e| MasterError::InvalidArgument(e.to_string()))?;
         check_tablet_limits(&self.state.opts, &rps, bounds.len())?;
         let parts = rps.create_partitions(&bounds)?;
-        let tablets = place_tablets(&s.table_id, parts, replicas, live);
+        let tablets = place_tablets(&s.table_id, parts, replicas, live, Layout::Spread);
         let entry = TableEntry {
             id: s.table_id.clone(),
             name: s.table_name.clone(),
@@ -66,6 +67,7 @@ impl MasterService {
             subspace_of: Some(base_id.to_string()),
             subspaces_version: 0,
             dropped_regions: vec![],
+            colocation: None,
         };
         Ok((entry, tablets))
     }

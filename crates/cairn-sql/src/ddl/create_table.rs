@@ -23,6 +23,8 @@ pub struct TableDef {
     pub range_bounds: Vec<(Vec<u8>, Vec<u8>)>,
     /// `WITH (replicas = n)`, if given.
     pub replicas: Option<u32>,
+    /// `WITH (colocate_with = …)`: the colocation group asked for.
+    pub colocation: cairn_common::Colocation,
     /// `IF NOT EXISTS`.
     pub if_not_exists: bool,
     /// `SUBSPACE (…)` clauses: hyperspace search subspaces.
@@ -213,6 +215,7 @@ pub fn table_def(
         partition,
         range_bounds,
         replicas: ct.replicas,
+        colocation: ct.colocation.clone(),
         if_not_exists: ct.if_not_exists,
         subspaces,
     })

@@ -277,6 +277,7 @@ pub(super) mod tests {
             },
             replicas: 1,
             subspaces: vec![],
+            colocation: None,
         };
         let tablets: Vec<TabletLocationInfo> = replicas
             .iter()

@@ -1,9 +1,12 @@
 //! `CREATE TABLE` in Cairn's grammar: columns and primary key, `PARTITION BY HASH (…)
-//! PARTITIONS n` and `RANGE (…) (PARTITION …)` levels, `WITH (replicas = n)`,
+//! PARTITIONS n` and `RANGE (…) (PARTITION …)` levels, `WITH (replicas = n,
+//! colocate_with = 'table')`,
 //! `SUBSPACE (…)` clauses and `AS SELECT …`. What the parsed statement means — types,
 //! defaults, encoded range bounds — is decided by `ddl`.
 
 use std::ops::ControlFlow;
+
+use cairn_common::Colocation;
 
 use datafusion::sql::sqlparser::ast::{
     self, ColumnOption, DataType, Expr, Query, SqlOption, TableConstraint, TableFactor, VisitMut,
@@ -38,6 +41,8 @@ pub struct CreateTable {
     pub range: Option<RangeSpec>,
     /// `WITH (replicas = n)`.
     pub replicas: Option<u32>,
+    /// `WITH (colocate_with = 'table' | 'none' | 'default')`.
+    pub colocation: Colocation,
     /// The query of `CREATE TABLE … AS SELECT`.
     pub query: Option<Box<Query>>,
     /// `SUBSPACE (a, b) [REGIONS n] [TABLETS t]` clauses: hyperspace search subspaces,
@@ -112,6 +117,7 @@ pub(super) fn parse_create_table(p: &mut Parser<'_>) -> Result<CreateTable, Pars
     let mut hash = Vec::new();
     let mut range = None;
     let mut replicas = None;
+    let mut colocation = Colocation::Default;
     let mut with_seen = false;
     let mut query = None;
     let mut subspaces = Vec::new();
@@ -140,7 +146,7 @@ pub(super) fn parse_create_table(p: &mut Parser<'_>) -> Result<CreateTable, Pars
                 return Err(ParseError::syntax("WITH (...) appears twice: give it once"));
             }
             with_seen = true;
-            replicas = parse_table_options(p)?;
+            (replicas, colocation) = parse_table_options(p)?;
         } else if is_word(&t, "SUBSPACE") {
             p.next_token();
             let (columns, regions, tablets) = subspace::parse_subspace_clause(p)?;
@@ -249,6 +255,7 @@ pub(super) fn parse_create_table(p: &mut Parser<'_>) -> Result<CreateTable, Pars
         hash,
         range,
         replicas,
+        colocation,
         query,
         subspaces,
     })
@@ -505,10 +512,12 @@ pub(super) fn display_bound(b: &[Expr]) -> String {
     }
 }
 
-/// `WITH (replicas = n)`; returns the replica count if given.
-fn parse_table_options(p: &mut Parser<'_>) -> Result<Option<u32>, ParseError> {
-    const KNOWN: &str = "the known options are: replicas (the number of copies of each tablet, an odd number such as 1, 3 or 5)";
+/// `WITH (replicas = n, colocate_with = …)`: the replica count if given, and the
+/// colocation group asked for.
+fn parse_table_options(p: &mut Parser<'_>) -> Result<(Option<u32>, Colocation), ParseError> {
+    const KNOWN: &str = "the known options are: replicas (the number of copies of each tablet, an odd number such as 1, 3 or 5) and colocate_with (a table whose hash buckets this one's share servers with, or 'none')";
     let mut replicas = None;
+    let mut colocation = None;
     for o in p.parse_options(Keyword::WITH)? {
         let SqlOption::KeyValue { key, value } = &o else {
             return Err(ParseError::syntax(format!(
@@ -536,6 +545,29 @@ fn parse_table_options(p: &mut Parser<'_>) -> Result<Option<u32>, ParseError> {
                     }
                 }
             }
+            "colocate_with" => {
+                if colocation.is_some() {
+                    return Err(ParseError::syntax("option colocate_with is given twice"));
+                }
+                let name = match value {
+                    Expr::Value(v) => match &v.value {
+                        ast::Value::SingleQuotedString(s) => Some(s.clone()),
+                        _ => None,
+                    },
+                    Expr::Identifier(i) => Some(ident_name(i)),
+                    _ => None,
+                };
+                colocation = Some(match name.as_deref().map(str::trim) {
+                    Some(n) if n.eq_ignore_ascii_case("none") => Colocation::None,
+                    Some(n) if n.eq_ignore_ascii_case("default") => Colocation::Default,
+                    Some(n) if !n.is_empty() => Colocation::With(n.to_string()),
+                    _ => {
+                        return Err(ParseError::invalid(format!(
+                            "colocate_with = {value} is invalid: name a table, as in colocate_with = 'orders', or write 'none' or 'default'"
+                        )));
+                    }
+                });
+            }
             other => {
                 return Err(ParseError::invalid(format!(
                     "unknown table option '{other}': {KNOWN}"
@@ -543,7 +575,7 @@ fn parse_table_options(p: &mut Parser<'_>) -> Result<Option<u32>, ParseError> {
             }
         }
     }
-    Ok(replicas)
+    Ok((replicas, colocation.unwrap_or_default()))
 }
 
 #[cfg(test)]
@@ -589,6 +621,36 @@ mod tests {
         let c = create("CREATE TABLE cairn.public.t (a INT) PRIMARY KEY (a)");
         assert_eq!(c.name, "t");
         assert_eq!(c.primary_key, vec!["a"]);
+    }
+
+    #[test]
+    fn colocate_with_names_a_table_or_none() {
+        let base = "CREATE TABLE t (a INT PRIMARY KEY) PARTITION BY HASH (a) PARTITIONS 4";
+        assert_eq!(create(base).colocation, Colocation::Default);
+        let with = |o: &str| create(&format!("{base} WITH ({o})")).colocation;
+        assert_eq!(
+            with("colocate_with = 'Orders'"),
+            Colocation::With("Orders".into())
+        );
+        assert_eq!(
+            with("colocate_with = orders"),
+            Colocation::With("orders".into())
+        );
+        assert_eq!(
+            with("replicas = 1, colocate_with = 'NONE'"),
+            Colocation::None
+        );
+        assert_eq!(with("colocate_with = 'default'"), Colocation::Default);
+        for bad in ["colocate_with = 3", "colocate_with = ''"] {
+            let e = err(&format!("{base} WITH ({bad})"));
+            assert!(e.message().contains("name a table"), "{bad}: {e}");
+        }
+        let e = err(&format!(
+            "{base} WITH (colocate_with = 'a', colocate_with = 'b')"
+        ));
+        assert!(e.message().contains("twice"), "{e}");
+        let e = err(&format!("{base} WITH (colocate = 'a')"));
+        assert!(e.message().contains("colocate_with"), "{e}");
     }
 
     #[test]

@@ -43,6 +43,7 @@ impl SqlSession {
                 .partition(def.partition)
                 .range_bounds(def.range_bounds)
                 .replicas(replicas)
+                .colocation(def.colocation)
                 .if_not_exists(def.if_not_exists);
             for s in def.subspaces {
                 spec = spec.subspace(s);

@@ -507,6 +507,7 @@ mod tests {
             partition_schema: PartitionSchema::default(),
             replicas: 1,
             subspaces: vec![],
+            colocation: None,
         };
         assert!(check_compatible(&mk(loadgen_schema())).is_ok());
         let other = Schema::new(vec![ColumnSpec::new("key", DataType::Int64)], &["key"]).unwrap();

@@ -64,6 +64,12 @@ pub struct CreateArgs {
     /// Repeatable.
     #[arg(long, value_name = "COLS[:REGIONS]")]
     pub subspace: Vec<String>,
+    /// Keep hash bucket i on the same servers as bucket i of this table, so joins on
+    /// the hash columns stay local; 'none' opts out. By default a table hashed on one
+    /// level (no ranges) joins the tables hashed alike (same column types, buckets and
+    /// replicas).
+    #[arg(long, value_name = "TABLE|none")]
+    pub colocate_with: Option<String>,
 }
 
 /// Reads a `--subspace` value: `a+b[:REGIONS]`.
@@ -251,6 +257,11 @@ pub async fn create(a: CreateArgs) -> ToolResult<()> {
         .partition(partition.clone())
         .range_bounds(bounds)
         .replicas(replicas)
+        .colocation(match a.colocate_with.as_deref() {
+            None => cairn_client::Colocation::Default,
+            Some(n) if n.eq_ignore_ascii_case("none") => cairn_client::Colocation::None,
+            Some(n) => cairn_client::Colocation::With(n.to_string()),
+        })
         .if_not_exists(a.if_not_exists);
     for s in &a.subspace {
         spec = spec.subspace(parse_subspace(s)?);
@@ -479,6 +490,10 @@ pub async fn describe(a: DescribeArgs) -> ToolResult<()> {
         describe_partitioning(&table.partition_schema)
     );
     println!("  replicas:      {}", table.replicas);
+    println!(
+        "  colocation:    {}",
+        table.colocation.as_deref().unwrap_or("none")
+    );
     for s in &table.subspaces {
         // The live copies its regions hold (a count over its region table).
         let region = cairn_client::hyperspace::region_table(&table.schema, table.replicas, s)?;
@@ -819,6 +834,7 @@ mod tests {
             partition_schema: ps.clone(),
             replicas: 3,
             subspaces: vec![],
+            colocation: None,
         };
         let loc = TabletLocationInfo {
             tablet_id: "tab".into(),
