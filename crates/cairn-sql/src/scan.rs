@@ -445,11 +445,7 @@ impl ExecutionPlan for CairnScanExec {
         let rows: u64 = tablets.iter().map(|t| t.rows).sum();
         // The tablets apply the pushed predicates, so no FilterExec above estimates
         // their selectivity: do it here.
-        let selectivity: f64 = s
-            .predicates
-            .iter()
-            .map(|p| predicate_selectivity(p, merged(&p.column).as_ref(), rows))
-            .product();
+        let selectivity = conjunction_selectivity(&s.predicates, &merged, rows);
         let mut scaled = (rows as f64 * selectivity).ceil() as u64;
         if let Some(l) = s.limit {
             scaled = scaled.min(l as u64);
@@ -488,6 +484,28 @@ impl ExecutionPlan for CairnScanExec {
 /// Selectivity assumed for a predicate the statistics say nothing about (DataFusion's
 /// default for filters it cannot analyse).
 const DEFAULT_SELECTIVITY: f64 = 0.2;
+
+/// The fraction of `rows` estimated to pass all of `predicates`. Those on one column
+/// are intersected first: `d >= x AND d < y` is one range, not two independent
+/// halves (taken apart, TPC-H q14's month of `l_shipdate` was estimated at a quarter
+/// of `lineitem`, twenty times too many). Columns are then taken as independent.
+fn conjunction_selectivity(
+    predicates: &[ColumnPredicate],
+    stats: impl Fn(&str) -> Option<ColumnStatistics>,
+    rows: u64,
+) -> f64 {
+    let mut by_column: Vec<ColumnPredicate> = Vec::with_capacity(predicates.len());
+    for p in predicates {
+        match by_column.iter_mut().find(|q| q.column == p.column) {
+            Some(q) => *q = q.intersect(p),
+            None => by_column.push(p.clone()),
+        }
+    }
+    by_column
+        .iter()
+        .map(|p| predicate_selectivity(p, stats(&p.column).as_ref(), rows))
+        .product()
+}
 
 /// The fraction of a column's `rows` estimated to pass `p`: from the column's bounds
 /// for ranges and equality on numeric and date/time columns, from its NULL count for
@@ -723,6 +741,25 @@ mod tests {
             null_count: nulls,
             bytes: 0,
         }
+    }
+
+    #[test]
+    fn predicates_on_one_column_are_one_range() {
+        let st = int_stats(0, 100, 0);
+        let preds = [
+            ColumnPredicate::ge("x", Value::Int64(50)),
+            ColumnPredicate::lt("x", Value::Int64(75)),
+            ColumnPredicate::ge("y", Value::Int64(0)),
+        ];
+        let stats = |c: &str| (c == "x").then(|| st.clone());
+        // x in [50, 75): a quarter (not a half times three quarters); y unknown.
+        let f = conjunction_selectivity(&preds, &stats, 100);
+        assert!((f - 0.25 * DEFAULT_SELECTIVITY).abs() < 1e-9, "{f}");
+        let none = [
+            ColumnPredicate::ge("x", Value::Int64(80)),
+            ColumnPredicate::lt("x", Value::Int64(20)),
+        ];
+        assert_eq!(conjunction_selectivity(&none, &stats, 100), 0.0);
     }
 
     #[test]
