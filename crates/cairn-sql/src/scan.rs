@@ -445,7 +445,7 @@ impl ExecutionPlan for CairnScanExec {
         let rows: u64 = tablets.iter().map(|t| t.rows).sum();
         // The tablets apply the pushed predicates, so no FilterExec above estimates
         // their selectivity: do it here.
-        let selectivity = conjunction_selectivity(&s.predicates, &merged, rows);
+        let selectivity = conjunction_selectivity(&s.predicates, merged, rows);
         let mut scaled = (rows as f64 * selectivity).ceil() as u64;
         if let Some(l) = s.limit {
             scaled = scaled.min(l as u64);
@@ -753,13 +753,13 @@ mod tests {
         ];
         let stats = |c: &str| (c == "x").then(|| st.clone());
         // x in [50, 75): a quarter (not a half times three quarters); y unknown.
-        let f = conjunction_selectivity(&preds, &stats, 100);
+        let f = conjunction_selectivity(&preds, stats, 100);
         assert!((f - 0.25 * DEFAULT_SELECTIVITY).abs() < 1e-9, "{f}");
         let none = [
             ColumnPredicate::ge("x", Value::Int64(80)),
             ColumnPredicate::lt("x", Value::Int64(20)),
         ];
-        assert_eq!(conjunction_selectivity(&none, &stats, 100), 0.0);
+        assert_eq!(conjunction_selectivity(&none, stats, 100), 0.0);
     }
 
     #[test]
