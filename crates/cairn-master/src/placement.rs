@@ -259,6 +259,23 @@ mod tests {
         (schema, ps)
     }
 
+    /// One tablet per bucket of `ps` for table `id`.
+    fn place(
+        id: &str,
+        ps: &PartitionSchema,
+        replicas: u32,
+        live: &[LiveServer],
+        layout: Layout<'_>,
+    ) -> Vec<TabletEntry> {
+        place_tablets(
+            id,
+            ps.create_partitions(&[]).unwrap(),
+            replicas,
+            live,
+            layout,
+        )
+    }
+
     fn nodes(t: &TabletEntry) -> Vec<u64> {
         t.replicas.iter().map(|p| p.node_id).collect()
     }
@@ -327,35 +344,17 @@ mod tests {
     #[test]
     fn a_later_table_follows_the_group_and_replaces_dead_servers() {
         let (_, ps) = hashed(8);
-        let first = place_tablets(
-            "a",
-            ps.create_partitions(&[]).unwrap(),
-            1,
-            &servers(4),
-            Layout::RoundRobin,
-        );
+        let first = place("a", &ps, 1, &servers(4), Layout::RoundRobin);
         let group = "hash(INT64) x8 seed 0 replicas 1";
         let c = catalog(&[(table("a", "a", Some(group), &first), first.clone())]);
         let layout = group_layout(&c, group, 8).unwrap();
-        let second = place_tablets(
-            "b",
-            ps.create_partitions(&[]).unwrap(),
-            1,
-            &servers(4),
-            Layout::Follow(&layout),
-        );
+        let second = place("b", &ps, 1, &servers(4), Layout::Follow(&layout));
         for i in 0..8 {
             assert_eq!(nodes(&first[i]), nodes(&second[i]), "bucket {i}");
         }
         // Server 2 is gone: its buckets go elsewhere, the others stay.
         let live: Vec<LiveServer> = servers(4).into_iter().filter(|s| s.0 != 2).collect();
-        let third = place_tablets(
-            "c",
-            ps.create_partitions(&[]).unwrap(),
-            1,
-            &live,
-            Layout::Follow(&layout),
-        );
+        let third = place("c", &ps, 1, &live, Layout::Follow(&layout));
         for i in 0..8 {
             if nodes(&first[i]) == [2] {
                 assert_ne!(nodes(&third[i]), [2]);
@@ -370,13 +369,7 @@ mod tests {
     #[test]
     fn colocate_with_names_a_table_hashed_alike() {
         let (schema, ps) = hashed(8);
-        let tablets = place_tablets(
-            "a",
-            ps.create_partitions(&[]).unwrap(),
-            1,
-            &servers(2),
-            Layout::RoundRobin,
-        );
+        let tablets = place("a", &ps, 1, &servers(2), Layout::RoundRobin);
         let key = group_key(&schema, &ps, 1);
         let mut c = catalog(&[(
             table("a", "orders", key.as_deref(), &tablets),
@@ -405,20 +398,8 @@ mod tests {
     #[test]
     fn siblings_are_the_same_bucket_of_the_group() {
         let (_, ps) = hashed(2);
-        let a = place_tablets(
-            "a",
-            ps.create_partitions(&[]).unwrap(),
-            1,
-            &servers(2),
-            Layout::RoundRobin,
-        );
-        let b = place_tablets(
-            "b",
-            ps.create_partitions(&[]).unwrap(),
-            1,
-            &servers(2),
-            Layout::RoundRobin,
-        );
+        let a = place("a", &ps, 1, &servers(2), Layout::RoundRobin);
+        let b = place("b", &ps, 1, &servers(2), Layout::RoundRobin);
         let ta = table("a", "a", Some("g"), &a);
         let tb = table("b", "b", Some("g"), &b);
         let lone = table("c", "c", None, &b);
