@@ -1,8 +1,8 @@
 -- TPC-H tables in Cairn: primary keys and hash partitioning on them.
 -- Used by the TPC-H test (crates/cairn/tests/sql/tpch.rs) and `cairn-bench tpch`.
 -- orders and lineitem are hashed alike on the order key (same type, same bucket count),
--- so they form one colocation group and join bucket by bucket without a shuffle; 6
--- buckets split evenly over a 3-server cluster's tasks.
+-- so they form one colocation group and join bucket by bucket without a shuffle, and
+-- 6 buckets split evenly over a 3-server cluster's tasks.
 CREATE TABLE nation (n_nationkey BIGINT PRIMARY KEY, n_name TEXT NOT NULL, n_regionkey BIGINT NOT NULL, n_comment TEXT NOT NULL) PARTITION BY HASH (n_nationkey) PARTITIONS 2;
 CREATE TABLE region (r_regionkey BIGINT PRIMARY KEY, r_name TEXT NOT NULL, r_comment TEXT NOT NULL) PARTITION BY HASH (r_regionkey) PARTITIONS 2;
 CREATE TABLE part (p_partkey BIGINT PRIMARY KEY, p_name TEXT NOT NULL, p_mfgr TEXT NOT NULL, p_brand TEXT NOT NULL, p_type TEXT NOT NULL, p_size INT NOT NULL, p_container TEXT NOT NULL, p_retailprice DECIMAL(15,2) NOT NULL, p_comment TEXT NOT NULL) PARTITION BY HASH (p_partkey) PARTITIONS 2;
