@@ -30,6 +30,7 @@
 
 mod channels;
 mod codec;
+mod fanout;
 pub mod tasks;
 mod worker;
 
@@ -56,6 +57,7 @@ use datafusion_distributed::{
 };
 use futures::{StreamExt, TryStreamExt};
 
+pub use channels::{WorkerPeers, worker_peers};
 pub use codec::CairnCodec;
 pub use worker::{ClusterWorkers, worker, worker_routes};
 
@@ -72,21 +74,31 @@ pub(crate) fn enable(
     client: &cairn_client::Client,
     workers: Arc<ClusterWorkers>,
 ) -> SessionState {
-    let state = SessionStateBuilder::new_from_existing(template)
-        .with_distributed_worker_resolver(worker::Resolver(workers.clone()))
-        .with_distributed_channel_resolver(channels::WorkerChannels::new(client.tls()))
-        .with_distributed_user_codec(CairnCodec::new(client.clone()))
-        .with_distributed_desired_task_count_handler(tasks::desired_task_count)
-        .with_distributed_scale_up_leaf_node_handler(tasks::scale_up_leaf)
-        .with_distributed_route_tasks_handler(tasks::route_tasks)
-        .with_distributed_planner()
-        .build();
+    let state = with_distributed_planner(template, client, workers.clone());
     let distributed = Arc::clone(state.query_planner());
     SessionStateBuilder::new_from_existing(state)
         .with_query_planner(Arc::new(CairnQueryPlanner {
             distributed,
             workers,
         }))
+        .build()
+}
+
+/// `template` with the library's distributed planner and Cairn's answers to its
+/// questions ([`tasks`]), its workers, channels and codec.
+fn with_distributed_planner(
+    template: SessionState,
+    client: &cairn_client::Client,
+    workers: Arc<ClusterWorkers>,
+) -> SessionState {
+    SessionStateBuilder::new_from_existing(template)
+        .with_distributed_worker_resolver(worker::Resolver(workers))
+        .with_distributed_channel_resolver(channels::WorkerChannels::new(client.tls()))
+        .with_distributed_user_codec(CairnCodec::new(client.clone()))
+        .with_distributed_desired_task_count_handler(tasks::desired_task_count)
+        .with_distributed_scale_up_leaf_node_handler(tasks::scale_up_leaf)
+        .with_distributed_route_tasks_handler(tasks::route_tasks)
+        .with_distributed_planner()
         .build()
 }
 
@@ -117,7 +129,7 @@ impl QueryPlanner for CairnQueryPlanner {
         if is_distributed(&plan) && !only_sendable_nodes(&plan) {
             return local.create_physical_plan(logical, session).await;
         }
-        Ok(plan)
+        fanout::bound(plan, session.config())
     }
 }
 

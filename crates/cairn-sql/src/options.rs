@@ -47,6 +47,12 @@ extensions_options! {
         /// runs on the server that leads the tablets it reads. Off runs every query in
         /// this process.
         pub distributed: bool, default = true
+        /// The most workers one worker exchanges a distributed query's rows with
+        /// (HRDBMS's N_max). On a cluster with more workers than this, each stage
+        /// that reads tablets hands its rows to a hub of its group of workers, and
+        /// only the hubs run the stages above and exchange rows with one another,
+        /// so no worker has more than N_max neighbours. 0: no bound.
+        pub n_max: usize, default = 64
     }
 }
 

@@ -184,6 +184,13 @@ impl CairnScanExec {
         CairnScanExec::new(spec)
     }
 
+    /// The same scan, reading the replicas on `server` first.
+    pub(crate) fn read_at(&self, server: &str) -> CairnScanExec {
+        let all: Vec<usize> = (0..self.spec.tablets.len()).collect();
+        let partitions = self.props.partitioning.partition_count();
+        self.share(&all, partitions, Some(server.to_string()))
+    }
+
     /// Whether this scan returns its first rows in key order from one partition (it
     /// cannot be split among tasks then).
     pub(crate) fn key_ordered(&self) -> bool {

@@ -278,6 +278,25 @@ impl WebState {
                 let _ = writeln!(out, "{name}{{server=\"{addr}\"}} {}", pick(st));
             }
         }
+        let peers = cairn_sql::distributed::worker_peers();
+        let _ = writeln!(
+            out,
+            "# HELP cairn_worker_peers Workers this process has called for a distributed query since it started: read rows from (kind=data, the exchanges cairn.n_max bounds) or sent fragments to (kind=control).\n# TYPE cairn_worker_peers gauge\ncairn_worker_peers{{kind=\"data\"}} {}\ncairn_worker_peers{{kind=\"control\"}} {}",
+            peers.data.len(),
+            peers.control.len()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP cairn_worker_peer 1 for each worker this process has called, by kind (see cairn_worker_peers).\n# TYPE cairn_worker_peer gauge"
+        );
+        for (kind, set) in [("data", &peers.data), ("control", &peers.control)] {
+            for peer in set {
+                let _ = writeln!(
+                    out,
+                    "cairn_worker_peer{{kind=\"{kind}\",peer=\"{peer}\"}} 1"
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "# HELP cairn_tablet_copies_installed_total Tablet copies installed by this process.\n# TYPE cairn_tablet_copies_installed_total counter\ncairn_tablet_copies_installed_total {}",

@@ -14,16 +14,24 @@
 //! ([`internal_only`]), not users with a token, whose privileges the coordinator
 //! checks before it plans.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_proto::TlsConfig;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::common::DataFusionError;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use datafusion_distributed::grpc::{BoxCloneSyncChannel, create_worker_client};
-use datafusion_distributed::{ChannelResolver, WorkerChannel};
+use datafusion_distributed::{
+    ChannelResolver, CoordinatorToWorkerMsg, ExecuteTaskRequest, GetWorkerInfoRequest,
+    GetWorkerInfoResponse, SetPlanRequest, WorkerChannel, WorkerToCoordinatorMsg,
+};
+use futures::stream::BoxStream;
 use parking_lot::Mutex;
+use tonic::codegen::http::HeaderMap;
 use url::Url;
 
 /// How long dialling a worker may take before the query gives up on it (and runs
@@ -88,7 +96,79 @@ impl ChannelResolver for WorkerChannels {
         &self,
         url: &Url,
     ) -> Result<Box<dyn WorkerChannel>, DataFusionError> {
-        self.channel(url).await.map(create_worker_client)
+        let inner = create_worker_client(self.channel(url).await?);
+        let peer = match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            _ => url.to_string(),
+        };
+        Ok(Box::new(Noted { inner, peer }))
+    }
+}
+
+/// The workers this process has called since it started: those it read a
+/// query's rows from (`data`: a task streaming another task's output, the
+/// exchanges `cairn.n_max` bounds), and those it sent query fragments to
+/// (`control`: the coordinator's channel to each task it runs).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WorkerPeers {
+    /// Workers read from, as `host:port`.
+    pub data: BTreeSet<String>,
+    /// Workers sent fragments, as `host:port`.
+    pub control: BTreeSet<String>,
+}
+
+static PEERS: Mutex<WorkerPeers> = Mutex::new(WorkerPeers {
+    data: BTreeSet::new(),
+    control: BTreeSet::new(),
+});
+
+/// The workers this process has called (see [`WorkerPeers`]).
+pub fn worker_peers() -> WorkerPeers {
+    PEERS.lock().clone()
+}
+
+/// A worker channel that notes its peer in [`worker_peers`] on every call.
+struct Noted {
+    inner: Box<dyn WorkerChannel>,
+    peer: String,
+}
+
+#[async_trait]
+impl WorkerChannel for Noted {
+    async fn coordinator_channel(
+        &mut self,
+        headers: HeaderMap,
+        set_plan_request: SetPlanRequest,
+        c2w_stream: BoxStream<'static, CoordinatorToWorkerMsg>,
+        metrics: ExecutionPlanMetricsSet,
+        task_ctx: &Arc<TaskContext>,
+    ) -> Result<BoxStream<'static, Result<WorkerToCoordinatorMsg, DataFusionError>>, DataFusionError>
+    {
+        PEERS.lock().control.insert(self.peer.clone());
+        self.inner
+            .coordinator_channel(headers, set_plan_request, c2w_stream, metrics, task_ctx)
+            .await
+    }
+
+    async fn execute_task(
+        &mut self,
+        headers: HeaderMap,
+        request: ExecuteTaskRequest,
+        metrics: ExecutionPlanMetricsSet,
+        task_ctx: &Arc<TaskContext>,
+    ) -> Result<Vec<BoxStream<'static, Result<RecordBatch, DataFusionError>>>, DataFusionError>
+    {
+        PEERS.lock().data.insert(self.peer.clone());
+        self.inner
+            .execute_task(headers, request, metrics, task_ctx)
+            .await
+    }
+
+    async fn get_worker_info(
+        &mut self,
+        request: GetWorkerInfoRequest,
+    ) -> Result<GetWorkerInfoResponse, DataFusionError> {
+        self.inner.get_worker_info(request).await
     }
 }
 

@@ -21,22 +21,40 @@ use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::physical_expr::Partitioning;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion_distributed::{
-    DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedGetterExt,
+    BroadcastExec, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedGetterExt,
     DistributedLeafExec, NetworkBoundaryExt, RouteTasksEvent, RouteTasksEventResponse,
     ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
 };
 
 use cairn_client::TabletLocationInfo;
 
+use super::fanout::Topology;
 use crate::scan::CairnScanExec;
 
-/// The task count a Cairn scan's stage asks for (see the module docs).
+/// The task count a Cairn scan's stage asks for (see the module docs); and, on a
+/// cluster whose fan-out is bounded ([`Topology`]), at most one task per hub for a
+/// stage that reads a shuffle or a broadcast, since those stages run on the hubs.
 pub fn desired_task_count(
     ev: DesiredTaskCountEvent,
 ) -> Option<Result<DesiredTaskCountEventResponse>> {
-    let scan = ev.plan.downcast_ref::<CairnScanExec>()?;
+    let Some(scan) = ev.plan.downcast_ref::<CairnScanExec>() else {
+        let reads_exchange = ev.plan.children().iter().any(|c| {
+            c.is::<BroadcastExec>()
+                || c.downcast_ref::<RepartitionExec>()
+                    .is_some_and(|r| matches!(r.partitioning(), Partitioning::Hash(..)))
+        });
+        if !reads_exchange {
+            return None;
+        }
+        let topology = Topology::of_session(ev.session_config)?;
+        return Some(Ok(DesiredTaskCountEventResponse::maximum(
+            topology.groups(),
+        )));
+    };
     let tablets = &scan.spec().tablets;
     if scan.key_ordered() || tablets.len() <= 1 {
         return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
@@ -138,7 +156,11 @@ pub(crate) fn shares(scan: &CairnScanExec, tasks: usize) -> (Vec<Share>, usize) 
 
 /// The server holding a replica of the most of `share`'s tablets (then the most
 /// leaders, then one no other share runs on, then the lowest address).
-fn home(tablets: &[TabletLocationInfo], share: &[usize], taken: &[String]) -> Option<String> {
+pub(crate) fn home(
+    tablets: &[TabletLocationInfo],
+    share: &[usize],
+    taken: &[String],
+) -> Option<String> {
     let mut score: HashMap<&str, (usize, usize)> = HashMap::new();
     for &i in share {
         let leader = tablets[i].leader_addr();
@@ -177,19 +199,20 @@ pub fn scale_up_leaf(ev: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeE
     )
 }
 
-/// Sends each task of a stage that reads Cairn tablets to the worker of the server
-/// its share reads from (the one most of its scans chose, see [`shares`]); stages
-/// without such scans are left to the library's routing.
-pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
+/// Where each task of a stage that reads Cairn tablets would rather run: the
+/// servers its scans' shares read from (see [`shares`]), most tablets first (then
+/// by address), per task; `None` for the stage as a whole when it reads no Cairn
+/// tablets itself (its leaves are in the stages below).
+pub(crate) fn task_homes(plan: &Arc<dyn ExecutionPlan>, tasks: usize) -> Option<Vec<Vec<String>>> {
     // Per task, how many of its scans' tablets each server was chosen for.
-    let mut votes: Vec<HashMap<String, usize>> = vec![HashMap::new(); ev.task_count];
+    let mut votes: Vec<HashMap<String, usize>> = vec![HashMap::new(); tasks];
     let mut found = false;
-    let _ = ev.plan.apply(|node| {
+    let _ = plan.apply(|node| {
         if node.is_network_boundary() {
             return Ok(TreeNodeRecursion::Jump);
         }
         if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>() {
-            for (t, variant) in leaf.variants().iter().enumerate().take(ev.task_count) {
+            for (t, variant) in leaf.variants().iter().enumerate().take(tasks) {
                 if let Some(scan) = variant.downcast_ref::<CairnScanExec>() {
                     found = true;
                     if let Some(at) = &scan.spec().read_from {
@@ -200,14 +223,35 @@ pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse
         }
         Ok(TreeNodeRecursion::Continue)
     });
-    if !found {
-        return None;
-    }
-    let urls = match ev
-        .task_ctx
-        .session_config()
-        .get_distributed_worker_resolver()
-    {
+    found.then(|| {
+        votes
+            .into_iter()
+            .map(|v| {
+                let mut ranked: Vec<(String, usize)> = v.into_iter().collect();
+                ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                ranked.into_iter().map(|(addr, _)| addr).collect()
+            })
+            .collect()
+    })
+}
+
+/// Sends each task of a stage that reads Cairn tablets to the worker of the server
+/// its share reads from ([`task_homes`]); on a cluster whose fan-out is bounded
+/// ([`Topology`]), every other stage runs on the hubs, task *i* on hub *i* mod the
+/// hub count. Other stages are left to the library's routing.
+pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
+    let config = ev.task_ctx.session_config();
+    let topology = Topology::of_session(config);
+    let reads_exchange = ev
+        .plan
+        .exists(|n| Ok(n.is_network_boundary()))
+        .unwrap_or(false);
+    let homes = if reads_exchange {
+        None
+    } else {
+        task_homes(ev.plan, ev.task_count)
+    };
+    let urls = match config.get_distributed_worker_resolver() {
         Ok(r) => match r.get_urls() {
             Ok(urls) if !urls.is_empty() => urls,
             Ok(_) => return None,
@@ -219,16 +263,30 @@ pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse
         .iter()
         .filter_map(|u| Some((format!("{}:{}", u.host_str()?, u.port()?), u)))
         .collect();
-    let mut chosen = Vec::with_capacity(ev.task_count);
-    for (t, v) in votes.iter().enumerate() {
-        let mut best: Vec<(&String, &usize)> = v.iter().collect();
-        best.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        let url = best
+    let chosen: Vec<url::Url> = match (homes, topology) {
+        (Some(homes), _) => homes
             .iter()
-            .find_map(|(addr, _)| by_addr.get(addr.as_str()).copied())
-            .unwrap_or(&urls[t % urls.len()]);
-        chosen.push(url.clone());
-    }
+            .enumerate()
+            .map(|(t, ranked)| {
+                ranked
+                    .iter()
+                    .find_map(|a| by_addr.get(a.as_str()).copied())
+                    .unwrap_or(&urls[t % urls.len()])
+                    .clone()
+            })
+            .collect(),
+        (None, Some(topology)) => (0..ev.task_count)
+            .map(|t| {
+                let hub = topology.hub(t % topology.groups());
+                by_addr
+                    .get(hub)
+                    .copied()
+                    .unwrap_or(&urls[t % urls.len()])
+                    .clone()
+            })
+            .collect(),
+        (None, None) => return None,
+    };
     Some(Ok(RouteTasksEventResponse::new(chosen)))
 }
 
