@@ -8,7 +8,8 @@
 //! *tasks*, one per worker; shuffles stream Arrow batches between workers over
 //! Arrow Flight without touching disk, and the head stage runs on the coordinator,
 //! the front end the client is connected to. A query whose fragment fails before
-//! any row reached the client runs again in the front end ([`or_run_here`]).
+//! any row reached the client runs again at the same snapshot: on the workers
+//! left if one no longer answers, else in the front end ([`or_run_here`]).
 //!
 //! The pieces:
 //! - every tablet server hosts a worker on its RPC port ([`worker_routes`]);
@@ -210,17 +211,35 @@ pub async fn prepare(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
     Ok(())
 }
 
-/// The rows of a distributed query, `stream`; should it fail before its first batch
-/// (a worker died, or could not be reached), the query runs again in this process
-/// instead, at the same snapshot (the statement context in `state` holds it), its
-/// scans going to whichever replicas answer. Once rows have been returned an error
-/// ends the query: no partial result is ever completed from another run. Reruns
-/// are counted in `workers`.
+/// How many times a distributed query whose workers failed runs again on the
+/// workers left before it runs in the front end.
+const RETRIES_ON_WORKERS: usize = 2;
+
+/// The rows of a distributed query, `stream`; should it fail before its first batch,
+/// the query runs again at the same snapshot (the statement context in `state`
+/// holds it). When some worker no longer answers ([`ClusterWorkers::find_unreachable`],
+/// which leaves it out of later plans for a while) it runs distributed again on
+/// the workers left, up to [`RETRIES_ON_WORKERS`] times while two or more are left;
+/// otherwise (every worker answers, so the failure was not a lost worker) it runs
+/// in this process, its scans going to whichever replicas answer. Once rows have
+/// been returned an error ends the query: no partial result is ever completed
+/// from another run. Reruns are counted in `workers`.
 pub fn or_run_here(
     stream: SendableRecordBatchStream,
     state: SessionState,
     plan: LogicalPlan,
     workers: Option<Arc<ClusterWorkers>>,
+) -> SendableRecordBatchStream {
+    or_run_again(stream, state, plan, workers, 0)
+}
+
+/// [`or_run_here`] after `retries` runs again on the workers.
+fn or_run_again(
+    stream: SendableRecordBatchStream,
+    state: SessionState,
+    plan: LogicalPlan,
+    workers: Option<Arc<ClusterWorkers>>,
+    retries: usize,
 ) -> SendableRecordBatchStream {
     let schema = stream.schema();
     type Rows = futures::stream::BoxStream<'static, Result<RecordBatch>>;
@@ -230,21 +249,47 @@ pub fn or_run_here(
             Some(Ok(first)) => futures::stream::iter([Ok(first)]).chain(stream).boxed(),
             None => futures::stream::empty().boxed(),
             Some(Err(e)) => {
-                tracing::warn!(error = %e, "a distributed query failed; running it here");
-                if let Some(w) = &workers {
-                    w.note_rerun();
+                let lost = match &workers {
+                    Some(w) if retries < RETRIES_ON_WORKERS => {
+                        w.find_unreachable(&state.task_ctx()).await
+                    }
+                    _ => vec![],
+                };
+                let left = workers.as_ref().map_or(0, |w| w.urls().len());
+                if !lost.is_empty() && left >= 2 {
+                    let lost: Vec<String> = lost.iter().map(|u| u.to_string()).collect();
+                    tracing::warn!(
+                        error = %e, unreachable = ?lost,
+                        "a distributed query failed; running it again on the workers left"
+                    );
+                    if let Some(w) = &workers {
+                        w.note_rerun(false);
+                    }
+                    let physical = state.create_physical_plan(&plan).await?;
+                    prepare(&physical).await?;
+                    let again = execute_stream(Arc::clone(&physical), state.task_ctx())?;
+                    if is_distributed(&physical) {
+                        or_run_again(again, state, plan, workers, retries + 1).boxed()
+                    } else {
+                        again.boxed()
+                    }
+                } else {
+                    tracing::warn!(error = %e, "a distributed query failed; running it here");
+                    if let Some(w) = &workers {
+                        w.note_rerun(true);
+                    }
+                    let mut state = state;
+                    if let Some(o) = state
+                        .config_mut()
+                        .options_mut()
+                        .extensions
+                        .get_mut::<CairnOptions>()
+                    {
+                        o.distributed = false;
+                    }
+                    let physical = state.create_physical_plan(&plan).await?;
+                    execute_stream(physical, state.task_ctx())?.boxed()
                 }
-                let mut state = state;
-                if let Some(o) = state
-                    .config_mut()
-                    .options_mut()
-                    .extensions
-                    .get_mut::<CairnOptions>()
-                {
-                    o.distributed = false;
-                }
-                let physical = state.create_physical_plan(&plan).await?;
-                execute_stream(physical, state.task_ctx())?.boxed()
             }
         };
         Ok::<Rows, datafusion::error::DataFusionError>(rows)

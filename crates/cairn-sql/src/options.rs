@@ -51,7 +51,8 @@ extensions_options! {
         /// (HRDBMS's N_max). On a cluster with more workers than this, each stage
         /// that reads tablets hands its rows to a hub of its group of workers, and
         /// only the hubs run the stages above and exchange rows with one another,
-        /// so no worker has more than N_max neighbours. 0: no bound.
+        /// so no worker has more than N_max neighbours (when N_max is at least
+        /// about 2√W). 0: no bound.
         pub n_max: usize, default = 64
     }
 }

@@ -32,6 +32,8 @@ use datafusion_distributed::{
 use futures::stream::BoxStream;
 use parking_lot::Mutex;
 use tonic::codegen::http::HeaderMap;
+
+use super::worker::worker_addr;
 use url::Url;
 
 /// How long dialling a worker may take before the query gives up on it (and runs
@@ -61,13 +63,10 @@ impl WorkerChannels {
         if let Some(c) = self.channels.lock().get(url) {
             return Ok(c.clone());
         }
-        let addr = match (url.host_str(), url.port()) {
-            (Some(host), Some(port)) => format!("{host}:{port}"),
-            _ => {
-                return Err(DataFusionError::Configuration(format!(
-                    "a worker's URL needs a host and a port: {url}"
-                )));
-            }
+        let Some(addr) = worker_addr(url) else {
+            return Err(DataFusionError::Configuration(format!(
+                "a worker's URL needs a host and a port: {url}"
+            )));
         };
         let endpoint = cairn_proto::tls::endpoint(&addr, self.tls.as_deref())
             .map_err(|e| {
@@ -97,10 +96,7 @@ impl ChannelResolver for WorkerChannels {
         url: &Url,
     ) -> Result<Box<dyn WorkerChannel>, DataFusionError> {
         let inner = create_worker_client(self.channel(url).await?);
-        let peer = match (url.host_str(), url.port()) {
-            (Some(host), Some(port)) => format!("{host}:{port}"),
-            _ => url.to_string(),
-        };
+        let peer = worker_addr(url).unwrap_or_else(|| url.to_string());
         Ok(Box::new(Noted { inner, peer }))
     }
 }
@@ -117,6 +113,7 @@ pub struct WorkerPeers {
     pub control: BTreeSet<String>,
 }
 
+/// What [`worker_peers`] returns, noted by every [`Noted`] channel of the process.
 static PEERS: Mutex<WorkerPeers> = Mutex::new(WorkerPeers {
     data: BTreeSet::new(),
     control: BTreeSet::new(),

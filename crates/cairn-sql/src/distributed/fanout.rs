@@ -30,10 +30,16 @@
 //!
 //! A member worker's neighbours are its hub; a hub's are its members, the other
 //! hubs and the front end. The price is parallelism above the scans: *G* tasks
-//! instead of *W*. What is not bounded: the coordinator sends each task's plan to
-//! the worker running it directly (the library's control channel), and a
-//! stage the relay cannot split (a union of scans) runs on the hubs, reading its
-//! tablets over the network.
+//! instead of *W*, and the scans of a stage that also reads an exchange (the probe
+//! side of a broadcast join) run on the hubs, reading their tablets over the
+//! network, as do scan stages of one task and unions of scans, which the relays
+//! do not split. Not bounded: the coordinator sends each task's plan to the worker
+//! running it directly (the library's control channel); an N_max below about 2√W,
+//! which two levels cannot meet (the fewest neighbours possible are used); and
+//! the library's optional partial reduction before shuffles
+//! (`distributed.partial_reduce`), whose stages keep their all-to-all shuffle.
+//! The topology is computed when the plan is made and again when its tasks are
+//! routed, so a worker lost in between shifts the groups for that query.
 
 use std::sync::Arc;
 
@@ -49,6 +55,7 @@ use datafusion_distributed::{
 };
 
 use super::tasks::task_homes;
+use super::worker::worker_addr;
 use crate::options::CairnOptions;
 use crate::scan::CairnScanExec;
 
@@ -98,10 +105,7 @@ impl Topology {
             .ok()?
             .get_urls()
             .ok()?;
-        let workers = urls
-            .iter()
-            .filter_map(|u| Some(format!("{}:{}", u.host_str()?, u.port()?)))
-            .collect();
+        let workers = urls.iter().filter_map(worker_addr).collect();
         Topology::new(workers, n_max)
     }
 
@@ -132,11 +136,40 @@ impl Topology {
         &self.workers[self.group(k).start]
     }
 
+    /// The hub task `t` of a stage above the scans runs on.
+    pub(crate) fn hub_of_task(&self, t: usize) -> &str {
+        self.hub(t % self.groups)
+    }
+
     /// The most neighbours any worker has.
     #[cfg(test)]
     pub(crate) fn max_neighbours(&self) -> usize {
         hub_neighbours(self.workers.len(), self.groups)
     }
+}
+
+/// Whether `plan` is a union whose children run in tasks of their own
+/// (`ChildrenIsolatorUnionExec`, which the library does not export, so it is known
+/// by name).
+pub(crate) fn is_union(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.name() == "ChildrenIsolatorUnionExec"
+}
+
+/// Whether some node of `plan` above its network boundaries (the stage's own
+/// nodes, and the boundaries themselves) satisfies `f`.
+fn in_stage(plan: &Arc<dyn ExecutionPlan>, f: impl Fn(&Arc<dyn ExecutionPlan>) -> bool) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|n| {
+        if f(n) {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        if n.is_network_boundary() {
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
 }
 
 /// A hub's neighbours with `w` workers in `g` groups: the other members of the
@@ -228,13 +261,10 @@ impl Relays {
         let Stage::Local(stage) = nb.input_stage() else {
             return Ok(None);
         };
-        if stage
-            .plan
-            .exists(|n| Ok(n.name() == "ChildrenIsolatorUnionExec"))?
-        {
+        if in_stage(&stage.plan, is_union) {
             return Ok(None);
         }
-        if stage.plan.exists(|n| Ok(n.is_network_boundary()))? {
+        if in_stage(&stage.plan, |n| n.is_network_boundary()) {
             // A stage above the scans: it runs on the hubs, its scans too.
             let plan = self.on_hubs(&stage.plan)?;
             if Arc::ptr_eq(&plan, &stage.plan) {
@@ -263,6 +293,11 @@ impl Relays {
             _ if node.is::<NetworkCoalesceExec>() => Arc::clone(head),
             _ => return Ok(None),
         };
+        // The gather reads the body as it is (ProducerHead::None), and a worker
+        // strips a repartition or broadcast off the head of what it runs for one.
+        if body.is::<RepartitionExec>() || body.is::<BroadcastExec>() {
+            return Ok(None);
+        }
         let Some((body, per_group)) = self.by_group(&body, stage.tasks)? else {
             return Ok(None);
         };
@@ -293,6 +328,8 @@ impl Relays {
                 stage.num,
             )?
         } else {
+            // A gather's consumer stage has one task: the library plans every
+            // coalesce under a CoalescePartitionsExec or SortPreservingMergeExec.
             let gathered = NetworkCoalesceExec::try_new(relay, g, 1)?;
             self.restage(&gathered, relay_stage, stage.num)?
         };
@@ -322,7 +359,6 @@ impl Relays {
     /// hub *t* mod *G*), with the scans of its own tablets saying so: EXPLAIN shows
     /// where they run, and they read the hub's replicas first.
     fn on_hubs(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-        let g = self.topology.groups();
         let moved = Arc::clone(plan).transform_down(|n| {
             if n.is_network_boundary() {
                 return Ok(Transformed::new(n, false, TreeNodeRecursion::Jump));
@@ -332,9 +368,8 @@ impl Relays {
             };
             let variants = leaf.variants().iter().enumerate().map(|(t, v)| {
                 match v.downcast_ref::<CairnScanExec>() {
-                    Some(scan) => {
-                        Arc::new(scan.read_at(self.topology.hub(t % g))) as Arc<dyn ExecutionPlan>
-                    }
+                    Some(scan) => Arc::new(scan.read_at(self.topology.hub_of_task(t)))
+                        as Arc<dyn ExecutionPlan>,
                     None => Arc::clone(v),
                 }
             });
@@ -358,16 +393,18 @@ impl Relays {
             return Ok(None);
         };
         let g = self.topology.groups();
-        let mut members: Vec<Vec<usize>> = vec![Vec::new(); g];
+        // Each task's group: that of the first server it would run on that is a
+        // worker (as the routing picks it); a task with none (an empty share)
+        // goes to a group in turn and runs on its hub.
+        let mut members: Vec<Vec<(usize, bool)>> = vec![Vec::new(); g];
         for (t, ranked) in homes.iter().enumerate() {
-            let k = ranked
-                .first()
-                .and_then(|a| self.topology.group_of(a))
-                .unwrap_or(t % g);
-            members[k].push(t);
+            match ranked.iter().find_map(|a| self.topology.group_of(a)) {
+                Some(k) => members[k].push((t, false)),
+                None => members[t % g].push((t, true)),
+            }
         }
         let per_group = members.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let slots: Vec<(usize, Option<usize>)> = (0..g)
+        let slots: Vec<(usize, Option<(usize, bool)>)> = (0..g)
             .flat_map(|k| (0..per_group).map(move |j| (k, j)))
             .map(|(k, j)| (k, members[k].get(j).copied()))
             .collect();
@@ -388,10 +425,14 @@ impl Relays {
                 return Ok(Transformed::no(n));
             }
             let pad = leaf.properties().partitioning.partition_count();
+            let hub = |k: usize| self.topology.hub(k).to_string();
             let variants = slots.iter().map(|&(k, t)| match t {
-                Some(t) => Arc::clone(&leaf.variants()[t]),
-                None => Arc::new(scan.share(&[], pad, Some(self.topology.hub(k).to_string())))
-                    as Arc<dyn ExecutionPlan>,
+                Some((t, false)) => Arc::clone(&leaf.variants()[t]),
+                Some((t, true)) => match leaf.variants()[t].downcast_ref::<CairnScanExec>() {
+                    Some(homeless) => Arc::new(homeless.read_at(&hub(k))) as Arc<dyn ExecutionPlan>,
+                    None => Arc::clone(&leaf.variants()[t]),
+                },
+                None => Arc::new(scan.share(&[], pad, Some(hub(k)))) as Arc<dyn ExecutionPlan>,
             });
             let leaf = DistributedLeafExec::try_new(Arc::clone(leaf.original()), variants)?;
             Ok(Transformed::yes(Arc::new(leaf) as Arc<dyn ExecutionPlan>))

@@ -16,7 +16,7 @@
 //! - where each task runs ([`route_tasks`]): on the worker of that server, whose
 //!   scans then read the replicas in its own process.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::common::Result;
@@ -24,6 +24,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::physical_expr::Partitioning;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::prelude::SessionConfig;
 use datafusion_distributed::{
     BroadcastExec, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedGetterExt,
     DistributedLeafExec, NetworkBoundaryExt, RouteTasksEvent, RouteTasksEventResponse,
@@ -32,7 +33,8 @@ use datafusion_distributed::{
 
 use cairn_client::TabletLocationInfo;
 
-use super::fanout::Topology;
+use super::fanout::{Topology, is_union};
+use super::worker::worker_addr;
 use crate::scan::CairnScanExec;
 
 /// The task count a Cairn scan's stage asks for (see the module docs); and, on a
@@ -59,7 +61,11 @@ pub fn desired_task_count(
     if scan.key_ordered() || tablets.len() <= 1 {
         return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
     }
-    let mut servers: Vec<&str> = tablets.iter().flat_map(readable_at).collect();
+    let workers = workers_of(ev.session_config);
+    let mut servers: Vec<&str> = tablets
+        .iter()
+        .flat_map(|t| readable_at(t, &workers))
+        .collect();
     servers.sort_unstable();
     servers.dedup();
     Some(Ok(DesiredTaskCountEventResponse::desired(
@@ -67,19 +73,46 @@ pub fn desired_task_count(
     )))
 }
 
+/// The addresses (`host:port`) of the workers a session may send tasks to (those
+/// its worker resolver lists, without any found unreachable), if it knows them.
+pub(crate) type Workers = Option<HashSet<String>>;
+
+/// The [`Workers`] of the session configured by `config`.
+fn workers_of(config: &SessionConfig) -> Workers {
+    let urls = config
+        .get_distributed_worker_resolver()
+        .ok()?
+        .get_urls()
+        .ok()?;
+    Some(urls.iter().filter_map(worker_addr).collect())
+}
+
 /// The servers a tablet can be read at a snapshot on: its live replicas (all of
-/// them if none is known to be live).
-fn readable_at(t: &TabletLocationInfo) -> Vec<&str> {
+/// them if none is known to be live), those with a worker in `workers` if any has.
+fn readable_at<'a>(t: &'a TabletLocationInfo, workers: &Workers) -> Vec<&'a str> {
     let live: Vec<&str> = t
         .replicas
         .iter()
         .filter(|r| r.live)
         .map(|r| r.addr.as_str())
         .collect();
-    if live.is_empty() {
+    let known = if live.is_empty() {
         t.replicas.iter().map(|r| r.addr.as_str()).collect()
     } else {
         live
+    };
+    let Some(workers) = workers else {
+        return known;
+    };
+    let with_worker: Vec<&str> = known
+        .iter()
+        .copied()
+        .filter(|a| workers.contains(*a))
+        .collect();
+    if with_worker.is_empty() {
+        known
+    } else {
+        with_worker
     }
 }
 
@@ -92,8 +125,8 @@ pub(crate) struct Share {
 }
 
 /// How a scan is split among `tasks` tasks, and the partitions every share
-/// declares.
-pub(crate) fn shares(scan: &CairnScanExec, tasks: usize) -> (Vec<Share>, usize) {
+/// declares; shares are read where `workers` run when they can be.
+pub(crate) fn shares(scan: &CairnScanExec, tasks: usize, workers: &Workers) -> (Vec<Share>, usize) {
     let tablets = &scan.spec().tablets;
     let tasks = tasks.max(1);
     let mut out: Vec<Vec<usize>> = vec![Vec::new(); tasks];
@@ -111,7 +144,7 @@ pub(crate) fn shares(scan: &CairnScanExec, tasks: usize) -> (Vec<Share>, usize) 
         let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (i, t) in tablets.iter().enumerate() {
             let leader = t.leader_addr();
-            let at = readable_at(t)
+            let at = readable_at(t, workers)
                 .into_iter()
                 .min_by_key(|a| (load.get(a).copied().unwrap_or(0), Some(*a) != leader, *a))
                 .unwrap_or("");
@@ -143,7 +176,7 @@ pub(crate) fn shares(scan: &CairnScanExec, tasks: usize) -> (Vec<Share>, usize) 
         .into_iter()
         .map(|mut share| {
             share.sort_unstable();
-            let server = home(tablets, &share, &taken);
+            let server = home(tablets, &share, &taken, workers);
             taken.extend(server.clone());
             Share {
                 tablets: share,
@@ -155,16 +188,18 @@ pub(crate) fn shares(scan: &CairnScanExec, tasks: usize) -> (Vec<Share>, usize) 
 }
 
 /// The server holding a replica of the most of `share`'s tablets (then the most
-/// leaders, then one no other share runs on, then the lowest address).
-pub(crate) fn home(
+/// leaders, then one no other share runs on, then the lowest address), among
+/// those with a worker in `workers` when any has.
+fn home(
     tablets: &[TabletLocationInfo],
     share: &[usize],
     taken: &[String],
+    workers: &Workers,
 ) -> Option<String> {
     let mut score: HashMap<&str, (usize, usize)> = HashMap::new();
     for &i in share {
         let leader = tablets[i].leader_addr();
-        for a in readable_at(&tablets[i]) {
+        for a in readable_at(&tablets[i], workers) {
             let e = score.entry(a).or_default();
             e.0 += 1;
             e.1 += (Some(a) == leader) as usize;
@@ -189,7 +224,7 @@ pub fn scale_up_leaf(ev: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeE
     if ev.task_count <= 1 || scan.key_ordered() {
         return None;
     }
-    let (shares, pad) = shares(scan, ev.task_count);
+    let (shares, pad) = shares(scan, ev.task_count, &workers_of(ev.session_config));
     let variants = shares.into_iter().map(|share| {
         Arc::new(scan.share(&share.tablets, pad, share.server)) as Arc<dyn ExecutionPlan>
     });
@@ -242,11 +277,14 @@ pub(crate) fn task_homes(plan: &Arc<dyn ExecutionPlan>, tasks: usize) -> Option<
 pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
     let config = ev.task_ctx.session_config();
     let topology = Topology::of_session(config);
-    let reads_exchange = ev
-        .plan
-        .exists(|n| Ok(n.is_network_boundary()))
-        .unwrap_or(false);
-    let homes = if reads_exchange {
+    // Under a bound, stages that read other stages, and unions the relays do not
+    // split, run on the hubs.
+    let on_hubs = topology.is_some()
+        && ev
+            .plan
+            .exists(|n| Ok(n.is_network_boundary() || is_union(n)))
+            .unwrap_or(false);
+    let homes = if on_hubs {
         None
     } else {
         task_homes(ev.plan, ev.task_count)
@@ -261,7 +299,7 @@ pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse
     };
     let by_addr: HashMap<String, &url::Url> = urls
         .iter()
-        .filter_map(|u| Some((format!("{}:{}", u.host_str()?, u.port()?), u)))
+        .filter_map(|u| Some((worker_addr(u)?, u)))
         .collect();
     let chosen: Vec<url::Url> = match (homes, topology) {
         (Some(homes), _) => homes
@@ -277,7 +315,7 @@ pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse
             .collect(),
         (None, Some(topology)) => (0..ev.task_count)
             .map(|t| {
-                let hub = topology.hub(t % topology.groups());
+                let hub = topology.hub_of_task(t);
                 by_addr
                     .get(hub)
                     .copied()
@@ -401,7 +439,7 @@ pub(super) mod tests {
 
     /// The shares as pairs.
     fn split(scan: &CairnScanExec, tasks: usize) -> (Vec<Pair>, usize) {
-        let (shares, pad) = shares(scan, tasks);
+        let (shares, pad) = shares(scan, tasks, &None);
         let shares = shares.into_iter().map(|s| (s.tablets, s.server)).collect();
         (shares, pad)
     }
@@ -465,6 +503,23 @@ pub(super) mod tests {
         let (got, _) = split(&scan, 3);
         let servers: Vec<_> = got.iter().map(|(_, s)| s.clone().unwrap()).collect();
         assert_eq!(servers, vec!["a:1", "b:1", "c:1"]);
+    }
+
+    #[tokio::test]
+    async fn shares_are_read_where_workers_run() {
+        // Three servers hold every tablet, but b:1's worker is gone (found
+        // unreachable, or no longer listed by the master).
+        let replicas = vec![vec!["a:1", "b:1", "c:1"]; 6];
+        let scan = scan_with(&replicas, false).await;
+        let workers: Workers = Some(["a:1".to_string(), "c:1".to_string()].into());
+        let (got, _) = shares(&scan, 2, &workers);
+        let got: Vec<Pair> = got.into_iter().map(|s| (s.tablets, s.server)).collect();
+        assert_eq!(got, vec![at(&[0, 2, 4], "a:1"), at(&[1, 3, 5], "c:1")]);
+        // No replica with a worker: the replicas as known.
+        let none: Workers = Some(["z:1".to_string()].into());
+        let (got, _) = shares(&scan, 3, &none);
+        assert_eq!(got.len(), 3);
+        assert!(got.iter().all(|s| s.server.is_some()));
     }
 
     #[tokio::test]

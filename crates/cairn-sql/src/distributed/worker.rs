@@ -1,16 +1,20 @@
 //! The worker every tablet server hosts, and the coordinator's list of workers.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_client::Client;
 use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::SessionState;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::ScalarUDF;
-use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext, WorkerSessionBuilder};
+use datafusion_distributed::{
+    DistributedExt, GetWorkerInfoRequest, Worker, WorkerQueryContext, WorkerSessionBuilder,
+    get_distributed_channel_resolver,
+};
 use parking_lot::RwLock;
 use url::Url;
 
@@ -87,9 +91,14 @@ pub fn worker_routes(engine: &SqlEngine) -> tonic::service::Routes {
 #[derive(Debug, Default)]
 pub struct ClusterWorkers {
     urls: RwLock<Vec<Url>>,
-    /// Distributed queries that failed before returning rows and ran again in the
-    /// front end ([`super::or_run_here`]).
+    /// Workers that did not answer after a query failed, left out until the time
+    /// given ([`ClusterWorkers::find_unreachable`]).
+    unreachable: RwLock<HashMap<Url, Instant>>,
+    /// Distributed queries that failed before returning rows and ran again
+    /// ([`super::or_run_here`]).
     reruns: AtomicU64,
+    /// Of those, the runs again in the front end rather than on the workers.
+    local_reruns: AtomicU64,
 }
 
 impl ClusterWorkers {
@@ -124,34 +133,100 @@ impl ClusterWorkers {
         list
     }
 
+    /// How long a worker that did not answer is left out of the list: long enough
+    /// for the master to notice a dead server, short enough that a restarted one
+    /// soon takes tasks again.
+    pub const UNREACHABLE_FOR: Duration = Duration::from_secs(10);
+
+    /// How long a worker may take to answer before it counts as unreachable.
+    const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
     /// A fixed list: the workers of the tablet servers at `addrs` (`host:port`).
     pub fn fixed(addrs: &[String]) -> Arc<ClusterWorkers> {
         Arc::new(ClusterWorkers {
             urls: RwLock::new(addrs.iter().filter_map(|a| worker_url(a)).collect()),
-            reruns: AtomicU64::new(0),
+            ..ClusterWorkers::default()
         })
     }
 
-    /// The workers' URLs, in address order.
+    /// The workers' URLs, in address order, without those found unreachable in the
+    /// last [`ClusterWorkers::UNREACHABLE_FOR`].
     pub fn urls(&self) -> Vec<Url> {
-        self.urls.read().clone()
+        let now = Instant::now();
+        let unreachable = self.unreachable.read();
+        self.urls
+            .read()
+            .iter()
+            .filter(|u| unreachable.get(*u).is_none_or(|until| *until <= now))
+            .cloned()
+            .collect()
     }
 
-    /// How many distributed queries failed before returning rows and ran again in
-    /// the front end.
+    /// Asks every worker of [`ClusterWorkers::urls`] for its version over the
+    /// session's channels (`config`'s) and leaves out, for
+    /// [`ClusterWorkers::UNREACHABLE_FOR`], those that do not answer within a
+    /// second; returns them.
+    pub(crate) async fn find_unreachable(&self, task_ctx: &TaskContext) -> Vec<Url> {
+        let channels = get_distributed_channel_resolver(task_ctx);
+        let probes = self.urls().into_iter().map(|url| {
+            let channels = Arc::clone(&channels);
+            async move {
+                let answer = tokio::time::timeout(Self::PROBE_TIMEOUT, async {
+                    let mut worker = channels.get_worker_client_for_url(&url).await?;
+                    worker.get_worker_info(GetWorkerInfoRequest {}).await
+                })
+                .await;
+                (url, matches!(answer, Ok(Ok(_))))
+            }
+        });
+        let unreachable: Vec<Url> = futures::future::join_all(probes)
+            .await
+            .into_iter()
+            .filter(|(_, answered)| !answered)
+            .map(|(url, _)| url)
+            .collect();
+        let until = Instant::now() + Self::UNREACHABLE_FOR;
+        let mut left_out = self.unreachable.write();
+        left_out.retain(|_, t| *t > Instant::now());
+        for url in &unreachable {
+            left_out.insert(url.clone(), until);
+        }
+        unreachable
+    }
+
+    /// How many distributed queries failed before returning rows and ran again,
+    /// on the workers left or in the front end.
     pub fn reruns(&self) -> u64 {
         self.reruns.load(Ordering::Relaxed)
     }
 
-    /// Counts one more [`ClusterWorkers::reruns`].
-    pub(crate) fn note_rerun(&self) {
+    /// How many of [`ClusterWorkers::reruns`] ran in the front end.
+    pub fn local_reruns(&self) -> u64 {
+        self.local_reruns.load(Ordering::Relaxed)
+    }
+
+    /// Counts one more [`ClusterWorkers::reruns`], in the front end if `local`.
+    pub(crate) fn note_rerun(&self, local: bool) {
         self.reruns.fetch_add(1, Ordering::Relaxed);
+        if local {
+            self.local_reruns.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
 /// The URL of the worker on the tablet server at `addr`.
 fn worker_url(addr: &str) -> Option<Url> {
     Url::parse(&format!("http://{addr}")).ok()
+}
+
+/// The address (`host:port`) of the tablet server whose worker is at `url`: how
+/// tablet locations name servers.
+pub(crate) fn worker_addr(url: &Url) -> Option<String> {
+    Some(format!(
+        "{}:{}",
+        url.host_str()?,
+        url.port_or_known_default()?
+    ))
 }
 
 /// [`ClusterWorkers`] as the distributed planner asks for them.

@@ -214,7 +214,7 @@ async fn distributed_queries_on_a_tls_cluster() {
     assert_eq!(
         engine.workers().unwrap().reruns(),
         0,
-        "the query failed on the workers and ran again in the front end"
+        "the query failed on the workers and ran again"
     );
 
     // A worker admits the cluster's servers only.

@@ -287,10 +287,11 @@ async fn tpch_sf001_distributed_on_three_tablet_servers() {
     assert!(!plan.contains("DistributedExec"), "{plan}");
 }
 
-/// A distributed query whose worker is gone runs again in the coordinator, at the
-/// same snapshot, and answers as if nothing happened.
+/// A distributed query whose worker is gone runs again on the two workers left, at
+/// the same snapshot, and answers as if nothing happened; the queries after it are
+/// planned without the lost worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tpch_distributed_query_runs_here_when_a_worker_stops() {
+async fn tpch_distributed_query_runs_again_on_the_workers_left_when_one_stops() {
     let mut cl = crate::common::InProc::start_with_workers(3).await;
     let engine = SqlEngine::new(cl.client().await)
         .unwrap()
@@ -299,7 +300,8 @@ async fn tpch_distributed_query_runs_here_when_a_worker_stops() {
     let s = engine.session();
     // The server leading lineitem's first tablet stops, and its worker with it. The
     // planner still routes tasks there (the list of workers is fixed here and the
-    // client's locations are stale), they fail, and the queries run here.
+    // client's locations are stale), they fail, the front end finds the worker
+    // gone, and the query runs again on the others.
     let lineitem = engine.client().open_table("lineitem").await.unwrap();
     let locations = engine
         .client()
@@ -309,8 +311,8 @@ async fn tpch_distributed_query_runs_here_when_a_worker_stops() {
     let leader = locations[0].leader_addr().unwrap().to_string();
     let victim = cl.ts_addrs.iter().position(|a| *a == leader).unwrap();
     cl.stop_tserver(victim).await;
-    // Still planned with a task on the stopped server: the answers below come from
-    // running the queries here after that task failed.
+    // Still planned with a task on the stopped server: the first answer below comes
+    // from running the query again after that task failed.
     let plan = explain(&s, &query(1)).await;
     assert!(
         plan.lines().any(|l| l.contains(&format!("at={leader}"))),
@@ -331,7 +333,12 @@ async fn tpch_distributed_query_runs_here_when_a_worker_stops() {
         "after a worker stopped:\n{}",
         failures.join("\n")
     );
-    assert!(engine.workers().unwrap().reruns() > 0);
+    let workers = engine.workers().unwrap();
+    assert!(workers.reruns() > 0);
+    assert_eq!(workers.local_reruns(), 0, "ran again in the front end");
+    let plan = explain(&s, &query(1)).await;
+    assert!(!plan.contains(&format!("at={leader}")), "{plan}");
+    assert!(plan.contains("DistributedExec"), "{plan}");
 }
 
 /// The physical plan EXPLAIN shows for `sql`.
