@@ -68,15 +68,7 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
             .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect::<Vec<(i32, i64, i64)>>()
     };
-    let explain = || async {
-        db.query(&format!("EXPLAIN {sql}"), &[])
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get::<_, String>(1))
-            .collect::<Vec<String>>()
-            .join("\n")
-    };
+    let explain = || explain(&db, sql);
     // The front end learns of the workers from the master within seconds.
     wait_for(
         Duration::from_secs(30),
