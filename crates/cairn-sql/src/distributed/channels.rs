@@ -37,7 +37,7 @@ use super::worker::worker_addr;
 use url::Url;
 
 /// How long dialling a worker may take before the query gives up on it (and runs
-/// again in the front end).
+/// again, see [`super::or_run_here`]).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One channel per worker, dialled with the cluster's TLS when it has it (see the
