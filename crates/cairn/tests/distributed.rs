@@ -14,35 +14,19 @@ use common::*;
 /// Distributed SQL on real processes: a master serving PostgreSQL clients and three
 /// `cairn tserver`s, each hosting a worker. A query runs as tasks on all three
 /// servers; right after one is killed (SIGKILL) it still answers (its task fails and
-/// the front end runs the query itself at the same snapshot), and once the master
-/// has noticed, it runs distributed over the two servers left.
+/// the query runs again at the same snapshot), and once the master has noticed, it
+/// runs distributed over the two servers left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn distributed_queries_on_tserver_processes_survive_a_kill() {
-    let dir = tempfile::tempdir().unwrap();
-    let (m, pg) = (reserve_addr(), reserve_addr());
-    let _master = master_proc_with(
-        &dir.path().join("m"),
-        &m,
-        &[],
-        dir.path().join("m.log"),
-        &["--pg-addr", &pg],
-    );
-    let addrs: Vec<String> = (0..3).map(|_| reserve_addr()).collect();
-    let mut tservers: Vec<Proc> = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            tserver_proc(
-                &dir.path().join(format!("t{i}")),
-                a,
-                std::slice::from_ref(&m),
-                dir.path().join(format!("t{i}.log")),
-            )
-        })
-        .collect();
-    let client = Client::connect(std::slice::from_ref(&m)).await.unwrap();
-    wait_live_servers(&client, 3, Duration::from_secs(30)).await;
-    let db = pg_connect(&pg).await;
+    // Every process and the folder are bound, so they live as long as the test.
+    let Cluster {
+        dir: _dir,
+        _master,
+        mut tservers,
+        addrs,
+        db,
+        ..
+    } = Cluster::start(3).await;
     db.batch_execute(
         "CREATE TABLE t (k BIGINT PRIMARY KEY, g INT NOT NULL, v BIGINT NOT NULL) \
          PARTITION BY HASH (k) PARTITIONS 6 WITH (replicas = 3)",
@@ -120,31 +104,15 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
 /// the bound the same queries give some process five.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn distributed_queries_keep_to_n_max_neighbours() {
-    let dir = tempfile::tempdir().unwrap();
-    let (m, pg, m_web) = (reserve_addr(), reserve_addr(), reserve_addr());
-    let _master = master_proc_with(
-        &dir.path().join("m"),
-        &m,
-        &[],
-        dir.path().join("m.log"),
-        &["--pg-addr", &pg, "--web-addr", &m_web],
-    );
-    let addrs: Vec<String> = (0..5).map(|_| reserve_addr()).collect();
-    let webs: Vec<String> = (0..5).map(|_| reserve_addr()).collect();
-    let _tservers: Vec<Proc> = (0..5)
-        .map(|i| {
-            tserver_proc_with(
-                &dir.path().join(format!("t{i}")),
-                &addrs[i],
-                std::slice::from_ref(&m),
-                dir.path().join(format!("t{i}.log")),
-                &["--web-addr", &webs[i]],
-            )
-        })
-        .collect();
-    let client = Client::connect(std::slice::from_ref(&m)).await.unwrap();
-    wait_live_servers(&client, 5, Duration::from_secs(30)).await;
-    let db = pg_connect(&pg).await;
+    let Cluster {
+        dir,
+        _master,
+        tservers: _tservers,
+        addrs,
+        webs,
+        master_web: m_web,
+        db,
+    } = Cluster::start(5).await;
     db.batch_execute(
         "CREATE TABLE t (k BIGINT PRIMARY KEY, g INT NOT NULL, v BIGINT NOT NULL) \
          PARTITION BY HASH (k) PARTITIONS 10 WITH (replicas = 3); \
@@ -222,6 +190,62 @@ async fn distributed_queries_keep_to_n_max_neighbours() {
         graph.values().any(|peers| peers.len() > 4),
         "without the bound no process has more than four neighbours: {graph:?}"
     );
+}
+
+/// A master serving PostgreSQL clients and `cairn tserver` processes, each with a
+/// web page, all live; connected to.
+struct Cluster {
+    /// The processes' folders and logs (`m.log` is the master's).
+    dir: tempfile::TempDir,
+    _master: Proc,
+    tservers: Vec<Proc>,
+    /// The tablet servers' RPC addresses (their workers').
+    addrs: Vec<String>,
+    /// The tablet servers' web addresses, in the same order.
+    webs: Vec<String>,
+    master_web: String,
+    /// A PostgreSQL connection to the master.
+    db: tokio_postgres::Client,
+}
+
+impl Cluster {
+    /// A cluster of `n` tablet servers, once the master sees them all live.
+    async fn start(n: usize) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let (m, pg, master_web) = (reserve_addr(), reserve_addr(), reserve_addr());
+        let master = master_proc_with(
+            &dir.path().join("m"),
+            &m,
+            &[],
+            dir.path().join("m.log"),
+            &["--pg-addr", &pg, "--web-addr", &master_web],
+        );
+        let addrs: Vec<String> = (0..n).map(|_| reserve_addr()).collect();
+        let webs: Vec<String> = (0..n).map(|_| reserve_addr()).collect();
+        let tservers = (0..n)
+            .map(|i| {
+                tserver_proc_with(
+                    &dir.path().join(format!("t{i}")),
+                    &addrs[i],
+                    std::slice::from_ref(&m),
+                    dir.path().join(format!("t{i}.log")),
+                    &["--web-addr", &webs[i]],
+                )
+            })
+            .collect();
+        let client = Client::connect(std::slice::from_ref(&m)).await.unwrap();
+        wait_live_servers(&client, n, Duration::from_secs(30)).await;
+        let db = pg_connect(&pg).await;
+        Cluster {
+            dir,
+            _master: master,
+            tservers,
+            addrs,
+            webs,
+            master_web,
+            db,
+        }
+    }
 }
 
 /// A row of text, integer and numeric columns as text.

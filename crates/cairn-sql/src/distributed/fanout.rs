@@ -50,12 +50,12 @@ use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMerge
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 use datafusion::prelude::SessionConfig;
 use datafusion_distributed::{
-    BroadcastExec, DistributedGetterExt, DistributedLeafExec, NetworkBoundary, NetworkBoundaryExt,
-    NetworkBroadcastExec, NetworkCoalesceExec, NetworkShuffleExec, Stage,
+    BroadcastExec, DistributedLeafExec, NetworkBoundary, NetworkBoundaryExt, NetworkBroadcastExec,
+    NetworkCoalesceExec, NetworkShuffleExec, Stage,
 };
 
 use super::tasks::task_homes;
-use super::worker::worker_addr;
+use super::worker::worker_addrs;
 use crate::options::CairnOptions;
 use crate::scan::CairnScanExec;
 
@@ -100,13 +100,7 @@ impl Topology {
         if n_max == 0 {
             return None;
         }
-        let urls = config
-            .get_distributed_worker_resolver()
-            .ok()?
-            .get_urls()
-            .ok()?;
-        let workers = urls.iter().filter_map(worker_addr).collect();
-        Topology::new(workers, n_max)
+        Topology::new(worker_addrs(config)?, n_max)
     }
 
     /// How many groups (and hubs) there are.

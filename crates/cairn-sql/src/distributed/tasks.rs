@@ -34,7 +34,7 @@ use datafusion_distributed::{
 use cairn_client::TabletLocationInfo;
 
 use super::fanout::{Topology, is_union};
-use super::worker::worker_addr;
+use super::worker::{worker_addr, worker_addrs};
 use crate::scan::CairnScanExec;
 
 /// The task count a Cairn scan's stage asks for (see the module docs); and, on a
@@ -79,12 +79,7 @@ pub(crate) type Workers = Option<HashSet<String>>;
 
 /// The [`Workers`] of the session configured by `config`.
 fn workers_of(config: &SessionConfig) -> Workers {
-    let urls = config
-        .get_distributed_worker_resolver()
-        .ok()?
-        .get_urls()
-        .ok()?;
-    Some(urls.iter().filter_map(worker_addr).collect())
+    Some(worker_addrs(config)?.into_iter().collect())
 }
 
 /// The servers a tablet can be read at a snapshot on: its live replicas (all of

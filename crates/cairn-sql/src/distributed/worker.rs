@@ -11,9 +11,10 @@ use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::ScalarUDF;
+use datafusion::prelude::SessionConfig;
 use datafusion_distributed::{
-    DistributedExt, GetWorkerInfoRequest, Worker, WorkerQueryContext, WorkerSessionBuilder,
-    get_distributed_channel_resolver,
+    DistributedExt, DistributedGetterExt, GetWorkerInfoRequest, Worker, WorkerQueryContext,
+    WorkerSessionBuilder, get_distributed_channel_resolver,
 };
 use parking_lot::RwLock;
 use url::Url;
@@ -217,6 +218,17 @@ impl ClusterWorkers {
 /// The URL of the worker on the tablet server at `addr`.
 fn worker_url(addr: &str) -> Option<Url> {
     Url::parse(&format!("http://{addr}")).ok()
+}
+
+/// The addresses of the workers the session configured by `config` may send
+/// tasks to, as its worker resolver lists them; `None` if it has none.
+pub(crate) fn worker_addrs(config: &SessionConfig) -> Option<Vec<String>> {
+    let urls = config
+        .get_distributed_worker_resolver()
+        .ok()?
+        .get_urls()
+        .ok()?;
+    Some(urls.iter().filter_map(worker_addr).collect())
 }
 
 /// The address (`host:port`) of the tablet server whose worker is at `url`: how
