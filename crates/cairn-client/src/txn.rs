@@ -95,10 +95,20 @@ impl Client {
     /// [`TXN_KEEPALIVE_INTERVAL`]; once every handle is dropped they stop, and the
     /// tablets abort it after their abandon timeout.
     pub fn begin_transaction(&self) -> Transaction {
+        self.join_transaction(rand::random::<u64>())
+    }
+
+    /// A handle on transaction `id`, begun by another process: its sessions write
+    /// rows for that transaction, and it sends keep-alives to the tablets it wrote
+    /// to while it lives. The joining process does not end the transaction: it hands
+    /// [`Transaction::tablets`] to the coordinator, which [`Transaction::join`]s them to its own handle and ends the
+    /// transaction there. Distributed `INSERT … SELECT` writes from its workers this
+    /// way.
+    pub fn join_transaction(&self, id: u64) -> Transaction {
         let t = Transaction {
             client: self.clone(),
             link: TxnLink {
-                id: rand::random::<u64>(),
+                id,
                 participants: Arc::default(),
                 ended: Arc::default(),
             },
@@ -106,7 +116,7 @@ impl Client {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(keep_alive(
                 self.clone(),
-                t.link.id,
+                id,
                 Arc::downgrade(&t.link.participants),
                 t.link.ended.clone(),
             ));
@@ -141,6 +151,16 @@ impl Transaction {
     /// writes left them, and every other row at the scan's snapshot.
     pub fn scan(&self, table: &Table) -> crate::scan::ScanBuilder {
         self.client.scan(table).in_txn(self.link.id)
+    }
+
+    /// Records `tablet_id` of `table` as a participant written through another
+    /// handle on this transaction ([`Client::join_transaction`]), so that commit and
+    /// rollback reach it. Recording a tablet the transaction never wrote to is
+    /// harmless to a rollback, which aborts it there (the tablet then refuses later
+    /// writes of the transaction); a commit would fail on it, so before a commit
+    /// join only tablets that were written to.
+    pub fn join(&self, tablet_id: &str, table: &Table) {
+        self.link.join(tablet_id, table);
     }
 
     /// How many tablets the transaction has written to.
