@@ -26,14 +26,17 @@
 //! A statement is distributed when the session allows it (`cairn.distributed`), it
 //! reads only Cairn tables (no system catalogs, no read-only stores), it is not part
 //! of an open transaction (whose provisional rows only this session can read), and
-//! it writes nothing; everything else runs in the coordinator as before. A plan
-//! that would send a node no codec knows (a subspace search) runs there too.
+//! it writes nothing, or inserts into a Cairn table: then the rows are written by
+//! the tasks that produce them, in one transaction the coordinator commits
+//! ([`writes`]). Everything else runs in the coordinator as before. A plan that
+//! would send a node no codec knows (a subspace search) runs there too.
 
 mod channels;
 mod codec;
 mod fanout;
 pub mod tasks;
 mod worker;
+mod writes;
 
 use std::sync::Arc;
 
@@ -46,7 +49,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::context::{QueryPlanner, SessionState};
-use datafusion::logical_expr::{Explain, LogicalPlan};
+use datafusion::logical_expr::{Explain, LogicalPlan, WriteOp};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -61,6 +64,7 @@ use futures::{StreamExt, TryStreamExt};
 pub use channels::{WorkerPeers, worker_peers};
 pub use codec::CairnCodec;
 pub use worker::{ClusterWorkers, worker, worker_routes};
+pub use writes::{CairnCommitExec, CairnWriteShareExec, rows_written_by_worker};
 
 use crate::options::{CairnOptions, StatementContext};
 use crate::provider::CairnTable;
@@ -93,6 +97,9 @@ fn with_distributed_planner(
     workers: Arc<ClusterWorkers>,
 ) -> SessionState {
     SessionStateBuilder::new_from_existing(template)
+        // Under the distributed planner: DataFusion's, with inserts written from
+        // the workers.
+        .with_query_planner(Arc::new(writes::WritesFromWorkers))
         .with_distributed_worker_resolver(worker::Resolver(workers))
         .with_distributed_channel_resolver(channels::WorkerChannels::new(client.tls()))
         .with_distributed_user_codec(CairnCodec::new(client.clone()))
@@ -127,7 +134,10 @@ impl QueryPlanner for CairnQueryPlanner {
             .distributed
             .create_physical_plan(logical, session)
             .await?;
-        if is_distributed(&plan) && !only_sendable_nodes(&plan) {
+        let sendable = is_distributed(&plan) && only_sendable_nodes(&plan);
+        if !sendable && (is_distributed(&plan) || writes::is_from_workers(&plan)) {
+            // Parts cannot be sent, or an insert no worker would write: the front
+            // end runs (and writes) it all, as without workers.
             return local.create_physical_plan(logical, session).await;
         }
         fanout::bound(plan, session.config())
@@ -151,6 +161,13 @@ impl CairnQueryPlanner {
         }
         let inner = match logical {
             LogicalPlan::Analyze(a) => a.input.as_ref(),
+            LogicalPlan::Dml(d)
+                if matches!(d.op, WriteOp::Insert(_))
+                    && source_as_provider(&d.target)
+                        .is_ok_and(|p| p.downcast_ref::<CairnTable>().is_some()) =>
+            {
+                d.input.as_ref()
+            }
             LogicalPlan::Dml(_)
             | LogicalPlan::Ddl(_)
             | LogicalPlan::Statement(_)
@@ -296,6 +313,35 @@ fn or_run_again(
     })
     .try_flatten();
     Box::pin(RecordBatchStreamAdapter::new(schema, rows))
+}
+
+/// Runs the insert of `plan` again after its distributed run, `physical`, failed
+/// with `error`: if it failed before its commit (so nothing of it took effect) and
+/// some worker no longer answers, it is planned again (a new transaction, on the
+/// workers left or in this process) at the same snapshot, once; otherwise `error`
+/// stands. A row error (a duplicate key) fails a statement with every worker
+/// answering, and is returned as it is.
+pub async fn insert_again(
+    physical: &Arc<dyn ExecutionPlan>,
+    error: datafusion::error::DataFusionError,
+    state: &SessionState,
+    plan: &LogicalPlan,
+    workers: Option<&Arc<ClusterWorkers>>,
+) -> Result<Vec<RecordBatch>> {
+    let Some(workers) = workers.filter(|_| writes::failed_before_commit(physical)) else {
+        return Err(error);
+    };
+    let lost = workers.find_unreachable(&state.task_ctx()).await;
+    if lost.is_empty() {
+        return Err(error);
+    }
+    let lost: Vec<String> = lost.iter().map(|u| u.to_string()).collect();
+    tracing::warn!(%error, unreachable = ?lost,
+        "a distributed insert failed before its commit; running it again on the workers left");
+    workers.note_rerun(workers.urls().len() < 2);
+    let again = state.create_physical_plan(plan).await?;
+    prepare(&again).await?;
+    datafusion::physical_plan::collect(again, state.task_ctx()).await
 }
 
 /// EXPLAIN of a query that runs distributed: DataFusion's two rows, the physical

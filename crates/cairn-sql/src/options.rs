@@ -62,7 +62,7 @@ impl ConfigExtension for CairnOptions {
 }
 
 /// How INSERT treats a row whose primary key exists already.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum InsertMode {
     /// Fail the statement (SQLSTATE 23505).
     #[default]
@@ -71,6 +71,17 @@ pub enum InsertMode {
     Upsert,
     /// Keep the existing row and skip the new one (`ON CONFLICT DO NOTHING`).
     Ignore,
+}
+
+impl InsertMode {
+    /// The operation as EXPLAIN shows it: `insert`, `upsert` or `insert ignore`.
+    pub fn name(self) -> &'static str {
+        match self {
+            InsertMode::Insert => "insert",
+            InsertMode::Upsert => "upsert",
+            InsertMode::Ignore => "insert ignore",
+        }
+    }
 }
 
 /// What one statement decides for all its scans and writes; attached to the

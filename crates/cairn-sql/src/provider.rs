@@ -21,6 +21,7 @@ use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, TableProviderFilterPushDown, cast, col};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 
 use crate::catalog::TableStatistics;
 use crate::error::{SqlError, df_err};
@@ -211,7 +212,12 @@ impl CairnTable {
             .collect();
         exprs.extend(extra);
         let plan = b.project(exprs)?.build()?;
-        state.create_physical_plan(&plan).await
+        // Planned in this process: UPDATE and DELETE read their rows here (the
+        // session's planner would distribute this plan, and the physical optimizer
+        // then rework the distributed plan inside the write).
+        DefaultPhysicalPlanner::default()
+            .create_physical_plan(&state.optimize(&plan)?, state)
+            .await
     }
 
     fn write_exec(

@@ -578,16 +578,19 @@ impl SqlSession {
                     return Ok(QueryResult::Count { tag, rows: 0 });
                 }
                 let physical = state.create_physical_plan(&plan).await?;
-                let batches = collect(physical, state.task_ctx()).await?;
-                let rows = batches
-                    .first()
-                    .and_then(|b| {
-                        b.column(0)
-                            .as_any()
-                            .downcast_ref::<arrow::array::UInt64Array>()
-                            .map(|a| a.value(0))
-                    })
-                    .unwrap_or(0);
+                // An INSERT … SELECT may run distributed: its workers read at the
+                // statement's snapshot, and it runs again if it lost one before
+                // its commit.
+                crate::distributed::prepare(&physical).await?;
+                let batches = match collect(Arc::clone(&physical), state.task_ctx()).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let workers = self.engine.workers();
+                        crate::distributed::insert_again(&physical, e, &state, &plan, workers)
+                            .await?
+                    }
+                };
+                let rows = crate::write::count_of(&batches);
                 let tag = if tag == "MERGE" || tag == "TRUNCATE" {
                     return Err(SqlError::unsupported(format!("{tag} is not supported")));
                 } else {
@@ -691,7 +694,11 @@ impl SqlSession {
                 crate::distributed::prepare(&physical).await?;
                 let distributed = crate::distributed::is_distributed(&physical);
                 let mut stream = execute_stream(physical, state.task_ctx())?;
-                if distributed {
+                // A query runs again after a failure; EXPLAIN ANALYZE of an INSERT
+                // does not (its write may have taken effect).
+                let writes = matches!(&plan, LogicalPlan::Analyze(a)
+                    if matches!(a.input.as_ref(), LogicalPlan::Dml(_)));
+                if distributed && !writes {
                     let workers = self.engine.workers().cloned();
                     stream = crate::distributed::or_run_here(stream, state, plan, workers);
                 }

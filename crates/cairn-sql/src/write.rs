@@ -159,12 +159,12 @@ impl Requery {
 /// Writes its input's rows into a Cairn table and returns the count.
 #[derive(Debug)]
 pub struct CairnWriteExec {
-    client: Client,
-    table: Table,
-    kind: WriteKind,
-    input: Arc<dyn ExecutionPlan>,
-    batch_rows: usize,
-    max_atomic_rows: usize,
+    pub(crate) client: Client,
+    pub(crate) table: Table,
+    pub(crate) kind: WriteKind,
+    pub(crate) input: Arc<dyn ExecutionPlan>,
+    pub(crate) batch_rows: usize,
+    pub(crate) max_atomic_rows: usize,
     requery: Option<Requery>,
     props: Arc<PlanProperties>,
 }
@@ -176,6 +176,15 @@ pub fn count_schema() -> SchemaRef {
         ArrowType::UInt64,
         false,
     )]))
+}
+
+/// The row count a DML plan answered with (its first `count`), 0 if none.
+pub(crate) fn count_of(batches: &[RecordBatch]) -> u64 {
+    batches
+        .first()
+        .and_then(|b| b.column(0).as_any().downcast_ref::<UInt64Array>())
+        .filter(|a| !a.is_empty())
+        .map_or(0, |a| a.value(0))
 }
 
 impl CairnWriteExec {
@@ -212,9 +221,7 @@ impl CairnWriteExec {
 impl DisplayAs for CairnWriteExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let what = match &self.kind {
-            WriteKind::Insert(InsertMode::Insert) => "insert".to_string(),
-            WriteKind::Insert(InsertMode::Upsert) => "upsert".to_string(),
-            WriteKind::Insert(InsertMode::Ignore) => "insert ignore".to_string(),
+            WriteKind::Insert(mode) => mode.name().to_string(),
             WriteKind::Update { columns } => format!("update [{}]", columns.join(", ")),
             WriteKind::Delete => "delete".to_string(),
         };
@@ -313,6 +320,39 @@ pub async fn write_rows(
     }
     .run(input, statement)
     .await
+}
+
+/// Writes every row of `input` into `table` as `kind` for transaction `txn`, begun
+/// by another handle: one share of a statement whose rows several processes write
+/// (a distributed `INSERT … SELECT`, [`crate::distributed`]). Every row is
+/// provisional; a rejected row fails the share, and the statement's coordinator
+/// then rolls the whole transaction back. Returns the rows written; `txn` knows
+/// the tablets written to.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn write_share(
+    client: Client,
+    table: Table,
+    kind: WriteKind,
+    input: SendableRecordBatchStream,
+    batch_rows: usize,
+    max_atomic_rows: usize,
+    context: Arc<TaskContext>,
+    txn: &Transaction,
+) -> Result<u64, SqlError> {
+    let w = StatementWrite {
+        client,
+        table,
+        kind,
+        batch_rows: batch_rows.max(1),
+        max_atomic_rows: max_atomic_rows.max(1),
+        requery: None,
+        context,
+    };
+    let mut txns = Txns {
+        explicit: None,
+        implicit: Some(txn.clone()),
+    };
+    w.rounds(input, None, &mut txns).await
 }
 
 /// One statement's write.

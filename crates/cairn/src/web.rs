@@ -299,6 +299,11 @@ impl WebState {
         }
         let _ = writeln!(
             out,
+            "# HELP cairn_worker_rows_written_total Rows this process's worker wrote for distributed INSERT ... SELECT and CREATE TABLE AS statements.\n# TYPE cairn_worker_rows_written_total counter\ncairn_worker_rows_written_total {}",
+            cairn_sql::distributed::rows_written_by_worker()
+        );
+        let _ = writeln!(
+            out,
             "# HELP cairn_tablet_copies_installed_total Tablet copies installed by this process.\n# TYPE cairn_tablet_copies_installed_total counter\ncairn_tablet_copies_installed_total {}",
             cairn_consensus::state_machine::snapshots_installed()
         );

@@ -1,7 +1,7 @@
 //! Distributed SQL on real processes: a master serving PostgreSQL clients and
 //! `cairn tserver`s each hosting a worker. Queries run as tasks on the servers'
-//! workers; the tests kill a server mid-way, and count which workers exchange
-//! rows with which.
+//! workers; the tests kill a server mid-way, count which workers exchange rows
+//! with which, and which write the rows of an `INSERT … SELECT`.
 
 mod common;
 
@@ -190,6 +190,84 @@ async fn distributed_queries_keep_to_n_max_neighbours() {
         graph.values().any(|peers| peers.len() > 4),
         "without the bound no process has more than four neighbours: {graph:?}"
     );
+}
+
+/// `INSERT … SELECT` and `CREATE TABLE AS` on real processes write each row from
+/// the tablet server whose worker produced it: the rows the workers report writing
+/// on their `/metrics` add up to the statement's, and come from several servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn insert_select_and_create_table_as_write_from_the_workers() {
+    let Cluster {
+        dir: _dir,
+        _master,
+        tservers: _tservers,
+        addrs,
+        webs,
+        db,
+        ..
+    } = Cluster::start(3).await;
+    db.batch_execute(
+        "CREATE TABLE src (k BIGINT PRIMARY KEY, g INT NOT NULL, v BIGINT NOT NULL) \
+         PARTITION BY HASH (k) PARTITIONS 6 WITH (replicas = 3); \
+         CREATE TABLE dst (k BIGINT PRIMARY KEY, g INT NOT NULL, v BIGINT NOT NULL) \
+         PARTITION BY HASH (k) PARTITIONS 6 WITH (replicas = 3); \
+         INSERT INTO src SELECT i, i % 7, i FROM generate_series(1, 9000) AS s(i)",
+    )
+    .await
+    .unwrap();
+    let insert = "INSERT INTO dst SELECT k, g, v * 2 FROM src";
+    wait_for(
+        Duration::from_secs(30),
+        "shares on all three servers",
+        || async {
+            let plan = explain(&db, insert).await;
+            plan.contains("CairnWriteShareExec")
+                && addrs.iter().all(|a| plan.contains(&format!("at={a}")))
+        },
+    )
+    .await;
+    let written = || {
+        webs.iter()
+            .map(|w| {
+                http_get(w, "/metrics")
+                    .lines()
+                    .find_map(|l| l.strip_prefix("cairn_worker_rows_written_total "))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .expect("cairn_worker_rows_written_total on /metrics")
+            })
+            .collect::<Vec<u64>>()
+    };
+    let before = written();
+    assert_eq!(db.execute(insert, &[]).await.unwrap(), 9000);
+    let after = written();
+    let by_server: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(by_server.iter().sum::<u64>(), 9000, "{by_server:?}");
+    assert!(
+        by_server.iter().filter(|n| **n > 0).count() >= 2,
+        "one server wrote every row: {by_server:?}"
+    );
+    let row = db
+        .query_one("SELECT count(*), sum(v) FROM dst", &[])
+        .await
+        .unwrap();
+    let sum: i64 = (1..=9000i64).sum();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+        (9000, 2 * sum)
+    );
+
+    let before = written();
+    assert_eq!(
+        db.execute("CREATE TABLE c AS SELECT k, v FROM src WHERE g < 3", &[])
+            .await
+            .unwrap(),
+        3857
+    );
+    let after = written();
+    let by_server: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(by_server.iter().sum::<u64>(), 3857, "{by_server:?}");
+    let row = db.query_one("SELECT count(*) FROM c", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 3857);
 }
 
 /// A master serving PostgreSQL clients and `cairn tserver` processes, each with a

@@ -8,6 +8,10 @@
 //! reads at that snapshot, so every fragment of one query sees the same data.
 //! Dynamic filters (a hash join's build side) stay behind: they are hints, and
 //! their producer may run in another process.
+//!
+//! A share of a distributed insert ([`CairnWriteShareExec`]) travels as its table,
+//! insert mode, transaction id and batch sizes; its input travels as a plan of its
+//! own. Each encoded node starts with a byte naming its kind.
 
 use std::sync::Arc;
 
@@ -23,6 +27,8 @@ use prost::Message;
 use crate::options::{InsertMode, StatementContext};
 use crate::partitioning::HashIdentity;
 use crate::scan::{CairnScanExec, ScanSpec};
+
+use super::writes::{CairnWriteShareExec, ShareWire};
 
 /// Encodes and decodes Cairn's execution plan nodes for distributed execution; the
 /// coordinator and every worker register one (DataFusion's own nodes need none).
@@ -65,6 +71,68 @@ impl PhysicalExtensionCodec for CairnCodec {
         _ctx: &TaskContext,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        match buf.split_first() {
+            Some((&SCAN, rest)) => self.decode_scan(rest, inputs),
+            Some((&WRITE_SHARE, rest)) => self.decode_share(rest, inputs),
+            _ => internal_err!("a Cairn plan node arrived damaged (unknown kind)"),
+        }
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        if let Some(scan) = node.downcast_ref::<CairnScanExec>() {
+            buf.push(SCAN);
+            return encode_scan(scan, buf);
+        }
+        if let Some(share) = node.downcast_ref::<CairnWriteShareExec>() {
+            buf.push(WRITE_SHARE);
+            let json = serde_json::to_vec(&share.wire()).map_err(|e| {
+                internal_datafusion_err!("cannot encode a share of a distributed insert: {e}")
+            })?;
+            buf.extend_from_slice(&json);
+            return Ok(());
+        }
+        internal_err!("{} cannot run on another server", node.name())
+    }
+}
+
+/// The first byte of an encoded [`CairnScanExec`].
+const SCAN: u8 = b'S';
+/// The first byte of an encoded [`CairnWriteShareExec`].
+const WRITE_SHARE: u8 = b'W';
+
+impl CairnCodec {
+    /// A share of a distributed insert, writing through this codec's client.
+    fn decode_share(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [input] = inputs else {
+            return internal_err!(
+                "a share of a distributed insert has one input, got {}",
+                inputs.len()
+            );
+        };
+        let bad = |e: &dyn std::fmt::Display| {
+            internal_datafusion_err!("a share of a distributed insert arrived damaged: {e}")
+        };
+        let wire: ShareWire = serde_json::from_slice(buf).map_err(|e| bad(&e))?;
+        let share = CairnWriteShareExec::from_wire(self.client.clone(), wire, Arc::clone(input))
+            .map_err(|e| bad(&e))?;
+        Ok(Arc::new(share))
+    }
+
+    /// A scan, reading through this codec's client.
+    fn decode_scan(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         if !inputs.is_empty() {
             return internal_err!("a Cairn scan has no inputs, got {}", inputs.len());
         }
@@ -101,46 +169,39 @@ impl PhysicalExtensionCodec for CairnCodec {
         };
         Ok(Arc::new(CairnScanExec::new(spec)))
     }
+}
 
-    fn try_encode(
-        &self,
-        node: Arc<dyn ExecutionPlan>,
-        buf: &mut Vec<u8>,
-        _proto_converter: &dyn PhysicalProtoConverterExtension,
-    ) -> Result<()> {
-        let Some(scan) = node.downcast_ref::<CairnScanExec>() else {
-            return internal_err!("{} cannot run on another server", node.name());
-        };
-        let s = scan.spec();
-        // The coordinator fixed the snapshot before distributing.
-        let snapshot = s.statement.chosen_snapshot.known();
-        if snapshot.is_none() && !s.tablets.is_empty() {
-            return internal_err!(
-                "the snapshot of a scan of {} was not fixed before it was sent to a worker",
-                s.table.name
-            );
-        }
-        let wire = ScanWire {
-            table: s.table.to_bytes(),
-            tablets: s.tablets.clone(),
-            total_tablets: s.total_tablets,
-            columns: s.columns.clone(),
-            predicates: s.predicates.clone(),
-            limit: s.limit,
-            hash: s.hash.clone(),
-            snapshot,
-            pad_to: s.pad_to,
-            read_from: s.read_from.clone(),
-        };
-        let json = serde_json::to_vec(&wire)
-            .map_err(|e| internal_datafusion_err!("cannot encode a Cairn scan: {e}"))?;
-        let schema: datafusion_proto::protobuf::Schema = s.schema.as_ref().try_into()?;
-        buf.extend_from_slice(&(json.len() as u32).to_le_bytes());
-        buf.extend_from_slice(&json);
-        schema
-            .encode(buf)
-            .map_err(|e| internal_datafusion_err!("cannot encode a Cairn scan's schema: {e}"))
+/// Appends `scan` to `buf`: the length of its JSON spec, the spec, its schema.
+fn encode_scan(scan: &CairnScanExec, buf: &mut Vec<u8>) -> Result<()> {
+    let s = scan.spec();
+    // The coordinator fixed the snapshot before distributing.
+    let snapshot = s.statement.chosen_snapshot.known();
+    if snapshot.is_none() && !s.tablets.is_empty() {
+        return internal_err!(
+            "the snapshot of a scan of {} was not fixed before it was sent to a worker",
+            s.table.name
+        );
     }
+    let wire = ScanWire {
+        table: s.table.to_bytes(),
+        tablets: s.tablets.clone(),
+        total_tablets: s.total_tablets,
+        columns: s.columns.clone(),
+        predicates: s.predicates.clone(),
+        limit: s.limit,
+        hash: s.hash.clone(),
+        snapshot,
+        pad_to: s.pad_to,
+        read_from: s.read_from.clone(),
+    };
+    let json = serde_json::to_vec(&wire)
+        .map_err(|e| internal_datafusion_err!("cannot encode a Cairn scan: {e}"))?;
+    let schema: datafusion_proto::protobuf::Schema = s.schema.as_ref().try_into()?;
+    buf.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&json);
+    schema
+        .encode(buf)
+        .map_err(|e| internal_datafusion_err!("cannot encode a Cairn scan's schema: {e}"))
 }
 
 #[cfg(test)]

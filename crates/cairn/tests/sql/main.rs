@@ -5,7 +5,8 @@
 //! clients (`clients`); and concurrent read-modify-write statements, pgbench included
 //! (`concurrency`); tables without a primary key (`keyless`); transaction blocks
 //! (`transactions`) and randomized ones against a snapshot-isolation oracle
-//! (`si_model`); hyperspace search through subspaces (`search`).
+//! (`si_model`); hyperspace search through subspaces (`search`); `INSERT … SELECT`
+//! and `CREATE TABLE AS` written from the workers (`distributed_writes`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -15,6 +16,7 @@ mod basics;
 mod clients;
 mod concurrency;
 mod copy;
+mod distributed_writes;
 mod hostile;
 mod keyless;
 mod limits;
