@@ -315,20 +315,24 @@ fn or_run_again(
     Box::pin(RecordBatchStreamAdapter::new(schema, rows))
 }
 
-/// Runs the insert of `plan` again after its distributed run, `physical`, failed
-/// with `error`: if it failed before its commit (so nothing of it took effect) and
-/// some worker no longer answers, it is planned again (a new transaction, on the
-/// workers left or in this process) at the same snapshot, once; otherwise `error`
-/// stands. A row error (a duplicate key) fails a statement with every worker
-/// answering, and is returned as it is.
-pub async fn insert_again(
-    physical: &Arc<dyn ExecutionPlan>,
-    error: datafusion::error::DataFusionError,
+/// Runs `physical`, the plan of the DML statement `plan` (distributed or not),
+/// and returns the rows it changed. An insert written from the workers whose run
+/// reports an error after its commit took effect answers with the rows committed;
+/// one that failed before its commit, with some worker no longer answering, is
+/// planned again (a new transaction, on the workers left or in this process) at
+/// the same snapshot, once, if it may ([`writes::may_run_again`]). Any other error
+/// (a duplicate key, with every worker answering) is the statement's.
+pub async fn run_write(
+    physical: Arc<dyn ExecutionPlan>,
     state: &SessionState,
     plan: &LogicalPlan,
     workers: Option<&Arc<ClusterWorkers>>,
-) -> Result<Vec<RecordBatch>> {
-    let Some(workers) = workers.filter(|_| writes::failed_before_commit(physical)) else {
+) -> Result<u64> {
+    let error = match run_once(&physical, state).await {
+        Ok(n) => return Ok(n),
+        Err(e) => e,
+    };
+    let Some(workers) = workers.filter(|_| writes::may_run_again(&physical)) else {
         return Err(error);
     };
     let lost = workers.find_unreachable(&state.task_ctx()).await;
@@ -340,8 +344,23 @@ pub async fn insert_again(
         "a distributed insert failed before its commit; running it again on the workers left");
     workers.note_rerun(workers.urls().len() < 2);
     let again = state.create_physical_plan(plan).await?;
-    prepare(&again).await?;
-    datafusion::physical_plan::collect(again, state.task_ctx()).await
+    run_once(&again, state).await
+}
+
+/// One run of [`run_write`].
+async fn run_once(physical: &Arc<dyn ExecutionPlan>, state: &SessionState) -> Result<u64> {
+    prepare(physical).await?;
+    match datafusion::physical_plan::collect(Arc::clone(physical), state.task_ctx()).await {
+        Ok(batches) => Ok(crate::write::count_of(&batches)),
+        Err(e) => match writes::committed_rows(physical) {
+            Some(n) => {
+                tracing::warn!(error = %e, rows = n,
+                    "a distributed insert committed; the error after its commit is ignored");
+                Ok(n)
+            }
+            None => Err(e),
+        },
+    }
 }
 
 /// EXPLAIN of a query that runs distributed: DataFusion's two rows, the physical

@@ -16,7 +16,7 @@ use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, WriteOp};
 use datafusion::physical_plan::memory::MemoryStream;
-use datafusion::physical_plan::{SendableRecordBatchStream, collect, execute_stream};
+use datafusion::physical_plan::{SendableRecordBatchStream, execute_stream};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
@@ -579,18 +579,9 @@ impl SqlSession {
                 }
                 let physical = state.create_physical_plan(&plan).await?;
                 // An INSERT … SELECT may run distributed: its workers read at the
-                // statement's snapshot, and it runs again if it lost one before
-                // its commit.
-                crate::distributed::prepare(&physical).await?;
-                let batches = match collect(Arc::clone(&physical), state.task_ctx()).await {
-                    Ok(b) => b,
-                    Err(e) => {
-                        let workers = self.engine.workers();
-                        crate::distributed::insert_again(&physical, e, &state, &plan, workers)
-                            .await?
-                    }
-                };
-                let rows = crate::write::count_of(&batches);
+                // statement's snapshot, and it may run again if it lost one.
+                let workers = self.engine.workers();
+                let rows = crate::distributed::run_write(physical, &state, &plan, workers).await?;
                 let tag = if tag == "MERGE" || tag == "TRUNCATE" {
                     return Err(SqlError::unsupported(format!("{tag} is not supported")));
                 } else {

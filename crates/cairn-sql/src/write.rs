@@ -324,10 +324,12 @@ pub async fn write_rows(
 
 /// Writes every row of `input` into `table` as `kind` for transaction `txn`, begun
 /// by another handle: one share of a statement whose rows several processes write
-/// (a distributed `INSERT … SELECT`, [`crate::distributed`]). Every row is
-/// provisional; a rejected row fails the share, and the statement's coordinator
-/// then rolls the whole transaction back. Returns the rows written; `txn` knows
-/// the tablets written to.
+/// (a distributed `INSERT … SELECT`, [`crate::distributed`]). The rows are
+/// provisional writes of `txn`, which the statement's coordinator commits or rolls
+/// back as a whole; a rejected row fails the share. As in a local statement, a
+/// share of more than `max_atomic_rows` rows is written in several requests
+/// outside the transaction instead, and is not atomic. Returns the rows written;
+/// `txn` knows the tablets written to in it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn write_share(
     client: Client,
@@ -350,7 +352,8 @@ pub(crate) async fn write_share(
     };
     let mut txns = Txns {
         explicit: None,
-        implicit: Some(txn.clone()),
+        implicit: None,
+        share: Some(txn),
     };
     w.rounds(input, None, &mut txns).await
 }
@@ -385,6 +388,8 @@ struct Txns<'a> {
     /// The statement's own transaction, once its writes turned out to span several
     /// tablets.
     implicit: Option<Transaction>,
+    /// The distributed statement this write is a share of ([`write_share`]).
+    share: Option<&'a Transaction>,
 }
 
 impl StatementWrite {
@@ -401,6 +406,7 @@ impl StatementWrite {
         let mut txns = Txns {
             explicit: explicit.as_deref(),
             implicit: None,
+            share: None,
         };
         let result = self.rounds(input, statement, &mut txns).await;
         match (txns.implicit, result) {
@@ -572,10 +578,16 @@ impl StatementWrite {
                 row_errors.extend(session.flush().await?);
             }
         }
-        if !split && !session.in_transaction() && session.buffered_tablets() > 1 {
-            txns.implicit
-                .get_or_insert_with(|| self.client.begin_transaction())
-                .attach(&mut session);
+        if !split && !session.in_transaction() {
+            match txns.share {
+                // A share's rows are the distributed statement's, even on one tablet.
+                Some(t) => t.attach(&mut session),
+                None if session.buffered_tablets() > 1 => txns
+                    .implicit
+                    .get_or_insert_with(|| self.client.begin_transaction())
+                    .attach(&mut session),
+                None => {}
+            }
         }
         row_errors.extend(session.flush().await?);
         Ok(classify(row_errors, sent, conditional, &keys))

@@ -98,7 +98,7 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
 
 /// HRDBMS's N_max on real processes: five tablet servers and a master serving
 /// PostgreSQL clients. With `SET cairn.n_max = 4` a shuffle, a shuffled join, a
-/// merge, a colocated join and a gather answer as without the bound, and the
+/// merge, a colocated join, a gather and an INSERT … SELECT answer as without the bound, and the
 /// exchanges every process reports on its `/metrics` (the workers it read rows
 /// from) form a graph in which no process has more than four neighbours; without
 /// the bound the same queries give some process five.
@@ -163,6 +163,17 @@ async fn distributed_queries_keep_to_n_max_neighbours() {
     };
     assert!(plan.contains("NetworkShuffleExec"), "{plan}");
     let bounded = run(4).await;
+    // An INSERT … SELECT under the bound: its shares answer through the relays.
+    db.batch_execute(
+        "CREATE TABLE w (k BIGINT PRIMARY KEY, v BIGINT NOT NULL) \
+         PARTITION BY HASH (k) PARTITIONS 10 WITH (replicas = 3)",
+    )
+    .await
+    .unwrap();
+    let insert = "INSERT INTO w SELECT k, v FROM t";
+    let plan = explain(&db, insert).await;
+    assert!(plan.contains("CairnCommitExec"), "{plan}");
+    assert_eq!(db.execute(insert, &[]).await.unwrap(), 5000);
     let processes: Vec<(String, String)> =
         std::iter::once(("front end".to_string(), m_web.clone()))
             .chain(addrs.iter().cloned().zip(webs.iter().cloned()))

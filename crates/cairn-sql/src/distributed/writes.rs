@@ -26,21 +26,25 @@
 //! statement; every share writes its rows as that transaction's provisional writes
 //! through a handle joined by id ([`cairn_client::Client::join_transaction`]), which
 //! keeps the tablets it wrote to alive while it writes, and answers with its row
-//! count and those tablets. The coordinator's [`CairnCommitExec`] joins them all
+//! count and those tablets. The coordinator's [`CairnCommitExec`] joins them as
+//! they come (its keep-alives then hold them), checks that every share answered,
 //! and commits (two-phase across tablets); if any share fails, or a worker is lost,
 //! it aborts the transaction on every tablet of the table, so no provisional row is
 //! left owned and a share still writing is refused. A rejected row fails its share
-//! with the error a local insert gives (its SQLSTATE travels with it). An insert
-//! that lost a worker before its commit runs again on the workers left
-//! ([`super::insert_again`]); once the commit is sent it never runs again.
+//! with the error a local insert gives (its SQLSTATE travels with it). As in a
+//! local statement, a share of more than `cairn.max_atomic_rows` rows is written
+//! outside the transaction, in several requests, and is not atomic. What happens
+//! after a failure is [`super::run_write`]'s: an error after the commit took
+//! effect answers with the committed count, and an insert that lost a worker before
+//! its commit runs again on the workers left ([`may_run_again`]).
 //!
 //! Only inserts are written from the workers, and only outside `BEGIN … COMMIT`:
 //! UPDATE and DELETE re-read rows that changed under them, which the front end does.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::{Array, ArrayRef, StringArray, UInt64Array};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema, SchemaRef};
@@ -134,15 +138,46 @@ pub(crate) fn is_from_workers(plan: &Arc<dyn ExecutionPlan>) -> bool {
     plan.is::<CairnCommitExec>()
 }
 
-/// Whether `plan` (distributed or not) holds an insert written from the workers
-/// that ran and failed before its commit was sent: nothing of it took effect, and
-/// it may run again as a new statement.
-pub(crate) fn failed_before_commit(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    plan.exists(|n| {
-        Ok(n.downcast_ref::<CairnCommitExec>()
-            .is_some_and(|c| c.txn.lock().is_none() && !c.committing.load(Ordering::SeqCst)))
-    })
-    .unwrap_or(false)
+/// The commit of the insert written from the workers in `plan`, if it has one.
+fn commit_of(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    let mut found = None;
+    let _ = plan.apply(|n| {
+        if n.is::<CairnCommitExec>() {
+            found = Some(Arc::clone(n));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+/// The rows the insert written from the workers in `plan` committed, if it did.
+/// An error the distributed run reports after the commit (a worker lost once its
+/// share had answered) does not undo it.
+pub(crate) fn committed_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<u64> {
+    let commit = commit_of(plan)?;
+    commit
+        .downcast_ref::<CairnCommitExec>()?
+        .committed
+        .get()
+        .copied()
+}
+
+/// Whether the insert written from the workers in `plan` ran and failed before
+/// its commit was sent, so that it may run again as a new statement: nothing of it
+/// took effect, unless a share wrote more than `cairn.max_atomic_rows` rows (then
+/// outside the transaction, [`write_share`]). A table keyed by its primary key
+/// refuses such rows a second time (23505); one keyed by a hidden auto-incremented
+/// column would take them twice, so its inserts never run again.
+pub(crate) fn may_run_again(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    commit_of(plan)
+        .as_ref()
+        .and_then(|c| c.downcast_ref::<CairnCommitExec>())
+        .is_some_and(|c| {
+            c.txn.lock().is_none()
+                && !c.committing.load(Ordering::SeqCst)
+                && c.table.schema.auto_id_index().is_none()
+        })
 }
 
 /// What a share answers: its row count (`tablet` null), then one row per tablet it
@@ -371,6 +406,8 @@ pub struct CairnCommitExec {
     /// Set when the commit is sent: from then on the statement may have taken
     /// effect, and must not be run again.
     committing: Arc<std::sync::atomic::AtomicBool>,
+    /// The rows written, once committed.
+    committed: Arc<OnceLock<u64>>,
     input: Arc<dyn ExecutionPlan>,
     props: Arc<PlanProperties>,
 }
@@ -388,6 +425,7 @@ impl CairnCommitExec {
             table,
             txn: Arc::new(Mutex::new(Some(txn))),
             committing: Arc::default(),
+            committed: Arc::default(),
             input,
             props: plan_properties(count_schema(), 1),
         }
@@ -430,6 +468,7 @@ impl ExecutionPlan for CairnCommitExec {
             table: self.table.clone(),
             txn: Arc::clone(&self.txn),
             committing: Arc::clone(&self.committing),
+            committed: Arc::clone(&self.committed),
             input,
             props: Arc::clone(&self.props),
         }))
@@ -452,18 +491,25 @@ impl ExecutionPlan for CairnCommitExec {
                 "a distributed insert's plan ran twice; plan the statement again",
             ))
         })?;
+        // One answer per share partition, however the stages gather them.
+        let shares = match self.input.downcast_ref::<CoalescePartitionsExec>() {
+            Some(c) => c.input().output_partitioning().partition_count(),
+            None => self.input.output_partitioning().partition_count(),
+        };
         let input = self.input.execute(0, context);
         let (client, table) = (self.client.clone(), self.table.clone());
         let committing = Arc::clone(&self.committing);
+        let committed = Arc::clone(&self.committed);
         let fut = async move {
             let answers = match input {
-                Ok(stream) => gather(stream, &txn, &table).await,
+                Ok(stream) => gather(stream, shares, &txn, &table).await,
                 Err(e) => Err(SqlError::from(e)),
             };
             let n = match answers {
                 Ok(written) => {
                     committing.store(true, Ordering::SeqCst);
                     commit(txn, &table).await.map_err(df_err)?;
+                    let _ = committed.set(written);
                     written
                 }
                 Err(e) => {
@@ -481,16 +527,19 @@ impl ExecutionPlan for CairnCommitExec {
     }
 }
 
-/// Reads every share's answer (see [`share_schema`]) and returns the rows they
-/// wrote, or the first error a share answered with. Each tablet a share wrote to joins `txn` as
+/// Reads the answers of the `shares` shares (see [`share_schema`]) and returns the
+/// rows they wrote, or the first error a share answered with; fewer answers than
+/// shares (a stream that ended early) is an error too. Each tablet a share wrote to joins `txn` as
 /// soon as the share answers, so the coordinator's keep-alives hold it from then on
 /// (the share's own stop when it ends), however long other shares take.
 async fn gather(
     mut stream: SendableRecordBatchStream,
+    shares: usize,
     txn: &Transaction,
     table: &Table,
 ) -> Result<u64, SqlError> {
     let mut written = 0;
+    let mut answers = 0;
     while let Some(batch) = stream.next().await {
         let batch = batch?;
         let column = |i: usize| batch.column(i).as_any();
@@ -514,11 +563,22 @@ async fn gather(
                     error.value(row),
                 ));
             } else if tablet.is_null(row) {
+                answers += 1;
                 written += count.value(row);
             } else {
                 txn.join(tablet.value(row), table);
             }
         }
+    }
+    if answers != shares {
+        return Err(SqlError::other(
+            "XX000",
+            format!(
+                "{answers} of the {shares} shares of the INSERT into '{}' answered; \
+                 nothing was written, run it again",
+                table.name
+            ),
+        ));
     }
     Ok(written)
 }

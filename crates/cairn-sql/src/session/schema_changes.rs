@@ -10,7 +10,7 @@ use datafusion::common::TableReference;
 use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
-use datafusion::physical_plan::collect;
+use datafusion::physical_plan::execute_stream;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
 
@@ -20,7 +20,7 @@ use crate::error::{Result, SqlError};
 use crate::options::InsertMode;
 use crate::parser::{self, AlterColumn, ParseError};
 use crate::provider::CairnTable;
-use crate::write::count_of;
+use crate::write::{WriteKind, write_rows};
 
 impl SqlSession {
     /// `CREATE TABLE`, and `CREATE TABLE … AS SELECT` with its rows.
@@ -88,19 +88,36 @@ impl SqlSession {
         // The owner's grant on the new table.
         self.engine.users().invalidate();
         let table = client.open_table(&name).await?;
-        // The rows are an INSERT into the new table, planned as any INSERT … SELECT:
-        // on a cluster, written from the workers that produce them.
-        let target = CairnTable::new(client.clone(), table, Default::default());
-        let insert = LogicalPlan::Dml(DmlStatement::new(
-            TableReference::bare(name),
-            provider_as_source(Arc::new(target)),
-            WriteOp::Insert(InsertOp::Append),
-            Arc::new(plan),
-        ));
-        let physical = state.create_physical_plan(&insert).await?;
-        crate::distributed::prepare(&physical).await?;
-        let batches = collect(physical, state.task_ctx()).await?;
-        let rows = count_of(&batches);
+        let rows = if self.transaction().is_some() {
+            // In a transaction block the query sees the block's rows, but the new
+            // table and its rows take effect now, as DDL does (the warning says so).
+            let physical = state.create_physical_plan(&plan).await?;
+            let stream = execute_stream(physical, state.task_ctx())?;
+            write_rows(
+                client.clone(),
+                table,
+                WriteKind::Insert(InsertMode::Insert),
+                stream,
+                opts.write_batch_rows,
+                opts.max_atomic_rows,
+                state.task_ctx(),
+                None,
+            )
+            .await?
+        } else {
+            // The rows are an INSERT into the new table, planned as any INSERT …
+            // SELECT: on a cluster, written from the workers that produce them.
+            let target = CairnTable::new(client.clone(), table, Default::default());
+            let insert = LogicalPlan::Dml(DmlStatement::new(
+                TableReference::bare(name),
+                provider_as_source(Arc::new(target)),
+                WriteOp::Insert(InsertOp::Append),
+                Arc::new(plan),
+            ));
+            let physical = state.create_physical_plan(&insert).await?;
+            let workers = self.engine.workers();
+            crate::distributed::run_write(physical, &state, &insert, workers).await?
+        };
         Ok(QueryResult::Count {
             tag: "SELECT",
             rows,

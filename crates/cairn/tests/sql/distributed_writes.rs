@@ -140,13 +140,43 @@ async fn insert_select_writes_from_the_workers_all_or_nothing() {
         sevens.to_string()
     );
 
-    // In a transaction block the front end writes, and ROLLBACK undoes it.
+    // A table keyed by a hidden column: each worker draws its rows' ids.
+    s.execute("CREATE TABLE nokey (g INT, v BIGINT)")
+        .await
+        .unwrap();
+    assert_eq!(
+        count(&s, "INSERT INTO nokey SELECT g, v FROM src").await,
+        ROWS as u64
+    );
+    assert_eq!(
+        q(&s, "SELECT count(*), sum(v) FROM nokey").await[0],
+        [ROWS.to_string(), sum.to_string()]
+    );
+    // Shares larger than cairn.max_atomic_rows write in several requests, as a
+    // local statement does.
+    s.execute("SET cairn.max_atomic_rows = 100").await.unwrap();
+    assert_eq!(
+        count(&s, "INSERT INTO dst SELECT k + 6000000, g, v FROM src").await,
+        ROWS as u64
+    );
+    assert_eq!(dst_rows(&s, 6_000_001, 6_000_000 + ROWS).await, (ROWS, sum));
+    s.execute("SET cairn.max_atomic_rows = 100000")
+        .await
+        .unwrap();
+
+    // In a transaction block the front end writes, and ROLLBACK undoes it; CREATE
+    // TABLE AS takes effect at once, rows included, as DDL does.
     s.execute("BEGIN").await.unwrap();
     let plan = explain(&s, "INSERT INTO dst SELECT k + 7000000, g, v FROM src").await;
     assert!(!plan.contains("CairnWriteShareExec"), "{plan}");
     count(&s, "INSERT INTO dst SELECT k + 7000000, g, v FROM src").await;
+    count(&s, "CREATE TABLE c2 AS SELECT k, v FROM src WHERE g = 3").await;
     s.execute("ROLLBACK").await.unwrap();
     assert_eq!(dst_rows(&s, 7_000_000, 8_000_000).await.0, 0);
+    assert_eq!(
+        q(&s, "SELECT count(*) FROM c2").await[0][0],
+        sevens.to_string()
+    );
 }
 
 /// A server stops while the planner still sends it a share (its list of workers is
