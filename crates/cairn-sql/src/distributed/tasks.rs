@@ -125,6 +125,8 @@ pub(crate) fn shares(scan: &CairnScanExec, tasks: usize, workers: &Workers) -> (
     let tablets = &scan.spec().tablets;
     let tasks = tasks.max(1);
     let mut out: Vec<Vec<usize>> = vec![Vec::new(); tasks];
+    // The server each task's first group of tablets was given to.
+    let mut preferred: Vec<Option<String>> = vec![None; tasks];
     if scan.hash_identity().is_some() {
         // Bucket i to task i mod T, as partition i div T.
         for i in 0..tablets.len() {
@@ -132,9 +134,10 @@ pub(crate) fn shares(scan: &CairnScanExec, tasks: usize, workers: &Workers) -> (
         }
     } else {
         // Each tablet to one of its replicas' servers, the least loaded so far
-        // (the leader on a tie); each server's tablets together, the largest groups
-        // first, to the task with the fewest tablets so far; then tasks left empty
-        // take tablets from the fullest.
+        // (the leader on a tie), every server that can read one getting at least
+        // one; each server's tablets together, the largest groups first, to the
+        // task with the fewest tablets so far (which then runs on that server);
+        // then tasks left empty take tablets from the fullest.
         let mut load: HashMap<&str, usize> = HashMap::new();
         let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (i, t) in tablets.iter().enumerate() {
@@ -146,10 +149,39 @@ pub(crate) fn shares(scan: &CairnScanExec, tasks: usize, workers: &Workers) -> (
             *load.entry(at).or_default() += 1;
             groups.entry(at).or_default().push(i);
         }
-        let mut groups: Vec<Vec<usize>> = groups.into_values().collect();
-        groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
-        for g in groups {
+        // A server that can read some tablet but was given none takes one from a
+        // server given several, so that a stage of one task per server uses them all.
+        let mut readers: Vec<&str> = tablets
+            .iter()
+            .flat_map(|t| readable_at(t, workers))
+            .collect();
+        readers.sort_unstable();
+        readers.dedup();
+        for r in readers {
+            if groups.contains_key(r) {
+                continue;
+            }
+            let moved = groups.iter().find_map(|(&from, g)| {
+                let i = g
+                    .iter()
+                    .copied()
+                    .find(|&i| readable_at(&tablets[i], workers).contains(&r))?;
+                (g.len() > 1).then_some((from, i))
+            });
+            if let Some((from, i)) = moved {
+                if let Some(g) = groups.get_mut(from) {
+                    g.retain(|&j| j != i);
+                }
+                groups.entry(r).or_default().push(i);
+            }
+        }
+        let mut groups: Vec<(&str, Vec<usize>)> = groups.into_iter().collect();
+        groups.sort_by_key(|(_, g)| std::cmp::Reverse(g.len()));
+        for (at, g) in groups {
             if let Some(least) = (0..tasks).min_by_key(|&t| out[t].len()) {
+                if out[least].is_empty() {
+                    preferred[least] = Some(at.to_string());
+                }
                 out[least].extend(g);
             }
         }
@@ -169,9 +201,10 @@ pub(crate) fn shares(scan: &CairnScanExec, tasks: usize, workers: &Workers) -> (
     let mut taken: Vec<String> = vec![];
     let shares = out
         .into_iter()
-        .map(|mut share| {
+        .zip(preferred)
+        .map(|(mut share, preferred)| {
             share.sort_unstable();
-            let server = home(tablets, &share, &taken, workers);
+            let server = home(tablets, &share, &taken, workers, preferred.as_deref());
             taken.extend(server.clone());
             Share {
                 tablets: share,
@@ -182,14 +215,16 @@ pub(crate) fn shares(scan: &CairnScanExec, tasks: usize, workers: &Workers) -> (
     (shares, pad)
 }
 
-/// The server holding a replica of the most of `share`'s tablets (then the most
-/// leaders, then one no other share runs on, then the lowest address), among
-/// those with a worker in `workers` when any has.
+/// The server holding a replica of the most of `share`'s tablets (then one no other
+/// share runs on, then `preferred`, the server the share's tablets were given to,
+/// then the one leading the most of them, then the lowest address), among those
+/// with a worker in `workers` when any has.
 fn home(
     tablets: &[TabletLocationInfo],
     share: &[usize],
     taken: &[String],
     workers: &Workers,
+    preferred: Option<&str>,
 ) -> Option<String> {
     let mut score: HashMap<&str, (usize, usize)> = HashMap::new();
     for &i in share {
@@ -206,6 +241,7 @@ fn home(
             (
                 *n,
                 !taken.iter().any(|t| t == a),
+                Some(*a) == preferred,
                 *leads,
                 std::cmp::Reverse(*a),
             )
