@@ -73,6 +73,17 @@ pub enum InsertMode {
     Ignore,
 }
 
+/// The default value of the Cairn setting `name` (without its `cairn.` prefix), as
+/// `SET` takes it; `None` if there is no such setting. `RESET cairn.…` sets it.
+pub fn default_of(name: &str) -> Option<String> {
+    use datafusion::common::config::ExtensionOptions;
+    CairnOptions::default()
+        .entries()
+        .into_iter()
+        .find(|e| e.key == name || e.key.strip_prefix("cairn.") == Some(name))
+        .map(|e| e.value.unwrap_or_default())
+}
+
 impl InsertMode {
     /// The operation as EXPLAIN shows it: `insert`, `upsert` or `insert ignore`.
     pub fn name(self) -> &'static str {

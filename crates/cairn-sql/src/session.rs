@@ -656,6 +656,26 @@ impl SqlSession {
                         self.rollback().await?;
                         Ok(QueryResult::Done { tag: tag.into() })
                     }
+                    "RESET"
+                        if let datafusion::logical_expr::Statement::ResetVariable(r) = s
+                            && let Some(name) = r.variable.strip_prefix("cairn.") =>
+                    {
+                        // DataFusion resets only its own namespace: a Cairn setting
+                        // is set back to its default here.
+                        let value = crate::options::default_of(name).ok_or_else(|| {
+                            SqlError::other(
+                                "42704",
+                                format!("unrecognized configuration parameter \"{}\"", r.variable),
+                            )
+                        })?;
+                        self.ctx
+                            .state_ref()
+                            .write()
+                            .config_mut()
+                            .options_mut()
+                            .set(&r.variable, &value)?;
+                        Ok(QueryResult::Done { tag: tag.into() })
+                    }
                     "SET" | "RESET" => {
                         self.ctx.execute_logical_plan(plan).await?.collect().await?;
                         Ok(QueryResult::Done { tag: tag.into() })

@@ -160,9 +160,13 @@ async fn insert_select_writes_from_the_workers_all_or_nothing() {
         ROWS as u64
     );
     assert_eq!(dst_rows(&s, 6_000_001, 6_000_000 + ROWS).await, (ROWS, sum));
-    s.execute("SET cairn.max_atomic_rows = 100000")
-        .await
-        .unwrap();
+    // RESET puts a Cairn setting back to its default, as in PostgreSQL (DataFusion
+    // resets only its own); an unknown one is 42704.
+    s.execute("RESET cairn.max_atomic_rows").await.unwrap();
+    assert_eq!(
+        err(&s, "RESET cairn.no_such_setting").await.sqlstate(),
+        "42704"
+    );
 
     // In a transaction block the front end writes, and ROLLBACK undoes it; CREATE
     // TABLE AS takes effect at once, rows included, as DDL does.
