@@ -199,12 +199,6 @@ impl CairnWriteExec {
         max_atomic_rows: usize,
         requery: Option<Requery>,
     ) -> Self {
-        let props = PlanProperties::new(
-            EquivalenceProperties::new(count_schema()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        );
         CairnWriteExec {
             client,
             table,
@@ -213,7 +207,7 @@ impl CairnWriteExec {
             batch_rows: batch_rows.max(1),
             max_atomic_rows: max_atomic_rows.max(1),
             requery,
-            props: Arc::new(props),
+            props: write_properties(count_schema(), 1),
         }
     }
 }
@@ -293,69 +287,95 @@ impl ExecutionPlan for CairnWriteExec {
     }
 }
 
-/// Writes every row of `input` into `table` as `kind` without a scan of its own
-/// (CREATE TABLE AS, COPY in a transaction block). With `txn` the rows are that
-/// transaction's provisional writes; without, each tablet's share is all or nothing.
-/// Returns the rows written.
-#[allow(clippy::too_many_arguments)]
-pub async fn write_rows(
-    client: Client,
-    table: Table,
-    kind: WriteKind,
-    input: SendableRecordBatchStream,
-    batch_rows: usize,
-    max_atomic_rows: usize,
-    context: Arc<TaskContext>,
-    txn: Option<Arc<SessionTxn>>,
-) -> Result<u64, SqlError> {
-    let statement = txn.map(|t| StatementContext::new_in(None, InsertMode::Insert, Some(t)));
-    StatementWrite {
-        client,
-        table,
-        kind,
-        batch_rows,
-        max_atomic_rows: max_atomic_rows.max(1),
-        requery: None,
-        context,
-    }
-    .run(input, statement)
-    .await
+/// Where a write without a scan of its own goes (CREATE TABLE AS, COPY in a
+/// transaction block, one share of a distributed insert), and in what sizes.
+#[derive(Clone, Debug)]
+pub struct WriteTarget {
+    /// The client that writes.
+    pub client: Client,
+    /// The table written to.
+    pub table: Table,
+    /// Insert (in which mode) or update.
+    pub kind: WriteKind,
+    /// Rows per write request (`cairn.write_batch_rows`).
+    pub batch_rows: usize,
+    /// The most rows a tablet takes in one atomic request (`cairn.max_atomic_rows`).
+    pub max_atomic_rows: usize,
 }
 
-/// Writes every row of `input` into `table` as `kind` for transaction `txn`, begun
-/// by another handle: one share of a statement whose rows several processes write
-/// (a distributed `INSERT … SELECT`, [`crate::distributed`]). The rows are
-/// provisional writes of `txn`, which the statement's coordinator commits or rolls
-/// back as a whole; a rejected row fails the share. As in a local statement, a
-/// share of more than `max_atomic_rows` rows is written in several requests
-/// outside the transaction instead, and is not atomic. Returns the rows written;
-/// `txn` knows the tablets written to in it.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn write_share(
-    client: Client,
-    table: Table,
-    kind: WriteKind,
-    input: SendableRecordBatchStream,
-    batch_rows: usize,
-    max_atomic_rows: usize,
-    context: Arc<TaskContext>,
-    txn: &Transaction,
-) -> Result<u64, SqlError> {
-    let w = StatementWrite {
-        client,
-        table,
-        kind,
-        batch_rows: batch_rows.max(1),
-        max_atomic_rows: max_atomic_rows.max(1),
-        requery: None,
-        context,
-    };
-    let mut txns = Txns {
-        explicit: None,
-        implicit: None,
-        share: Some(txn),
-    };
-    w.rounds(input, None, &mut txns).await
+impl WriteTarget {
+    /// The statement's write, with no requery.
+    fn statement(self, context: Arc<TaskContext>) -> StatementWrite {
+        StatementWrite {
+            client: self.client,
+            table: self.table,
+            kind: self.kind,
+            batch_rows: self.batch_rows.max(1),
+            max_atomic_rows: self.max_atomic_rows.max(1),
+            requery: None,
+            context,
+        }
+    }
+
+    /// Writes every row of `input`. With `txn` the rows are that transaction's
+    /// provisional writes; without, each tablet's share is all or nothing. Returns
+    /// the rows written.
+    pub async fn write_rows(
+        self,
+        input: SendableRecordBatchStream,
+        context: Arc<TaskContext>,
+        txn: Option<Arc<SessionTxn>>,
+    ) -> Result<u64, SqlError> {
+        let statement = txn.map(|t| StatementContext::new_in(None, InsertMode::Insert, Some(t)));
+        self.statement(context).run(input, statement).await
+    }
+
+    /// Writes every row of `input` for transaction `txn`, begun by another handle:
+    /// one share of a statement whose rows several processes write (a distributed
+    /// `INSERT … SELECT`, [`crate::distributed`]). The rows are provisional writes of
+    /// `txn`, which the statement's coordinator commits or rolls back as a whole; a
+    /// rejected row fails the share. As in a local statement, a share of more than
+    /// `max_atomic_rows` rows is written in several requests outside the transaction
+    /// instead, and is not atomic. Returns the rows written; `txn` knows the tablets
+    /// written to in it.
+    pub(crate) async fn write_share(
+        self,
+        input: SendableRecordBatchStream,
+        context: Arc<TaskContext>,
+        txn: &Transaction,
+    ) -> Result<u64, SqlError> {
+        let mut txns = Txns {
+            explicit: None,
+            implicit: None,
+            share: Some(txn),
+        };
+        self.statement(context).rounds(input, None, &mut txns).await
+    }
+}
+
+/// Commits the transaction of a statement's rows (`what`, for the message); a
+/// commit the tablets refused (the transaction was aborted under it) can be run
+/// again (40001).
+pub(crate) async fn commit_statement(txn: Transaction, what: &str) -> Result<(), SqlError> {
+    match txn.commit().await {
+        Ok(_) => Ok(()),
+        Err(cairn_client::ClientError::TxnNotOpen(m)) => Err(SqlError::other(
+            "40001",
+            format!("could not commit the rows of {what}: {m}; run it again"),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The properties of a write node answering with `schema` in `partitions`
+/// partitions, all at the end.
+pub(crate) fn write_properties(schema: SchemaRef, partitions: usize) -> Arc<PlanProperties> {
+    Arc::new(PlanProperties::new(
+        EquivalenceProperties::new(schema),
+        Partitioning::UnknownPartitioning(partitions),
+        EmissionType::Final,
+        Boundedness::Bounded,
+    ))
 }
 
 /// One statement's write.
@@ -410,14 +430,7 @@ impl StatementWrite {
         };
         let result = self.rounds(input, statement, &mut txns).await;
         match (txns.implicit, result) {
-            (Some(t), Ok(n)) => match t.commit().await {
-                Ok(_) => Ok(n),
-                Err(cairn_client::ClientError::TxnNotOpen(m)) => Err(SqlError::other(
-                    "40001",
-                    format!("could not commit the statement's rows: {m}; run it again"),
-                )),
-                Err(e) => Err(e.into()),
-            },
+            (Some(t), Ok(n)) => commit_statement(t, "the statement").await.map(|()| n),
             (Some(t), Err(mut e)) => {
                 // Nothing of the statement stays.
                 if let SqlError::Row { written, .. } = &mut e {

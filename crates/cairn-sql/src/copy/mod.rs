@@ -47,7 +47,7 @@ use crate::error::{Result, SqlError};
 use crate::options::InsertMode;
 use crate::parser::{CopyFormat, CopyOptions};
 use crate::txn::SessionTxn;
-use crate::write::{WriteKind, write_rows};
+use crate::write::{WriteKind, WriteTarget};
 
 /// Rows per batch handed to the loader.
 const BATCH_ROWS: usize = 8192;
@@ -283,17 +283,20 @@ async fn load_by_rows(
         b.and_then(|b| Ok(b.project(&visible)?))
             .map_err(|e| DataFusionError::External(Box::new(e)))
     });
-    write_rows(
-        client.clone(),
-        table.clone(),
-        WriteKind::Insert(InsertMode::Insert),
-        Box::pin(RecordBatchStreamAdapter::new(out, batches)),
+    let target = WriteTarget {
+        client: client.clone(),
+        table: table.clone(),
+        kind: WriteKind::Insert(InsertMode::Insert),
         batch_rows,
         max_atomic_rows,
-        Arc::new(TaskContext::default()),
-        Some(txn),
-    )
-    .await
+    };
+    target
+        .write_rows(
+            Box::pin(RecordBatchStreamAdapter::new(out, batches)),
+            Arc::new(TaskContext::default()),
+            Some(txn),
+        )
+        .await
 }
 
 /// A `COPY … FROM STDIN` under way: the load runs as a task that reads what

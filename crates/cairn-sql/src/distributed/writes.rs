@@ -43,8 +43,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 
 use arrow::array::{Array, ArrayRef, StringArray, UInt64Array};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema, SchemaRef};
@@ -57,13 +57,12 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::TaskContext;
 use datafusion::execution::context::QueryPlanner;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
-    PlanProperties, SendableRecordBatchStream,
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+    SendableRecordBatchStream,
 };
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 use futures::StreamExt;
@@ -71,7 +70,9 @@ use parking_lot::Mutex;
 
 use crate::error::{SqlError, df_err};
 use crate::options::InsertMode;
-use crate::write::{CairnWriteExec, WriteKind, count_schema, write_share};
+use crate::write::{
+    CairnWriteExec, WriteKind, WriteTarget, commit_statement, count_schema, write_properties,
+};
 
 /// Rows this process wrote as shares of distributed inserts, since it started.
 static SHARE_ROWS: AtomicU64 = AtomicU64::new(0);
@@ -156,11 +157,10 @@ fn commit_of(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
 /// share had answered) does not undo it.
 pub(crate) fn committed_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<u64> {
     let commit = commit_of(plan)?;
-    commit
-        .downcast_ref::<CairnCommitExec>()?
-        .committed
-        .get()
-        .copied()
+    match *commit.downcast_ref::<CairnCommitExec>()?.state.lock() {
+        CommitState::Committed(n) => Some(n),
+        _ => None,
+    }
 }
 
 /// Whether the insert written from the workers in `plan` ran and failed before
@@ -174,8 +174,7 @@ pub(crate) fn may_run_again(plan: &Arc<dyn ExecutionPlan>) -> bool {
         .as_ref()
         .and_then(|c| c.downcast_ref::<CairnCommitExec>())
         .is_some_and(|c| {
-            c.txn.lock().is_none()
-                && !c.committing.load(Ordering::SeqCst)
+            matches!(*c.state.lock(), CommitState::Running)
                 && c.table.schema.auto_id_index().is_none()
         })
 }
@@ -189,15 +188,6 @@ fn share_schema() -> SchemaRef {
         Field::new("sqlstate", ArrowType::Utf8, true),
         Field::new("error", ArrowType::Utf8, true),
     ]))
-}
-
-fn plan_properties(schema: SchemaRef, partitions: usize) -> Arc<PlanProperties> {
-    Arc::new(PlanProperties::new(
-        EquivalenceProperties::new(schema),
-        Partitioning::UnknownPartitioning(partitions),
-        EmissionType::Final,
-        Boundedness::Bounded,
-    ))
 }
 
 /// One task's share of a distributed insert: writes the rows of each of its input
@@ -238,7 +228,7 @@ impl CairnWriteShareExec {
         batch_rows: usize,
         max_atomic_rows: usize,
     ) -> Self {
-        let props = plan_properties(
+        let props = write_properties(
             share_schema(),
             input.output_partitioning().partition_count(),
         );
@@ -342,17 +332,14 @@ impl ExecutionPlan for CairnWriteShareExec {
         let (txn, batch_rows, max_atomic_rows) = (self.txn, self.batch_rows, self.max_atomic_rows);
         let fut = async move {
             let handle = client.join_transaction(txn);
-            let written = write_share(
+            let target = WriteTarget {
                 client,
                 table,
-                WriteKind::Insert(mode),
-                input,
+                kind: WriteKind::Insert(mode),
                 batch_rows,
                 max_atomic_rows,
-                context,
-                &handle,
-            )
-            .await;
+            };
+            let written = target.write_share(input, context, &handle).await;
             let mut count = vec![];
             let mut tablets = vec![];
             let mut codes = vec![];
@@ -391,6 +378,21 @@ impl ExecutionPlan for CairnWriteShareExec {
     }
 }
 
+/// Where a distributed insert is, from its plan to its commit.
+#[derive(Debug)]
+enum CommitState {
+    /// Planned, not run: holds the statement's transaction, begun at plan time.
+    Planned(Transaction),
+    /// Running, or failed before its commit was sent: nothing of it took effect
+    /// (but see [`may_run_again`]).
+    Running,
+    /// The commit was sent: from then on the statement may have taken effect, and
+    /// must not be run again.
+    Committing,
+    /// Committed, with the rows written.
+    Committed(u64),
+}
+
 /// The head of a distributed insert, on the coordinator: gathers the shares'
 /// answers, joins every tablet they wrote to the statement's transaction and
 /// commits it, answering with the row count; or, if a share failed (or its worker
@@ -400,14 +402,8 @@ impl ExecutionPlan for CairnWriteShareExec {
 pub struct CairnCommitExec {
     client: Client,
     table: Table,
-    /// The statement's transaction, begun when it was planned. `None` once the
-    /// plan ran.
-    txn: Arc<Mutex<Option<Transaction>>>,
-    /// Set when the commit is sent: from then on the statement may have taken
-    /// effect, and must not be run again.
-    committing: Arc<std::sync::atomic::AtomicBool>,
-    /// The rows written, once committed.
-    committed: Arc<OnceLock<u64>>,
+    /// Where the statement is; shared by every copy of the node.
+    state: Arc<Mutex<CommitState>>,
     input: Arc<dyn ExecutionPlan>,
     props: Arc<PlanProperties>,
 }
@@ -423,11 +419,9 @@ impl CairnCommitExec {
         CairnCommitExec {
             client,
             table,
-            txn: Arc::new(Mutex::new(Some(txn))),
-            committing: Arc::default(),
-            committed: Arc::default(),
+            state: Arc::new(Mutex::new(CommitState::Planned(txn))),
             input,
-            props: plan_properties(count_schema(), 1),
+            props: write_properties(count_schema(), 1),
         }
     }
 }
@@ -466,9 +460,7 @@ impl ExecutionPlan for CairnCommitExec {
         Ok(Arc::new(CairnCommitExec {
             client: self.client.clone(),
             table: self.table.clone(),
-            txn: Arc::clone(&self.txn),
-            committing: Arc::clone(&self.committing),
-            committed: Arc::clone(&self.committed),
+            state: Arc::clone(&self.state),
             input,
             props: Arc::clone(&self.props),
         }))
@@ -485,12 +477,19 @@ impl ExecutionPlan for CairnCommitExec {
                 format!("CairnCommitExec has one partition, asked for {partition}"),
             )));
         }
-        let txn = self.txn.lock().take().ok_or_else(|| {
-            df_err(SqlError::other(
-                "XX000",
-                "a distributed insert's plan ran twice; plan the statement again",
-            ))
-        })?;
+        let txn = {
+            let mut state = self.state.lock();
+            match std::mem::replace(&mut *state, CommitState::Running) {
+                CommitState::Planned(txn) => txn,
+                other => {
+                    *state = other;
+                    return Err(df_err(SqlError::other(
+                        "XX000",
+                        "a distributed insert's plan ran twice; plan the statement again",
+                    )));
+                }
+            }
+        };
         // One answer per share partition, however the stages gather them.
         let shares = match self.input.downcast_ref::<CoalescePartitionsExec>() {
             Some(c) => c.input().output_partitioning().partition_count(),
@@ -498,8 +497,7 @@ impl ExecutionPlan for CairnCommitExec {
         };
         let input = self.input.execute(0, context);
         let (client, table) = (self.client.clone(), self.table.clone());
-        let committing = Arc::clone(&self.committing);
-        let committed = Arc::clone(&self.committed);
+        let state = Arc::clone(&self.state);
         let fut = async move {
             let answers = match input {
                 Ok(stream) => gather(stream, shares, &txn, &table).await,
@@ -507,9 +505,10 @@ impl ExecutionPlan for CairnCommitExec {
             };
             let n = match answers {
                 Ok(written) => {
-                    committing.store(true, Ordering::SeqCst);
-                    commit(txn, &table).await.map_err(df_err)?;
-                    let _ = committed.set(written);
+                    *state.lock() = CommitState::Committing;
+                    let what = format!("the INSERT into '{}'", table.name);
+                    commit_statement(txn, &what).await.map_err(df_err)?;
+                    *state.lock() = CommitState::Committed(written);
                     written
                 }
                 Err(e) => {
@@ -581,22 +580,6 @@ async fn gather(
         ));
     }
     Ok(written)
-}
-
-/// Commits a distributed insert's transaction; a commit the tablets refused can be
-/// run again (40001).
-async fn commit(txn: Transaction, table: &Table) -> Result<(), SqlError> {
-    match txn.commit().await {
-        Ok(_) => Ok(()),
-        Err(cairn_client::ClientError::TxnNotOpen(m)) => Err(SqlError::other(
-            "40001",
-            format!(
-                "could not commit the rows of the INSERT into '{}': {m}; run it again",
-                table.name
-            ),
-        )),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Aborts a failed distributed insert's transaction on every tablet of `table`:

@@ -20,7 +20,7 @@ use crate::error::{Result, SqlError};
 use crate::options::InsertMode;
 use crate::parser::{self, AlterColumn, ParseError};
 use crate::provider::CairnTable;
-use crate::write::{WriteKind, write_rows};
+use crate::write::{WriteKind, WriteTarget};
 
 impl SqlSession {
     /// `CREATE TABLE`, and `CREATE TABLE … AS SELECT` with its rows.
@@ -93,17 +93,14 @@ impl SqlSession {
             // table and its rows take effect now, as DDL does (the warning says so).
             let physical = state.create_physical_plan(&plan).await?;
             let stream = execute_stream(physical, state.task_ctx())?;
-            write_rows(
-                client.clone(),
+            let target = WriteTarget {
+                client: client.clone(),
                 table,
-                WriteKind::Insert(InsertMode::Insert),
-                stream,
-                opts.write_batch_rows,
-                opts.max_atomic_rows,
-                state.task_ctx(),
-                None,
-            )
-            .await?
+                kind: WriteKind::Insert(InsertMode::Insert),
+                batch_rows: opts.write_batch_rows,
+                max_atomic_rows: opts.max_atomic_rows,
+            };
+            target.write_rows(stream, state.task_ctx(), None).await?
         } else {
             // The rows are an INSERT into the new table, planned as any INSERT …
             // SELECT: on a cluster, written from the workers that produce them.

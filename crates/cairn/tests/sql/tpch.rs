@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema};
-use cairn_sql::write::{WriteKind, write_rows};
+use cairn_sql::write::{WriteKind, WriteTarget};
 use datafusion::datasource::MemTable;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::prelude::SessionContext;
@@ -146,18 +146,17 @@ async fn load(engine: &SqlEngine, replicas: u32) -> SessionContext {
             .unwrap();
         let table = engine.client().open_table(name).await.unwrap();
         let stream = Box::pin(MemoryStream::try_new(batches, schema, None).unwrap());
-        let written = write_rows(
-            engine.client().clone(),
+        let target = WriteTarget {
+            client: engine.client().clone(),
             table,
-            WriteKind::Insert(cairn_sql::options::InsertMode::Insert),
-            stream,
-            1000,
-            100_000,
-            engine.session().context().task_ctx(),
-            None,
-        )
-        .await
-        .unwrap();
+            kind: WriteKind::Insert(cairn_sql::options::InsertMode::Insert),
+            batch_rows: 1000,
+            max_atomic_rows: 100_000,
+        };
+        let written = target
+            .write_rows(stream, engine.session().context().task_ctx(), None)
+            .await
+            .unwrap();
         assert_eq!(written as usize, rows, "{name}");
     }
     reference
