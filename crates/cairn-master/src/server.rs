@@ -54,6 +54,9 @@ pub struct MasterOptions {
     /// How long a read-only store push waits for an unreachable tablet server before
     /// it gives up and leaves the previous version live (`--store-push-grace-secs`, 60).
     pub store_push_grace: Duration,
+    /// More gRPC services to serve on the RPC port, such as the SQL layer's worker
+    /// for distributed queries (built above this crate, which knows nothing of SQL).
+    pub extra_routes: Option<tonic::service::Routes>,
 }
 
 impl MasterOptions {
@@ -74,6 +77,7 @@ impl MasterOptions {
             admin_password: None,
             token_validity: Duration::from_secs(300),
             store_push_grace: Duration::from_secs(60),
+            extra_routes: None,
         }
     }
 }
@@ -160,12 +164,17 @@ impl MasterServer {
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
-        let router = cairn_proto::tls::server_builder(opts.tls.as_deref())
-            .map_err(|e| MasterError::Internal(format!("bad TLS configuration: {e}")))?
+        let routes = opts
+            .extra_routes
+            .clone()
+            .unwrap_or_default()
             .add_service(pb::master_server::MasterServer::new(MasterService::new(
                 state.clone(),
             )))
             .add_service(consensus_server(registry, state.gate.clone()));
+        let router = cairn_proto::tls::server_builder(opts.tls.as_deref())
+            .map_err(|e| MasterError::Internal(format!("bad TLS configuration: {e}")))?
+            .add_routes(routes);
         tasks.push(spawn_rpc_server(
             listener,
             router,

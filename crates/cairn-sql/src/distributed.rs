@@ -12,8 +12,10 @@
 //! left if one no longer answers, else in the front end ([`or_run_here`]).
 //!
 //! The pieces:
-//! - every tablet server hosts a worker on its RPC port ([`worker_routes`]);
-//!   the coordinator sends fragments to the live ones ([`ClusterWorkers`]) over
+//! - every tablet server and every master hosts a worker on its RPC port
+//!   ([`worker_routes`]); the coordinator sends fragments to the live ones
+//!   ([`ClusterWorkers`]; the masters', holding no tablets, run only the stages
+//!   above the scans) over
 //!   channels it keeps, with the cluster's mutual TLS when it has it, and only the
 //!   cluster's servers may call a worker ([`channels`]);
 //! - a [`CairnScanExec`] is split among tasks by tablet and each task is sent to a
@@ -63,7 +65,7 @@ use futures::{StreamExt, TryStreamExt};
 
 pub use channels::{WorkerPeers, worker_peers};
 pub use codec::CairnCodec;
-pub use worker::{ClusterWorkers, worker, worker_routes};
+pub use worker::{ClusterWorkers, tasks_run_by_worker, worker, worker_routes};
 pub use writes::{CairnCommitExec, CairnWriteShareExec, rows_written_by_worker};
 
 use crate::options::{CairnOptions, StatementContext};

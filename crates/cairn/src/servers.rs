@@ -226,8 +226,8 @@ pub struct SqlFlags {
     #[command(flatten)]
     pub auth: PgAuthFlags,
     /// Run queries distributed: their fragments go to the workers every tablet
-    /// server hosts, each to a server holding replicas of the tablets it reads, with
-    /// shuffles streamed between them (not yet on a cluster with TLS). A query whose
+    /// server and master hosts, each scan to a server holding replicas of the
+    /// tablets it reads, with shuffles streamed between them. A query whose
     /// worker fails before it returned rows runs again here. A session can still turn
     /// it off with SET cairn.distributed = false.
     #[arg(long, env = "CAIRN_DISTRIBUTED_SQL", default_value_t = true, action = clap::ArgAction::Set)]
@@ -550,6 +550,23 @@ pub async fn shutdown_signal() {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The engine of the worker a server hosts for distributed queries: a client of
+/// the cluster at `masters` with the server's TLS, and the per-query memory limit.
+async fn worker_engine(
+    masters: &[String],
+    tls: Option<&std::sync::Arc<cairn_proto::TlsConfig>>,
+    limits: &LimitFlags,
+) -> Result<cairn_sql::SqlEngine, BoxError> {
+    let client = cairn_client::Client::connect(masters)
+        .await?
+        .with_tls(tls.cloned());
+    Ok(
+        cairn_sql::SqlEngine::new(client)?.with_limits(cairn_sql::EngineLimits {
+            query_memory_bytes: limits.query_memory_limit_mb.saturating_mul(1 << 20),
+        }),
+    )
+}
+
 /// Runs a master until a shutdown signal.
 pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
     let sec = args.security.check(
@@ -558,6 +575,21 @@ pub async fn run_master(args: MasterArgs) -> Result<(), BoxError> {
     )?;
     let mut o = args.options();
     o.tls = sec.tls.clone();
+    // The worker that runs fragments of distributed queries above the scans
+    // (aggregations, joins, merges), on the RPC port, as on every tablet server. Its
+    // client finds the cluster through the masters' addresses, this one's included.
+    let known = if o.masters.is_empty() {
+        vec![args.rpc_addr.clone()]
+    } else {
+        o.masters.clone()
+    };
+    let worker = if known.iter().any(|a| a.ends_with(":0")) {
+        tracing::warn!("a master listening on port 0 hosts no worker for distributed queries");
+        None
+    } else {
+        Some(worker_engine(&known, sec.tls.as_ref(), &args.limits).await?)
+    };
+    o.extra_routes = worker.as_ref().map(cairn_sql::distributed::worker_routes);
     let m = MasterServer::start(o).await?;
     println!(
         "cairn master listening on {} (data in {})",
@@ -595,14 +627,7 @@ pub async fn run_tserver(args: TserverArgs) -> Result<(), BoxError> {
     // The worker that runs fragments of distributed queries, on the RPC port (with
     // its TLS, admitting only the cluster's servers). It reads this server's tablets
     // in process.
-    let worker = cairn_sql::SqlEngine::new(
-        cairn_client::Client::connect(&args.masters)
-            .await?
-            .with_tls(sec.tls.clone()),
-    )?
-    .with_limits(cairn_sql::EngineLimits {
-        query_memory_bytes: args.limits.query_memory_limit_mb.saturating_mul(1 << 20),
-    });
+    let worker = worker_engine(&args.masters, sec.tls.as_ref(), &args.limits).await?;
     o.extra_routes = Some(cairn_sql::distributed::worker_routes(&worker));
     let t = TabletServer::start(o).await?;
     worker

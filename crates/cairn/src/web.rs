@@ -299,6 +299,11 @@ impl WebState {
         }
         let _ = writeln!(
             out,
+            "# HELP cairn_worker_tasks_total Tasks (fragments of distributed queries) this process's worker ran.\n# TYPE cairn_worker_tasks_total counter\ncairn_worker_tasks_total {}",
+            cairn_sql::distributed::tasks_run_by_worker()
+        );
+        let _ = writeln!(
+            out,
             "# HELP cairn_worker_rows_written_total Rows this process's worker wrote for distributed INSERT ... SELECT and CREATE TABLE AS statements.\n# TYPE cairn_worker_rows_written_total counter\ncairn_worker_rows_written_total {}",
             cairn_sql::distributed::rows_written_by_worker()
         );

@@ -12,8 +12,9 @@ use cairn_client::Client;
 use common::*;
 
 /// Distributed SQL on real processes: a master serving PostgreSQL clients and three
-/// `cairn tserver`s, each hosting a worker. A query runs as tasks on all three
-/// servers; right after one is killed (SIGKILL) it still answers (its task fails and
+/// `cairn tserver`s, each hosting a worker, as the master does. A query runs as
+/// tasks on all three servers and the master (the stages above the scans, since
+/// it holds no tablets); right after one is killed (SIGKILL) it still answers (its task fails and
 /// the query runs again at the same snapshot), and once the master has noticed, it
 /// runs distributed over the two servers left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -22,8 +23,10 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
     let Cluster {
         dir: _dir,
         _master,
+        master_addr,
         mut tservers,
         addrs,
+        master_web,
         db,
         ..
     } = Cluster::start(3).await;
@@ -56,14 +59,31 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
     // The front end learns of the workers from the master within seconds.
     wait_for(
         Duration::from_secs(30),
-        "tasks on all three servers",
+        "tasks on all three servers and the master",
         || async {
             let plan = explain().await;
-            addrs.iter().all(|a| plan.contains(&format!("at={a}")))
+            addrs
+                .iter()
+                .chain([&master_addr])
+                .all(|a| plan.contains(&format!("at={a}")))
         },
     )
     .await;
+    let tasks_on_master = || {
+        let metrics = http_get(&master_web, "/metrics");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("cairn_worker_tasks_total "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no cairn_worker_tasks_total in\n{metrics}"))
+    };
+    let before = tasks_on_master();
     assert_eq!(answer().await, expected);
+    assert!(
+        tasks_on_master() > before,
+        "the master's worker ran no task of the query:\n{}",
+        explain().await
+    );
     // Fragments share their worker's channels to the other workers: queries after
     // the first open no new connections (each fragment used to dial the tasks it
     // reads from again, leaving idle connections behind).
@@ -97,7 +117,7 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
 }
 
 /// HRDBMS's N_max on real processes: five tablet servers and a master serving
-/// PostgreSQL clients. With `SET cairn.n_max = 4` a shuffle, a shuffled join, a
+/// PostgreSQL clients, six workers. With `SET cairn.n_max = 4` a shuffle, a shuffled join, a
 /// merge, a colocated join, a gather and an INSERT … SELECT answer as without the bound, and the
 /// exchanges every process reports on its `/metrics` (the workers it read rows
 /// from) form a graph in which no process has more than four neighbours; without
@@ -107,6 +127,7 @@ async fn distributed_queries_keep_to_n_max_neighbours() {
     let Cluster {
         dir,
         _master,
+        master_addr,
         tservers: _tservers,
         addrs,
         webs,
@@ -174,10 +195,9 @@ async fn distributed_queries_keep_to_n_max_neighbours() {
     let plan = explain(&db, insert).await;
     assert!(plan.contains("CairnCommitExec"), "{plan}");
     assert_eq!(db.execute(insert, &[]).await.unwrap(), 5000);
-    let processes: Vec<(String, String)> =
-        std::iter::once(("front end".to_string(), m_web.clone()))
-            .chain(addrs.iter().cloned().zip(webs.iter().cloned()))
-            .collect();
+    let processes: Vec<(String, String)> = std::iter::once((master_addr.clone(), m_web.clone()))
+        .chain(addrs.iter().cloned().zip(webs.iter().cloned()))
+        .collect();
     let graph = exchanges(&processes);
     for (node, peers) in &graph {
         assert!(
@@ -287,6 +307,8 @@ struct Cluster {
     /// The processes' folders and logs (`m.log` is the master's).
     dir: tempfile::TempDir,
     _master: Proc,
+    /// The master's RPC address (its worker's).
+    master_addr: String,
     tservers: Vec<Proc>,
     /// The tablet servers' RPC addresses (their workers').
     addrs: Vec<String>,
@@ -323,11 +345,13 @@ impl Cluster {
             })
             .collect();
         let client = Client::connect(std::slice::from_ref(&m)).await.unwrap();
+        // The front end lists the master's worker once it answers, within seconds.
         wait_live_servers(&client, n, Duration::from_secs(30)).await;
         let db = pg_connect(&pg).await;
         Cluster {
             dir,
             _master: master,
+            master_addr: m,
             tservers,
             addrs,
             webs,

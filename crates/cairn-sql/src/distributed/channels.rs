@@ -75,9 +75,7 @@ impl WorkerChannels {
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true);
         let channel = endpoint.connect().await.map_err(|e| {
-            DataFusionError::Execution(format!(
-                "cannot connect to the worker on the tablet server at {addr}: {e}"
-            ))
+            DataFusionError::Execution(format!("cannot connect to the worker at {addr}: {e}"))
         })?;
         // Two queries may have dialled at once: both use the channel kept first.
         Ok(self

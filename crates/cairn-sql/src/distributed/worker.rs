@@ -1,4 +1,5 @@
-//! The worker every tablet server hosts, and the coordinator's list of workers.
+//! The worker every tablet server and master hosts, and the coordinator's list of
+//! workers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,8 +14,8 @@ use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::ScalarUDF;
 use datafusion::prelude::SessionConfig;
 use datafusion_distributed::{
-    DistributedExt, DistributedGetterExt, GetWorkerInfoRequest, Worker, WorkerQueryContext,
-    WorkerSessionBuilder, get_distributed_channel_resolver,
+    ChannelResolver, DistributedExt, DistributedGetterExt, GetWorkerInfoRequest, Worker,
+    WorkerQueryContext, WorkerSessionBuilder, get_distributed_channel_resolver,
 };
 use parking_lot::RwLock;
 use url::Url;
@@ -48,6 +49,7 @@ impl WorkerSessionBuilder for FragmentSession {
         &self,
         ctx: WorkerQueryContext,
     ) -> Result<SessionState, DataFusionError> {
+        TASKS_RUN.fetch_add(1, Ordering::Relaxed);
         let mut builder = ctx
             .builder
             .with_scalar_functions(self.functions.clone())
@@ -63,8 +65,17 @@ impl WorkerSessionBuilder for FragmentSession {
     }
 }
 
+/// The query fragments (tasks) this process's worker has run.
+static TASKS_RUN: AtomicU64 = AtomicU64::new(0);
+
+/// How many query fragments (tasks of distributed queries) this process's worker
+/// has run since it started.
+pub fn tasks_run_by_worker() -> u64 {
+    TASKS_RUN.load(Ordering::Relaxed)
+}
+
 /// A worker that runs query fragments with `engine`'s client, functions and
-/// per-query memory limit; serve it on the tablet server's RPC port with
+/// per-query memory limit; serve it on the server's RPC port with
 /// [`worker_routes`].
 pub fn worker(engine: &SqlEngine) -> Worker {
     Worker::from_session_builder(FragmentSession {
@@ -87,8 +98,10 @@ pub fn worker_routes(engine: &SqlEngine) -> tonic::service::Routes {
 }
 
 /// The workers a coordinator may send fragments to: the worker of every live
-/// tablet server, as the master lists them, refreshed every
-/// [`ClusterWorkers::REFRESH`] (a fixed list in tests).
+/// tablet server, as the master lists them, and of every master whose worker
+/// answers, refreshed every [`ClusterWorkers::REFRESH`] (a fixed list in tests).
+/// Masters hold no tablets, so their workers run only the stages above the scans
+/// (aggregations, joins, merges, the relays of a bounded fan-out).
 #[derive(Debug, Default)]
 pub struct ClusterWorkers {
     urls: RwLock<Vec<Url>>,
@@ -107,23 +120,43 @@ impl ClusterWorkers {
     pub const REFRESH: Duration = Duration::from_secs(2);
 
     /// A list kept up to date from the master through `client`, in the background
-    /// (until the list is dropped). Call in a tokio runtime.
+    /// (until the list is dropped). The master knows which tablet servers are live
+    /// (they heartbeat); a master's worker is listed only while it answers a probe,
+    /// so a master that is down (or runs a version without a worker) takes no
+    /// tasks. Call in a tokio runtime.
     pub fn watch(client: Client) -> Arc<ClusterWorkers> {
         let list = Arc::new(ClusterWorkers::default());
         let weak: Weak<ClusterWorkers> = Arc::downgrade(&list);
+        let channels = WorkerChannels::new(client.tls());
         tokio::spawn(async move {
             loop {
                 let servers = client.list_tablet_servers().await;
+                let masters = client.list_masters().await.unwrap_or_else(|e| {
+                    tracing::debug!(error = %e, "cannot list the masters' workers");
+                    vec![]
+                });
+                let mut masters: Vec<Url> = futures::future::join_all(
+                    masters
+                        .iter()
+                        .filter_map(|m| worker_url(&m.addr))
+                        .map(|url| async { answers(&channels, &url).await.then_some(url) }),
+                )
+                .await
+                .into_iter()
+                .flatten()
+                .collect();
                 let Some(list) = weak.upgrade() else { break };
                 match servers {
                     Ok(servers) => {
-                        let mut addrs: Vec<&str> = servers
+                        let mut urls: Vec<Url> = servers
                             .iter()
                             .filter(|s| s.live)
-                            .map(|s| s.addr.as_str())
+                            .filter_map(|s| worker_url(&s.addr))
                             .collect();
-                        addrs.sort_unstable();
-                        *list.urls.write() = addrs.into_iter().filter_map(worker_url).collect();
+                        urls.append(&mut masters);
+                        urls.sort_unstable_by_key(|u| worker_addr(u));
+                        urls.dedup();
+                        *list.urls.write() = urls;
                     }
                     Err(e) => tracing::debug!(error = %e, "cannot list the workers"),
                 }
@@ -172,12 +205,8 @@ impl ClusterWorkers {
         let probes = self.urls().into_iter().map(|url| {
             let channels = Arc::clone(&channels);
             async move {
-                let answer = tokio::time::timeout(Self::PROBE_TIMEOUT, async {
-                    let mut worker = channels.get_worker_client_for_url(&url).await?;
-                    worker.get_worker_info(GetWorkerInfoRequest {}).await
-                })
-                .await;
-                (url, matches!(answer, Ok(Ok(_))))
+                let answered = answers(channels.as_ref(), &url).await;
+                (url, answered)
             }
         });
         let unreachable: Vec<Url> = futures::future::join_all(probes)
@@ -215,7 +244,18 @@ impl ClusterWorkers {
     }
 }
 
-/// The URL of the worker on the tablet server at `addr`.
+/// Whether the worker at `url` answers a request for its version through
+/// `channels` within [`ClusterWorkers::PROBE_TIMEOUT`].
+async fn answers<C: ChannelResolver + ?Sized>(channels: &C, url: &Url) -> bool {
+    let answer = tokio::time::timeout(ClusterWorkers::PROBE_TIMEOUT, async {
+        let mut worker = channels.get_worker_client_for_url(url).await?;
+        worker.get_worker_info(GetWorkerInfoRequest {}).await
+    })
+    .await;
+    matches!(answer, Ok(Ok(_)))
+}
+
+/// The URL of the worker on the server (tablet server or master) at `addr`.
 fn worker_url(addr: &str) -> Option<Url> {
     Url::parse(&format!("http://{addr}")).ok()
 }
@@ -231,8 +271,8 @@ pub(crate) fn worker_addrs(config: &SessionConfig) -> Option<Vec<String>> {
     Some(urls.iter().filter_map(worker_addr).collect())
 }
 
-/// The address (`host:port`) of the tablet server whose worker is at `url`: how
-/// tablet locations name servers.
+/// The address (`host:port`) of the server whose worker is at `url`: how tablet
+/// locations name tablet servers.
 pub(crate) fn worker_addr(url: &Url) -> Option<String> {
     Some(format!(
         "{}:{}",
