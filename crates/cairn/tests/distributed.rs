@@ -14,7 +14,7 @@ use common::*;
 /// Distributed SQL on real processes: a master serving PostgreSQL clients and three
 /// `cairn tserver`s, each hosting a worker, as the master does. A query runs as
 /// tasks on all three servers and the master (the stages above the scans, since
-/// it holds no tablets); right after one is killed (SIGKILL) it still answers (its task fails and
+/// it holds no tablets, as its `cairn_worker_tasks_total` shows); right after one is killed (SIGKILL) it still answers (its task fails and
 /// the query runs again at the same snapshot), and once the master has noticed, it
 /// runs distributed over the two servers left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -59,16 +59,16 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
     // The front end learns of the workers from the master within seconds.
     wait_for(
         Duration::from_secs(30),
-        "tasks on all three servers and the master",
+        "tasks on all three servers",
         || async {
             let plan = explain().await;
-            addrs
-                .iter()
-                .chain([&master_addr])
-                .all(|a| plan.contains(&format!("at={a}")))
+            addrs.iter().all(|a| plan.contains(&format!("at={a}")))
         },
     )
     .await;
+    // The stages above the scans go to workers chosen when the query runs (EXPLAIN
+    // names only the scans' servers), the master's among them once the front end
+    // has probed it: within seconds, some query runs a task there.
     let tasks_on_master = || {
         let metrics = http_get(&master_web, "/metrics");
         metrics
@@ -78,12 +78,16 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
             .unwrap_or_else(|| panic!("no cairn_worker_tasks_total in\n{metrics}"))
     };
     let before = tasks_on_master();
-    assert_eq!(answer().await, expected);
-    assert!(
-        tasks_on_master() > before,
-        "the master's worker ran no task of the query:\n{}",
-        explain().await
-    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tasks_on_master() == before {
+        assert!(
+            Instant::now() < deadline,
+            "the master's worker ({master_addr}) ran no task in 30 s of queries:\n{}",
+            explain().await
+        );
+        assert_eq!(answer().await, expected);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // Fragments share their worker's channels to the other workers: queries after
     // the first open no new connections (each fragment used to dial the tasks it
     // reads from again, leaving idle connections behind).
