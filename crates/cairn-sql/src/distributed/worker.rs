@@ -154,7 +154,7 @@ impl ClusterWorkers {
                             .filter_map(|s| worker_url(&s.addr))
                             .collect();
                         urls.append(&mut masters);
-                        urls.sort_unstable_by_key(|u| worker_addr(u));
+                        urls.sort_unstable_by_key(worker_addr);
                         urls.dedup();
                         *list.urls.write() = urls;
                     }
