@@ -21,6 +21,8 @@
 //! - a [`CairnScanExec`] is split among tasks by tablet and each task is sent to a
 //!   server holding replicas of its tablets, whose worker reads them in process
 //!   ([`tasks`]); it travels as what it reads ([`CairnCodec`]);
+//! - the stages above the scans go round the workers in an order fixed by the plan
+//!   ([`tasks::route_tasks`]), so EXPLAIN names the server of every task ([`explain`]);
 //! - the coordinator fixes the statement's snapshot before any fragment leaves it
 //!   ([`prepare`]), so every worker reads the same consistent data;
 //! - [`CairnQueryPlanner`] decides per statement whether to distribute at all.
@@ -40,6 +42,7 @@ pub mod tasks;
 mod worker;
 mod writes;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -366,8 +369,8 @@ async fn run_once(physical: &Arc<dyn ExecutionPlan>, state: &SessionState) -> Re
 }
 
 /// EXPLAIN of a query that runs distributed: DataFusion's two rows, the physical
-/// plan drawn as stages with their tasks, each Cairn scan task with the servers
-/// leading its tablets (where it runs). `None` when the query would not run
+/// plan drawn as stages with their tasks and the server each task runs on, each
+/// Cairn scan task with the server it reads from. `None` when the query would not run
 /// distributed (or EXPLAIN asked for more than the plans): DataFusion explains it.
 pub async fn explain(state: &SessionState, e: &Explain) -> Result<Option<RecordBatch>> {
     if e.verbose
@@ -384,12 +387,43 @@ pub async fn explain(state: &SessionState, e: &Explain) -> Result<Option<RecordB
     let kinds = StringArray::from(vec!["logical_plan", "physical_plan"]);
     let plans = StringArray::from(vec![
         logical.display_indent().to_string(),
-        display_plan_ascii(physical.as_ref(), false),
+        with_task_servers(
+            &display_plan_ascii(physical.as_ref(), false),
+            &tasks::task_servers(&physical, &state.task_ctx()),
+        ),
     ]);
     Ok(Some(RecordBatch::try_new(
         Arc::new(e.schema.as_arrow().clone()),
         vec![Arc::new(kinds), Arc::new(plans)],
     )?))
+}
+
+/// `drawn` (a distributed plan as the library draws it) with each stage's header
+/// line (`┌───── Stage 2 ── Tasks: t0:[p0..p3] t1:[p4..p7]`) followed by the servers
+/// its tasks run on, from `servers` (stage number to addresses in task order):
+/// `── Servers: t0=10.0.0.1:7051 t1=10.0.0.2:7051`.
+fn with_task_servers(drawn: &str, servers: &BTreeMap<usize, Vec<String>>) -> String {
+    let mut out = String::with_capacity(drawn.len());
+    for line in drawn.split_inclusive('\n') {
+        let (text, end) = match line.strip_suffix('\n') {
+            Some(text) => (text, "\n"),
+            None => (line, ""),
+        };
+        out.push_str(text);
+        let stage = text
+            .trim_start()
+            .strip_prefix("┌───── Stage ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|num| num.parse::<usize>().ok());
+        if let Some(addrs) = stage.and_then(|n| servers.get(&n)) {
+            out.push_str(" ── Servers:");
+            for (t, addr) in addrs.iter().enumerate() {
+                out.push_str(&format!(" t{t}={addr}"));
+            }
+        }
+        out.push_str(end);
+    }
+    out
 }
 
 /// The Cairn scans of `plan`, the split ones as planned.

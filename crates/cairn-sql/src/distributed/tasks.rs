@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::execution::TaskContext;
 use datafusion::physical_expr::Partitioning;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::repartition::RepartitionExec;
@@ -304,7 +305,11 @@ pub(crate) fn task_homes(plan: &Arc<dyn ExecutionPlan>, tasks: usize) -> Option<
 /// Sends each task of a stage that reads Cairn tablets to the worker of the server
 /// its share reads from ([`task_homes`]); on a cluster whose fan-out is bounded
 /// ([`Topology`]), every other stage runs on the hubs, task *i* on hub *i* mod the
-/// hub count. Other stages are left to the library's routing.
+/// hub count. Every other stage goes round the workers in address order, task *i*
+/// of stage *s* to worker *s + i* mod the worker count ([`stage_offset`]): the
+/// choice depends only on the plan and the worker list, so EXPLAIN shows where each
+/// task will run ([`task_servers`]), and a stage with fewer tasks than workers
+/// does not put all its tasks on the first worker of every query.
 pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
     let config = ev.task_ctx.session_config();
     let topology = Topology::of_session(config);
@@ -354,9 +359,63 @@ pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse
                     .clone()
             })
             .collect(),
-        (None, None) => return None,
+        (None, None) => {
+            let offset = stage_offset(ev.plan);
+            (0..ev.task_count)
+                .map(|t| urls[(offset + t) % urls.len()].clone())
+                .collect()
+        }
     };
     Some(Ok(RouteTasksEventResponse::new(chosen)))
+}
+
+/// Where round-robin routing starts for the stage whose plan is `stage_plan`: the
+/// smallest number among the stages it reads, which is the same when EXPLAIN plans
+/// the query and when it runs, and differs between the stages of one query.
+fn stage_offset(stage_plan: &Arc<dyn ExecutionPlan>) -> usize {
+    let mut lowest: Option<usize> = None;
+    let _ = stage_plan.apply(|n| {
+        if let Some(boundary) = n.as_network_boundary() {
+            let num = boundary.input_stage().num();
+            lowest = Some(lowest.map_or(num, |l| l.min(num)));
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    lowest.unwrap_or(0)
+}
+
+/// The servers (`host:port`) each stage of the distributed plan `plan` sends its
+/// tasks to, by stage number, in task order: what [`route_tasks`] answers when the
+/// query runs with `task_ctx`'s session and the same workers. Stages it cannot
+/// route (no workers known) are left out.
+pub(crate) fn task_servers(
+    plan: &Arc<dyn ExecutionPlan>,
+    task_ctx: &Arc<TaskContext>,
+) -> BTreeMap<usize, Vec<String>> {
+    let mut servers = BTreeMap::new();
+    let _ = plan.apply(|n| {
+        if let Some(boundary) = n.as_network_boundary()
+            && let Some(stage_plan) = boundary.input_stage().local_plan()
+        {
+            let stage = boundary.input_stage();
+            let routed = route_tasks(RouteTasksEvent {
+                task_ctx: Arc::clone(task_ctx),
+                plan: stage_plan,
+                task_count: stage.task_count(),
+            });
+            if let Some(Ok(routed)) = routed {
+                let addrs = routed
+                    .urls
+                    .iter()
+                    .map(|u| worker_addr(u).unwrap_or_else(|| u.to_string()))
+                    .collect();
+                servers.insert(stage.num(), addrs);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    servers
 }
 
 #[cfg(test)]

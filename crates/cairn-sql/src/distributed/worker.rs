@@ -130,37 +130,24 @@ impl ClusterWorkers {
         let channels = WorkerChannels::new(client.tls());
         tokio::spawn(async move {
             loop {
-                let servers = client.list_tablet_servers().await;
-                let masters = client.list_masters().await.unwrap_or_else(|e| {
-                    tracing::debug!(error = %e, "cannot list the masters' workers");
-                    vec![]
-                });
-                let mut masters: Vec<Url> = futures::future::join_all(
-                    masters
-                        .iter()
-                        .filter_map(|m| worker_url(&m.addr))
-                        .map(|url| async { answers(&channels, &url).await.then_some(url) }),
-                )
-                .await
-                .into_iter()
-                .flatten()
-                .collect();
-                let Some(list) = weak.upgrade() else { break };
-                match servers {
+                match client.list_tablet_servers().await {
                     Ok(servers) => {
                         let mut urls: Vec<Url> = servers
                             .iter()
                             .filter(|s| s.live)
                             .filter_map(|s| worker_url(&s.addr))
                             .collect();
-                        urls.append(&mut masters);
+                        urls.extend(answering_masters(&client, &channels).await);
                         urls.sort_unstable_by_key(worker_addr);
                         urls.dedup();
+                        let Some(list) = weak.upgrade() else { break };
                         *list.urls.write() = urls;
                     }
                     Err(e) => tracing::debug!(error = %e, "cannot list the workers"),
                 }
-                drop(list);
+                if weak.strong_count() == 0 {
+                    break;
+                }
                 tokio::time::sleep(Self::REFRESH).await;
             }
         });
@@ -242,6 +229,25 @@ impl ClusterWorkers {
             self.local_reruns.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// The workers of the masters `client` knows whose worker answers a probe through
+/// `channels` (none if the masters cannot be listed).
+async fn answering_masters(client: &Client, channels: &WorkerChannels) -> Vec<Url> {
+    let masters = client.list_masters().await.unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "cannot list the masters' workers");
+        vec![]
+    });
+    futures::future::join_all(
+        masters
+            .iter()
+            .filter_map(|m| worker_url(&m.addr))
+            .map(|url| async { answers(channels, &url).await.then_some(url) }),
+    )
+    .await
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Whether the worker at `url` answers a request for its version through

@@ -18,8 +18,8 @@ use datafusion::prelude::SessionContext;
 use datafusion_distributed::{DistributedExec, RouteTasksEvent};
 
 use super::*;
-use crate::distributed::tasks::route_tasks;
-use crate::distributed::{ClusterWorkers, with_distributed_planner};
+use crate::distributed::tasks::{route_tasks, task_servers};
+use crate::distributed::{ClusterWorkers, with_distributed_planner, with_task_servers};
 use crate::options::{InsertMode, StatementContext};
 use crate::partitioning::HashIdentity;
 use crate::scan::ScanSpec;
@@ -257,16 +257,13 @@ fn visit(
             plan: &below.plan,
             task_count: below.tasks,
         });
-        // Stages Cairn does not route go where the library puts them: in turn.
-        let below_nodes: Vec<String> = match routed {
-            Some(r) => r
-                .unwrap()
-                .urls
-                .iter()
-                .map(|u| format!("{}:{}", u.host_str().unwrap(), u.port().unwrap()))
-                .collect(),
-            None => (0..below.tasks).map(|t| addr(t % WORKERS)).collect(),
-        };
+        let below_nodes: Vec<String> = routed
+            .expect("Cairn routes every stage")
+            .unwrap()
+            .urls
+            .iter()
+            .map(|u| format!("{}:{}", u.host_str().unwrap(), u.port().unwrap()))
+            .collect();
         for (j, node) in nodes.iter().enumerate() {
             let read: Vec<usize> = if boundary.is::<NetworkCoalesceExec>() {
                 coalesced(below.tasks, j, nodes.len())
@@ -387,4 +384,99 @@ async fn relays_gather_each_group_and_re_apply_the_stage_head() {
     let text = datafusion_distributed::display_plan_ascii(p.as_ref(), false);
     let merges = text.matches("SortPreservingMergeExec").count();
     assert!(merges >= 2, "{text}");
+}
+
+/// EXPLAIN names the server of every task, scan or not, and names the ones the
+/// query then runs on: routing depends only on the plan and the workers, so two
+/// plans of one query go to the same servers. Scan tasks run where they read.
+#[tokio::test]
+async fn explain_names_the_server_every_task_runs_on() {
+    let workers: BTreeSet<String> = (0..WORKERS).map(addr).collect();
+    for n_max in [0, N_MAX] {
+        let ctx = front_end(n_max).await;
+        let task_ctx = ctx.state().task_ctx();
+        for sql in QUERIES {
+            let p = plan(&ctx, sql).await;
+            let servers = task_servers(&p, &task_ctx);
+            assert_eq!(servers, task_servers(&plan(&ctx, sql).await, &task_ctx));
+            let mut stages = 0;
+            let mut leaves = 0;
+            p.apply(|n| {
+                if let Some(nb) = n.as_network_boundary() {
+                    let stage = nb.input_stage();
+                    stages += 1;
+                    let at = &servers[&stage.num()];
+                    assert_eq!(at.len(), stage.task_count(), "{sql}");
+                    assert!(at.iter().all(|a| workers.contains(a)), "{sql}: {at:?}");
+                    let mut stage_leaves = vec![];
+                    stage.local_plan().unwrap().apply(|m| {
+                        if m.is_network_boundary() {
+                            return Ok(TreeNodeRecursion::Jump);
+                        }
+                        if let Some(leaf) = m.downcast_ref::<DistributedLeafExec>() {
+                            stage_leaves.push(leaf.variants().to_vec());
+                        }
+                        Ok(TreeNodeRecursion::Continue)
+                    })?;
+                    // A task of a stage that scans (under no bound) runs on a
+                    // server one of its scans reads from.
+                    if n_max == 0 && !stage_leaves.is_empty() {
+                        leaves += 1;
+                        for (t, at) in at.iter().enumerate() {
+                            let from: Vec<&String> = stage_leaves
+                                .iter()
+                                .filter_map(|variants| {
+                                    let read = variants[t].downcast_ref::<CairnScanExec>()?;
+                                    read.spec().read_from.as_ref()
+                                })
+                                .collect();
+                            assert!(from.is_empty() || from.contains(&at), "{sql}: task {t}");
+                        }
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+            .unwrap();
+            assert_eq!(servers.len(), stages, "{sql}");
+            assert!(n_max > 0 || leaves > 0, "{sql}");
+            let drawn = datafusion_distributed::display_plan_ascii(p.as_ref(), false);
+            let shown = with_task_servers(&drawn, &servers);
+            let headers: Vec<&str> = shown.lines().filter(|l| l.contains("─ Stage ")).collect();
+            // The library does not draw the stages below a relay that only gathers.
+            if n_max == 0 {
+                assert_eq!(headers.len(), stages, "{shown}");
+            }
+            assert!(!headers.is_empty(), "{shown}");
+            for header in headers {
+                let num: usize = header
+                    .split("─ Stage ")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("{header}"));
+                let at = &servers[&num];
+                let listed: Vec<String> =
+                    (0..at.len()).map(|t| format!("t{t}={}", at[t])).collect();
+                assert!(
+                    header.ends_with(&format!("── Servers: {}", listed.join(" "))),
+                    "{header}"
+                );
+            }
+        }
+    }
+}
+
+/// The stages above the scans start at different workers, so the single-task
+/// stages of one query do not all land on the first worker.
+#[tokio::test]
+async fn stages_above_the_scans_start_at_different_workers() {
+    let ctx = front_end(0).await;
+    let p = plan(
+        &ctx,
+        "SELECT a.v, sum(b.x) FROM a JOIN b ON a.v = b.v GROUP BY a.v",
+    )
+    .await;
+    let servers = task_servers(&p, &ctx.state().task_ctx());
+    let firsts: BTreeSet<&String> = servers.values().map(|at| &at[0]).collect();
+    assert!(firsts.len() > 1, "{servers:?}");
 }
