@@ -289,7 +289,7 @@ fn or_run_again(
                     }
                     let physical = state.create_physical_plan(&plan).await?;
                     prepare(&physical).await?;
-                    let again = execute_stream(Arc::clone(&physical), state.task_ctx())?;
+                    let again = execute(Arc::clone(&physical), &state)?;
                     if is_distributed(&physical) {
                         or_run_again(again, state, plan, workers, retries + 1).boxed()
                     } else {
@@ -398,32 +398,77 @@ pub async fn explain(state: &SessionState, e: &Explain) -> Result<Option<RecordB
     )?))
 }
 
-/// `drawn` (a distributed plan as the library draws it) with each stage's header
-/// line (`┌───── Stage 2 ── Tasks: t0:[p0..p3] t1:[p4..p7]`) followed by the servers
-/// its tasks run on, from `servers` (stage number to addresses in task order):
-/// `── Servers: t0=10.0.0.1:7051 t1=10.0.0.2:7051`.
+/// `drawn` (a distributed plan as the library draws it, with or without metrics)
+/// with the servers each stage's tasks run on, from `servers` (stage number to
+/// addresses in task order), after the task counts of the stage's header line:
+/// `┌───── Stage 2 ── tasks=2, partitions=4 ── Servers: t0=10.0.0.1:7051 t1=10.0.0.2:7051`.
 fn with_task_servers(drawn: &str, servers: &BTreeMap<usize, Vec<String>>) -> String {
     let mut out = String::with_capacity(drawn.len());
     for line in drawn.split_inclusive('\n') {
-        let (text, end) = match line.strip_suffix('\n') {
-            Some(text) => (text, "\n"),
-            None => (line, ""),
-        };
-        out.push_str(text);
-        let stage = text
+        let stage = line
             .trim_start()
             .strip_prefix("┌───── Stage ")
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|num| num.parse::<usize>().ok());
-        if let Some(addrs) = stage.and_then(|n| servers.get(&n)) {
-            out.push_str(" ── Servers:");
-            for (t, addr) in addrs.iter().enumerate() {
-                out.push_str(&format!(" t{t}={addr}"));
-            }
+        let Some(addrs) = stage.and_then(|n| servers.get(&n)) else {
+            out.push_str(line);
+            continue;
+        };
+        // After `partitions=<n>` when the header has it, else at the line's end.
+        let at = line
+            .find("partitions=")
+            .map(|p| {
+                let digits = &line[p + "partitions=".len()..];
+                p + "partitions=".len() + digits.len()
+                    - digits
+                        .trim_start_matches(|c: char| c.is_ascii_digit())
+                        .len()
+            })
+            .unwrap_or_else(|| line.trim_end_matches('\n').len());
+        out.push_str(&line[..at]);
+        out.push_str(" ── Servers:");
+        for (t, addr) in addrs.iter().enumerate() {
+            out.push_str(&format!(" t{t}={addr}"));
         }
-        out.push_str(end);
+        out.push_str(&line[at..]);
     }
     out
+}
+
+/// Runs `physical`, a plan of `state`'s, as [`execute_stream`] does; EXPLAIN
+/// ANALYZE of a distributed query (the library's `DistributedAnalyzeExec`) gets
+/// the server of every task in its stages' headers, as EXPLAIN has them: the
+/// tasks went where [`tasks::route_tasks`] sends them, which depends only on the
+/// plan and the workers.
+pub fn execute(
+    physical: Arc<dyn ExecutionPlan>,
+    state: &SessionState,
+) -> Result<SendableRecordBatchStream> {
+    let task_ctx = state.task_ctx();
+    if physical.name() != "DistributedAnalyzeExec" {
+        return execute_stream(physical, task_ctx);
+    }
+    let servers = tasks::task_servers(&physical, &task_ctx);
+    let stream = execute_stream(physical, task_ctx)?;
+    let schema = stream.schema();
+    let annotated = stream.map(move |batch| {
+        let batch = batch?;
+        let columns = batch
+            .columns()
+            .iter()
+            .map(|c| match c.as_any().downcast_ref::<StringArray>() {
+                Some(texts) => Arc::new(
+                    texts
+                        .iter()
+                        .map(|t| t.map(|t| with_task_servers(t, &servers)))
+                        .collect::<StringArray>(),
+                ) as _,
+                None => Arc::clone(c),
+            })
+            .collect();
+        Ok(RecordBatch::try_new(batch.schema(), columns)?)
+    });
+    Ok(Box::pin(RecordBatchStreamAdapter::new(schema, annotated)))
 }
 
 /// The Cairn scans of `plan`, the split ones as planned.

@@ -15,8 +15,8 @@ use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, WriteOp};
+use datafusion::physical_plan::SendableRecordBatchStream;
 use datafusion::physical_plan::memory::MemoryStream;
-use datafusion::physical_plan::{SendableRecordBatchStream, execute_stream};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
@@ -704,7 +704,7 @@ impl SqlSession {
                 let physical = state.create_physical_plan(&plan).await?;
                 crate::distributed::prepare(&physical).await?;
                 let distributed = crate::distributed::is_distributed(&physical);
-                let mut stream = execute_stream(physical, state.task_ctx())?;
+                let mut stream = crate::distributed::execute(physical, &state)?;
                 // A query runs again after a failure; EXPLAIN ANALYZE of an INSERT
                 // does not (its write may have taken effect).
                 let writes = matches!(&plan, LogicalPlan::Analyze(a)

@@ -116,6 +116,34 @@ async fn distributed_queries_on_tserver_processes_survive_a_kill() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (q, plan) = on_master.unwrap();
+    // EXPLAIN ANALYZE names the same servers, the ones the tasks ran on.
+    let servers = |plan: &str| -> Vec<String> {
+        plan.lines()
+            .filter_map(|l| l.split_once("── Servers:"))
+            .map(|(head, servers)| {
+                let stage = head.split("─ Stage ").nth(1).unwrap_or("?");
+                let stage = stage.split_whitespace().next().unwrap_or("?");
+                let at: Vec<&str> = servers
+                    .split(" plan_")
+                    .next()
+                    .unwrap()
+                    .split_whitespace()
+                    .collect();
+                format!("{stage}: {}", at.join(" "))
+            })
+            .collect()
+    };
+    let analyzed: String = db
+        .query(&format!("EXPLAIN ANALYZE {q}"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(1))
+        .collect::<Vec<String>>()
+        .join("\n");
+    assert!(analyzed.contains("output_rows="), "{analyzed}");
+    assert!(!servers(&plan).is_empty(), "{plan}");
+    assert_eq!(servers(&analyzed), servers(&plan), "{analyzed}\n{plan}");
     let before = tasks_on_master();
     db.query(q, &[]).await.unwrap();
     assert_eq!(

@@ -480,3 +480,22 @@ async fn stages_above_the_scans_start_at_different_workers() {
     let firsts: BTreeSet<&String> = servers.values().map(|at| &at[0]).collect();
     assert!(firsts.len() > 1, "{servers:?}");
 }
+
+/// EXPLAIN ANALYZE draws stage headers with metrics after the task counts: the
+/// servers go between the two.
+#[test]
+fn servers_follow_the_task_counts_of_a_header_with_metrics() {
+    let servers = BTreeMap::from([(2, vec!["a:1".to_string(), "b:2".to_string()])]);
+    let drawn = "┌───── DistributedExec ── local_coordinator_channels=0\n\
+                 │ [Stage 2] => NetworkCoalesceExec: output_partitions=4, input_tasks=2\n\
+                 \x20 ┌───── Stage 2 ── tasks=2, partitions=2 plan_added_at={0:6.53ms}\n\
+                 \x20 ┌───── Stage 3 ── tasks=1, partitions=12\n";
+    assert_eq!(
+        with_task_servers(drawn, &servers),
+        "┌───── DistributedExec ── local_coordinator_channels=0\n\
+         │ [Stage 2] => NetworkCoalesceExec: output_partitions=4, input_tasks=2\n\
+         \x20 ┌───── Stage 2 ── tasks=2, partitions=2 ── Servers: t0=a:1 t1=b:2 \
+         plan_added_at={0:6.53ms}\n\
+         \x20 ┌───── Stage 3 ── tasks=1, partitions=12\n"
+    );
+}
