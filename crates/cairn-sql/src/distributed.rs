@@ -37,37 +37,36 @@
 
 mod channels;
 mod codec;
+mod drawing;
 mod fanout;
 pub mod tasks;
 mod worker;
 mod writes;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::arrow::array::RecordBatch;
 use datafusion::catalog::Session;
 use datafusion::common::Result;
-use datafusion::common::format::ExplainFormat;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::context::{QueryPlanner, SessionState};
-use datafusion::logical_expr::{Explain, LogicalPlan, WriteOp};
+use datafusion::logical_expr::{LogicalPlan, WriteOp};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execute_stream};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 use datafusion_distributed::{
-    DistributedExec, DistributedExt, DistributedGetterExt, DistributedLeafExec,
-    SessionStateBuilderExt, display_plan_ascii,
+    DistributedExec, DistributedExt, DistributedLeafExec, SessionStateBuilderExt,
 };
 use futures::{StreamExt, TryStreamExt};
 
 pub use channels::{WorkerPeers, worker_peers};
 pub use codec::CairnCodec;
+pub use drawing::{execute, explain};
 pub use worker::{ClusterWorkers, tasks_run_by_worker, worker, worker_routes};
 pub use writes::{CairnCommitExec, CairnWriteShareExec, rows_written_by_worker};
 
@@ -366,109 +365,6 @@ async fn run_once(physical: &Arc<dyn ExecutionPlan>, state: &SessionState) -> Re
             None => Err(e),
         },
     }
-}
-
-/// EXPLAIN of a query that runs distributed: DataFusion's two rows, the physical
-/// plan drawn as stages with their tasks and the server each task runs on, each
-/// Cairn scan task with the server it reads from. `None` when the query would not run
-/// distributed (or EXPLAIN asked for more than the plans): DataFusion explains it.
-pub async fn explain(state: &SessionState, e: &Explain) -> Result<Option<RecordBatch>> {
-    if e.verbose
-        || !matches!(e.explain_format, ExplainFormat::Indent)
-        || state.config().get_distributed_worker_resolver().is_err()
-    {
-        return Ok(None);
-    }
-    let physical = state.create_physical_plan(&e.plan).await?;
-    if !is_distributed(&physical) {
-        return Ok(None);
-    }
-    let logical = state.optimize(&e.plan)?;
-    let kinds = StringArray::from(vec!["logical_plan", "physical_plan"]);
-    let plans = StringArray::from(vec![
-        logical.display_indent().to_string(),
-        with_task_servers(
-            &display_plan_ascii(physical.as_ref(), false),
-            &tasks::task_servers(&physical, &state.task_ctx()),
-        ),
-    ]);
-    Ok(Some(RecordBatch::try_new(
-        Arc::new(e.schema.as_arrow().clone()),
-        vec![Arc::new(kinds), Arc::new(plans)],
-    )?))
-}
-
-/// `drawn` (a distributed plan as the library draws it, with or without metrics)
-/// with the servers each stage's tasks run on, from `servers` (stage number to
-/// addresses in task order), after the task counts of the stage's header line:
-/// `┌───── Stage 2 ── tasks=2, partitions=4 ── Servers: t0=10.0.0.1:7051 t1=10.0.0.2:7051`.
-fn with_task_servers(drawn: &str, servers: &BTreeMap<usize, Vec<String>>) -> String {
-    let mut out = String::with_capacity(drawn.len());
-    for line in drawn.split_inclusive('\n') {
-        let stage = line
-            .trim_start()
-            .strip_prefix("┌───── Stage ")
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|num| num.parse::<usize>().ok());
-        let Some(addrs) = stage.and_then(|n| servers.get(&n)) else {
-            out.push_str(line);
-            continue;
-        };
-        // After `partitions=<n>` when the header has it, else at the line's end.
-        let at = line
-            .find("partitions=")
-            .map(|p| {
-                let digits = &line[p + "partitions=".len()..];
-                p + "partitions=".len() + digits.len()
-                    - digits
-                        .trim_start_matches(|c: char| c.is_ascii_digit())
-                        .len()
-            })
-            .unwrap_or_else(|| line.trim_end_matches('\n').len());
-        out.push_str(&line[..at]);
-        out.push_str(" ── Servers:");
-        for (t, addr) in addrs.iter().enumerate() {
-            out.push_str(&format!(" t{t}={addr}"));
-        }
-        out.push_str(&line[at..]);
-    }
-    out
-}
-
-/// Runs `physical`, a plan of `state`'s, as [`execute_stream`] does; EXPLAIN
-/// ANALYZE of a distributed query (the library's `DistributedAnalyzeExec`) gets
-/// the server of every task in its stages' headers, as EXPLAIN has them: the
-/// tasks went where [`tasks::route_tasks`] sends them, which depends only on the
-/// plan and the workers.
-pub fn execute(
-    physical: Arc<dyn ExecutionPlan>,
-    state: &SessionState,
-) -> Result<SendableRecordBatchStream> {
-    let task_ctx = state.task_ctx();
-    if physical.name() != "DistributedAnalyzeExec" {
-        return execute_stream(physical, task_ctx);
-    }
-    let servers = tasks::task_servers(&physical, &task_ctx);
-    let stream = execute_stream(physical, task_ctx)?;
-    let schema = stream.schema();
-    let annotated = stream.map(move |batch| {
-        let batch = batch?;
-        let columns = batch
-            .columns()
-            .iter()
-            .map(|c| match c.as_any().downcast_ref::<StringArray>() {
-                Some(texts) => Arc::new(
-                    texts
-                        .iter()
-                        .map(|t| t.map(|t| with_task_servers(t, &servers)))
-                        .collect::<StringArray>(),
-                ) as _,
-                None => Arc::clone(c),
-            })
-            .collect();
-        Ok(RecordBatch::try_new(batch.schema(), columns)?)
-    });
-    Ok(Box::pin(RecordBatchStreamAdapter::new(schema, annotated)))
 }
 
 /// The Cairn scans of `plan`, the split ones as planned.

@@ -250,6 +250,17 @@ async fn distributed_queries_keep_to_n_max_neighbours() {
         explain(&db, queries[1]).await
     };
     assert!(plan.contains("NetworkShuffleExec"), "{plan}");
+    // EXPLAIN draws every stage, those below the relays too, each with the servers
+    // of its tasks.
+    for q in queries {
+        let plan = explain(&db, q).await;
+        assert!(plan.contains("CairnScanExec"), "{plan}");
+        let headers: Vec<&str> = plan.lines().filter(|l| l.contains("─ Stage ")).collect();
+        assert!(!headers.is_empty(), "{plan}");
+        for header in headers {
+            assert!(header.contains("── Servers: t0="), "{plan}");
+        }
+    }
     let bounded = run(4).await;
     // An INSERT … SELECT under the bound: its shares answer through the relays.
     db.batch_execute(

@@ -18,8 +18,9 @@ use datafusion::prelude::SessionContext;
 use datafusion_distributed::{DistributedExec, RouteTasksEvent};
 
 use super::*;
+use crate::distributed::drawing::{draw, with_task_servers};
 use crate::distributed::tasks::{route_tasks, task_servers};
-use crate::distributed::{ClusterWorkers, with_distributed_planner, with_task_servers};
+use crate::distributed::{ClusterWorkers, with_distributed_planner};
 use crate::options::{InsertMode, StatementContext};
 use crate::partitioning::HashIdentity;
 use crate::scan::ScanSpec;
@@ -366,6 +367,41 @@ async fn relays_gather_each_group_and_re_apply_the_stage_head() {
         ],
         "{text}"
     );
+    // EXPLAIN draws the scan stage below the relay that gathers it (the library
+    // alone stops at the relay), one level deeper than the relay's box.
+    let drawn = draw(&p);
+    let lines: Vec<&str> = drawn.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let scan = lines
+        .iter()
+        .position(|l| l.contains("─ Stage ") && l.contains("tasks=66"))
+        .unwrap_or_else(|| panic!("no scan stage in\n{drawn}"));
+    assert!(
+        lines[scan..].iter().any(|l| l.contains("CairnScanExec")),
+        "{drawn}"
+    );
+    let parent = lines[..scan]
+        .iter()
+        .rposition(|l| l.contains("─ Stage ") && indent(l) < indent(lines[scan]))
+        .unwrap();
+    assert_eq!(indent(lines[parent]) + 2, indent(lines[scan]), "{drawn}");
+    assert!(
+        lines[parent..scan]
+            .iter()
+            .any(|l| l.contains("NetworkCoalesceExec") && l.contains("input_tasks=66")),
+        "{drawn}"
+    );
+    // A gather is a relay with nothing above it in its stage: the library alone
+    // draws no stage below it.
+    let gather = plan(&ctx, "SELECT k FROM a WHERE x > 5").await;
+    let library = datafusion_distributed::display_plan_ascii(gather.as_ref(), false);
+    let drawn = draw(&gather);
+    assert!(!library.contains("CairnScanExec"), "{library}");
+    assert!(drawn.contains("CairnScanExec"), "{drawn}");
+    assert!(
+        drawn.starts_with(&library[..library.find("  ┌").unwrap()]),
+        "{drawn}"
+    );
     // The relay keeps the shuffle's hash repartition at its head.
     let mut heads = vec![];
     p.apply(|n| {
@@ -439,14 +475,9 @@ async fn explain_names_the_server_every_task_runs_on() {
             .unwrap();
             assert_eq!(servers.len(), stages, "{sql}");
             assert!(n_max > 0 || leaves > 0, "{sql}");
-            let drawn = datafusion_distributed::display_plan_ascii(p.as_ref(), false);
-            let shown = with_task_servers(&drawn, &servers);
+            let shown = with_task_servers(&draw(&p), &servers);
             let headers: Vec<&str> = shown.lines().filter(|l| l.contains("─ Stage ")).collect();
-            // The library does not draw the stages below a relay that only gathers.
-            if n_max == 0 {
-                assert_eq!(headers.len(), stages, "{shown}");
-            }
-            assert!(!headers.is_empty(), "{shown}");
+            assert_eq!(headers.len(), stages, "{shown}");
             for header in headers {
                 let num: usize = header
                     .split("─ Stage ")
